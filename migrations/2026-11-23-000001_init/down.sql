@@ -1,0 +1,10 @@
+DROP TABLE IF EXISTS audit_logs;
+DROP TABLE IF EXISTS provider_keys;
+DROP TABLE IF EXISTS refresh_tokens;
+DROP TABLE IF EXISTS api_keys;
+DROP TABLE IF EXISTS team_members;
+DROP TABLE IF EXISTS teams;
+DROP TABLE IF EXISTS org_memberships;
+DROP TABLE IF EXISTS users;
+DROP TABLE IF EXISTS organizations;
+DROP EXTENSION IF EXISTS vector;

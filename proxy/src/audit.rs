@@ -1,0 +1,147 @@
+//! Audit records leave the request path through a bounded channel; a background flusher writes
+//! them to Postgres in batches. A request never waits for Postgres.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gw_shared::audit::AuditRecord;
+use gw_shared::db::{api_keys, audit_logs, DbPool};
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::sync::{mpsc, Mutex};
+
+use crate::metrics::Metrics;
+
+/// The request path's end of the audit channel.
+#[derive(Clone)]
+pub struct AuditSink {
+    tx: mpsc::Sender<AuditRecord>,
+    metrics: Arc<Metrics>,
+}
+
+impl AuditSink {
+    /// Queues a record without waiting. A full queue means Postgres has been unable to keep up
+    /// for a long while: the record is counted as dropped and logged, never blocking the client.
+    pub fn record(&self, rec: AuditRecord) {
+        match self.tx.try_send(rec) {
+            Ok(()) => {
+                self.metrics.audit_enqueued.inc();
+                self.metrics.audit_queue.inc();
+            }
+            Err(mpsc::error::TrySendError::Full(rec)) | Err(mpsc::error::TrySendError::Closed(rec)) => {
+                self.metrics.audit_dropped.inc();
+                log::error!("audit queue full: dropped audit record {} (org {})", rec.id, rec.org_id);
+            }
+        }
+    }
+}
+
+pub struct AuditFlusher {
+    rx: Mutex<mpsc::Receiver<AuditRecord>>,
+    db: DbPool,
+    metrics: Arc<Metrics>,
+    batch_size: usize,
+    interval: Duration,
+    /// How long to keep draining after shutdown begins (requests still finishing).
+    drain_for: Duration,
+}
+
+pub fn channel(
+    capacity: usize,
+    db: DbPool,
+    metrics: Arc<Metrics>,
+    batch_size: usize,
+    interval: Duration,
+    drain_for: Duration,
+) -> (AuditSink, AuditFlusher) {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    let sink = AuditSink { tx, metrics: metrics.clone() };
+    let flusher = AuditFlusher { rx: Mutex::new(rx), db, metrics, batch_size, interval, drain_for };
+    (sink, flusher)
+}
+
+impl AuditFlusher {
+    /// Writes one batch, retrying with backoff until it lands or `give_up` says stop. The insert
+    /// is idempotent (`ON CONFLICT DO NOTHING` on the request id), so a retry never duplicates.
+    async fn write(&self, batch: &[AuditRecord], shutting_down: bool) {
+        let mut delay = Duration::from_millis(100);
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            match self.try_write(batch).await {
+                Ok(()) => {
+                    self.metrics.audit_written.inc_by(batch.len() as u64);
+                    self.metrics.audit_queue.sub(batch.len() as i64);
+                    return;
+                }
+                Err(e) => {
+                    self.metrics.audit_flush_errors.inc();
+                    log::warn!("audit batch of {} rows failed (try {tries}): {e}", batch.len());
+                    if shutting_down && tries >= 5 {
+                        log::error!("giving up on {} audit rows at shutdown", batch.len());
+                        self.metrics.audit_dropped.inc_by(batch.len() as u64);
+                        return;
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    async fn try_write(&self, batch: &[AuditRecord]) -> gw_shared::Result<()> {
+        let mut conn = self.db.get().await?;
+        audit_logs::insert_batch(&mut conn, batch).await?;
+        let uses: Vec<_> = batch.iter().filter_map(|r| r.api_key_id.map(|k| (k, r.created_at))).collect();
+        if let Err(e) = api_keys::touch_last_used(&mut conn, &uses).await {
+            // last_used_at is informational; the audit rows are what must not be lost.
+            log::warn!("updating api_keys.last_used_at failed: {e}");
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl BackgroundService for AuditFlusher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut rx = self.rx.lock().await;
+        let mut batch = Vec::with_capacity(self.batch_size);
+        let mut tick = tokio::time::interval(self.interval);
+        let mut deadline: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                n = rx.recv_many(&mut batch, self.batch_size) => {
+                    if n == 0 {
+                        break; // every sender is gone
+                    }
+                    if batch.len() >= self.batch_size {
+                        self.write(&batch, deadline.is_some()).await;
+                        batch.clear();
+                    }
+                }
+                _ = tick.tick() => {
+                    if !batch.is_empty() {
+                        self.write(&batch, deadline.is_some()).await;
+                        batch.clear();
+                    }
+                    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        break;
+                    }
+                }
+                changed = shutdown.changed(), if deadline.is_none() => {
+                    if changed.is_err() || *shutdown.borrow() {
+                        deadline = Some(tokio::time::Instant::now() + self.drain_for);
+                    }
+                }
+            }
+        }
+        while let Ok(rec) = rx.try_recv() {
+            batch.push(rec);
+        }
+        if !batch.is_empty() {
+            self.write(&batch, true).await;
+        }
+        log::info!("audit flusher stopped");
+    }
+}

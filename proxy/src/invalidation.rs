@@ -1,0 +1,69 @@
+//! Listens on the Redis invalidation channel and evicts what the control plane changed. On every
+//! (re)connect the whole key cache is dropped, since messages sent while disconnected are lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use gw_shared::redis::{Invalidation, INVALIDATION_CHANNEL};
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use crate::auth::KeyCache;
+
+pub struct InvalidationListener {
+    pub redis_url: String,
+    pub keys: Arc<KeyCache>,
+}
+
+impl InvalidationListener {
+    async fn listen(&self) -> Result<(), deadpool_redis::redis::RedisError> {
+        let client = deadpool_redis::redis::Client::open(self.redis_url.as_str())?;
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(INVALIDATION_CHANNEL).await?;
+        self.keys.invalidate_all();
+        log::info!("subscribed to {INVALIDATION_CHANNEL}");
+        let mut messages = pubsub.on_message();
+        while let Some(msg) = messages.next().await {
+            let payload: String = match msg.get_payload() {
+                Ok(p) => p,
+                Err(e) => {
+                    log::warn!("undecodable invalidation message: {e}");
+                    continue;
+                }
+            };
+            match Invalidation::decode(&payload) {
+                Some(Invalidation::ApiKey(hash)) => self.keys.invalidate(&hash).await,
+                Some(Invalidation::All) => self.keys.invalidate_all(),
+                None => log::warn!("unknown invalidation message {payload:?}"),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl BackgroundService for InvalidationListener {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            tokio::select! {
+                res = self.listen() => {
+                    match res {
+                        Ok(()) => log::warn!("invalidation subscription ended; reconnecting"),
+                        Err(e) => log::warn!("invalidation subscription failed: {e}; retrying in {backoff:?}"),
+                    }
+                    // Whatever was published while we were away is lost: forget everything.
+                    self.keys.invalidate_all();
+                }
+                _ = shutdown.changed() => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = shutdown.changed() => return,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+}

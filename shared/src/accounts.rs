@@ -1,0 +1,69 @@
+//! Account operations both the HTTP handlers and the `gw-admin bootstrap` command perform.
+
+use chrono::{DateTime, Utc};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use uuid::Uuid;
+
+use crate::db::api_keys::{self, ApiKey, NewApiKey};
+use crate::db::orgs::{self, NewOrganization, Organization};
+use crate::db::users::{self, NewUser, User};
+use crate::error::Result;
+use crate::ids::new_id;
+use crate::keys::generate_api_key;
+use crate::password::hash_password;
+
+pub const ROLE_OWNER: &str = "owner";
+pub const ROLE_ADMIN: &str = "admin";
+pub const ROLE_MEMBER: &str = "member";
+
+/// Permission strings an API key may carry.
+pub const KNOWN_PERMISSIONS: &[&str] = &["proxy:llm"];
+pub const DEFAULT_PERMISSION: &str = "proxy:llm";
+
+/// Creates an organization and its owner in one transaction. The password is hashed before the
+/// transaction opens, so the (deliberately slow) hash never holds a database lock.
+pub async fn create_org_with_owner(
+    conn: &mut AsyncPgConnection,
+    email: &str,
+    name: &str,
+    password: &str,
+    org_name: &str,
+) -> Result<(Organization, User)> {
+    let hash = hash_password(password)?;
+    conn.transaction(async |conn| {
+        let org = orgs::insert(conn, &NewOrganization { id: new_id(), name: org_name }).await?;
+        let user = users::insert(conn, &NewUser { id: new_id(), email, name, password_hash: Some(&hash) }).await?;
+        users::add_membership(conn, org.id, user.id, ROLE_OWNER).await?;
+        Ok((org, user))
+    })
+    .await
+}
+
+/// Issues a key; the secret in the result is the only copy that will ever exist.
+pub async fn issue_api_key(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    team_id: Option<Uuid>,
+    name: &str,
+    permissions: &[String],
+    created_by: Option<Uuid>,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<(ApiKey, String)> {
+    let k = generate_api_key();
+    let row = api_keys::insert(
+        conn,
+        &NewApiKey {
+            id: new_id(),
+            org_id,
+            team_id,
+            name,
+            key_prefix: &k.prefix,
+            key_hash: &k.hash,
+            permissions,
+            created_by,
+            expires_at,
+        },
+    )
+    .await?;
+    Ok((row, k.secret))
+}

@@ -1,0 +1,128 @@
+//! API keys: only the prefix and the SHA-256 of the secret are stored.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::schema::api_keys;
+use crate::error::Result;
+
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = api_keys)]
+pub struct ApiKey {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub team_id: Option<Uuid>,
+    pub name: String,
+    pub key_prefix: String,
+    pub permissions: Vec<String>,
+    pub created_by: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = api_keys)]
+pub struct NewApiKey<'a> {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub team_id: Option<Uuid>,
+    pub name: &'a str,
+    pub key_prefix: &'a str,
+    pub key_hash: &'a [u8],
+    pub permissions: &'a [String],
+    pub created_by: Option<Uuid>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+pub async fn insert(conn: &mut AsyncPgConnection, new: &NewApiKey<'_>) -> Result<ApiKey> {
+    Ok(diesel::insert_into(api_keys::table)
+        .values(new)
+        .returning(ApiKey::as_returning())
+        .get_result(conn)
+        .await?)
+}
+
+/// One page of an org's keys, newest first. Ids are UUIDv7, so `id < before` is "older than".
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    before: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<ApiKey>> {
+    let mut q = api_keys::table.filter(api_keys::org_id.eq(org_id)).into_boxed();
+    if let Some(before) = before {
+        q = q.filter(api_keys::id.lt(before));
+    }
+    Ok(q.order(api_keys::id.desc()).limit(limit).select(ApiKey::as_select()).load(conn).await?)
+}
+
+pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<ApiKey>> {
+    Ok(api_keys::table
+        .filter(api_keys::org_id.eq(org_id))
+        .filter(api_keys::id.eq(id))
+        .select(ApiKey::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Revokes a key of `org_id`; returns its hash (to invalidate caches) when it was live. A key
+/// already revoked keeps its original `revoked_at`.
+pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<Vec<u8>>> {
+    Ok(diesel::update(
+        api_keys::table
+            .filter(api_keys::org_id.eq(org_id))
+            .filter(api_keys::id.eq(id))
+            .filter(api_keys::revoked_at.is_null()),
+    )
+    .set(api_keys::revoked_at.eq(Utc::now()))
+    .returning(api_keys::key_hash)
+    .get_result(conn)
+    .await
+    .optional()?)
+}
+
+/// What the proxy needs to authorize a request made with a key.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = api_keys)]
+pub struct KeyAuth {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub team_id: Option<Uuid>,
+    pub permissions: Vec<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// Authentication lookup: by digest across all tenants (the digest is the credential).
+pub async fn find_by_hash(conn: &mut AsyncPgConnection, hash: &[u8]) -> Result<Option<KeyAuth>> {
+    Ok(api_keys::table
+        .filter(api_keys::key_hash.eq(hash))
+        .select(KeyAuth::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Records last use for a batch of keys in one statement (called by the audit flusher, never on
+/// the request path). Only moves `last_used_at` forward.
+pub async fn touch_last_used(conn: &mut AsyncPgConnection, uses: &[(Uuid, DateTime<Utc>)]) -> Result<usize> {
+    use diesel::sql_types::{Array, Timestamptz, Uuid as SqlUuid};
+    if uses.is_empty() {
+        return Ok(0);
+    }
+    let (ids, times): (Vec<Uuid>, Vec<DateTime<Utc>>) = uses.iter().copied().unzip();
+    Ok(diesel::sql_query(
+        "UPDATE api_keys k SET last_used_at = v.ts \
+         FROM (SELECT id, max(ts) AS ts FROM unnest($1, $2) AS u(id, ts) GROUP BY id) v \
+         WHERE k.id = v.id AND (k.last_used_at IS NULL OR k.last_used_at < v.ts)",
+    )
+    .bind::<Array<SqlUuid>, _>(ids)
+    .bind::<Array<Timestamptz>, _>(times)
+    .execute(conn)
+    .await?)
+}

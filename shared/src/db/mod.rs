@@ -1,0 +1,72 @@
+//! PostgreSQL access: the pool, the embedded migrations, and one module of queries per resource.
+//! Every query that touches tenant data takes the `org_id` and filters on it.
+
+pub mod api_keys;
+pub mod audit_logs;
+pub mod orgs;
+pub mod refresh_tokens;
+pub mod schema;
+pub mod teams;
+pub mod users;
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::Connection;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+use diesel_async::AsyncPgConnection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+use crate::error::{Error, Result};
+
+pub type DbPool = Pool<AsyncPgConnection>;
+pub type DbConn = Object<AsyncPgConnection>;
+
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../migrations");
+
+/// Any number of processes may run migrations at once; this lock makes them take turns.
+const MIGRATION_LOCK: i64 = 0x6777_6d69_6772; // "gwmigr"
+
+pub fn pool(url: &str, size: usize) -> Result<DbPool> {
+    Pool::builder(AsyncDieselConnectionManager::<AsyncPgConnection>::new(url))
+        .max_size(size.max(1))
+        .runtime(deadpool::Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .recycle_timeout(Some(Duration::from_secs(2)))
+        .build()
+        .map_err(|e| Error::Pool(e.to_string()))
+}
+
+/// Applies pending migrations; returns the versions applied. Blocking: call it outside an async
+/// runtime (or from `spawn_blocking`).
+pub fn run_migrations(url: &str) -> Result<Vec<String>> {
+    let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(url)
+        .map_err(|e| Error::Pool(format!("cannot connect to the database: {e}")))?;
+    conn.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))?;
+    let result = conn
+        .run_pending_migrations(MIGRATIONS)
+        .map(|v| v.iter().map(|m| m.to_string()).collect())
+        .map_err(|e| Error::Config(format!("migration failed: {e}")));
+    conn.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))?;
+    result
+}
+
+/// Reverts every migration (used by the migration round-trip test).
+pub fn revert_all_migrations(url: &str) -> Result<()> {
+    let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(url)
+        .map_err(|e| Error::Pool(format!("cannot connect to the database: {e}")))?;
+    conn.revert_all_migrations(MIGRATIONS).map_err(|e| Error::Config(format!("revert failed: {e}")))?;
+    Ok(())
+}
+
+pub async fn ping(pool: &DbPool) -> Result<()> {
+    use diesel_async::RunQueryDsl;
+    let mut conn = pool.get().await?;
+    diesel::sql_query("SELECT 1").execute(&mut conn).await?;
+    Ok(())
+}
+
+diesel::define_sql_function!(fn lower(x: diesel::sql_types::Text) -> diesel::sql_types::Text);

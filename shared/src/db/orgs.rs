@@ -1,0 +1,46 @@
+//! Organizations.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::schema::organizations;
+use crate::error::Result;
+
+#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[diesel(table_name = organizations)]
+pub struct Organization {
+    pub id: Uuid,
+    pub name: String,
+    pub plan: String,
+    pub data_residency_region: String,
+    pub metadata: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = organizations)]
+pub struct NewOrganization<'a> {
+    pub id: Uuid,
+    pub name: &'a str,
+}
+
+pub async fn insert(conn: &mut AsyncPgConnection, new: &NewOrganization<'_>) -> Result<Organization> {
+    Ok(diesel::insert_into(organizations::table)
+        .values(new)
+        .returning(Organization::as_returning())
+        .get_result(conn)
+        .await?)
+}
+
+pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<Organization>> {
+    Ok(organizations::table
+        .filter(organizations::id.eq(org_id))
+        .select(Organization::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}

@@ -1,0 +1,139 @@
+//! Diesel table definitions, kept by hand in step with `migrations/`.
+
+diesel::table! {
+    organizations (id) {
+        id -> Uuid,
+        name -> Text,
+        plan -> Text,
+        data_residency_region -> Text,
+        metadata -> Jsonb,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    users (id) {
+        id -> Uuid,
+        email -> Text,
+        name -> Text,
+        password_hash -> Nullable<Text>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    org_memberships (org_id, user_id) {
+        org_id -> Uuid,
+        user_id -> Uuid,
+        role -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    teams (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        name -> Text,
+        metadata -> Jsonb,
+        created_at -> Timestamptz,
+        deleted_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    team_members (team_id, user_id) {
+        org_id -> Uuid,
+        team_id -> Uuid,
+        user_id -> Uuid,
+        role -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    api_keys (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        team_id -> Nullable<Uuid>,
+        name -> Text,
+        key_prefix -> Text,
+        key_hash -> Bytea,
+        permissions -> Array<Text>,
+        created_by -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        last_used_at -> Nullable<Timestamptz>,
+        expires_at -> Nullable<Timestamptz>,
+        revoked_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    refresh_tokens (id) {
+        id -> Uuid,
+        user_id -> Uuid,
+        org_id -> Uuid,
+        family_id -> Uuid,
+        token_hash -> Bytea,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        used_at -> Nullable<Timestamptz>,
+        revoked_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    provider_keys (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        provider -> Text,
+        name -> Text,
+        secret_ciphertext -> Bytea,
+        secret_hint -> Text,
+        created_by -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        rotated_at -> Nullable<Timestamptz>,
+        revoked_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    audit_logs (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        team_id -> Nullable<Uuid>,
+        api_key_id -> Nullable<Uuid>,
+        endpoint -> Text,
+        model -> Nullable<Text>,
+        provider -> Nullable<Text>,
+        upstream_model -> Nullable<Text>,
+        status_code -> Int4,
+        error_type -> Nullable<Text>,
+        stream -> Bool,
+        prompt_tokens -> Int4,
+        completion_tokens -> Int4,
+        total_tokens -> Int4,
+        cost_usd -> Numeric,
+        latency_ms -> Int4,
+        upstream_latency_ms -> Nullable<Int4>,
+        ttft_ms -> Nullable<Int4>,
+        cache_status -> Text,
+        policy_action -> Nullable<Text>,
+        attempts -> Int4,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(
+    organizations,
+    users,
+    org_memberships,
+    teams,
+    team_members,
+    api_keys,
+    refresh_tokens,
+    provider_keys,
+    audit_logs,
+);

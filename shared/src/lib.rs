@@ -1,0 +1,21 @@
+//! gw-shared: everything the data plane (`gw-proxy`) and the control plane (`gw-admin`) both need,
+//! as plain functions and small types. No HTTP server code lives here.
+
+pub mod accounts;
+pub mod audit;
+pub mod config;
+pub mod crypto;
+pub mod db;
+pub mod error;
+pub mod headers;
+pub mod ids;
+pub mod jwt;
+pub mod keys;
+pub mod openai;
+pub mod password;
+pub mod pricing;
+pub mod providers;
+pub mod redis;
+pub mod routing;
+
+pub use error::{Error, Result};

@@ -1,0 +1,13 @@
+//! OpenAI wire types for the `/v1` surface. Request types keep unknown fields (`extra`) so
+//! nothing a client sends is lost on the way upstream; response types always serialize the
+//! fields OpenAI's OpenAPI document marks required, nullable ones as `null`.
+
+pub mod chat;
+pub mod error;
+pub mod models;
+pub mod stream;
+
+pub use chat::*;
+pub use error::*;
+pub use models::*;
+pub use stream::*;
