@@ -36,7 +36,9 @@ pub fn header(ctx: &RequestCtx, status: u16, content_type: &str, ttft: Duration)
 /// Writes a complete JSON response.
 pub async fn json(session: &mut Session, ctx: &mut RequestCtx, status: u16, body: Vec<u8>) -> Result<(), ProxyError> {
     let elapsed = ctx.started.elapsed();
-    let mut h = header(ctx, status, "application/json", elapsed)?;
+    // Without a stream the first token reaches the client with the whole body.
+    let ttft = *ctx.ttft.get_or_insert(elapsed);
+    let mut h = header(ctx, status, "application/json", ttft)?;
     h.insert_header("Content-Length", body.len())?;
     ctx.status = status;
     ctx.header_sent = true;
