@@ -77,7 +77,12 @@ impl ResponseError for ApiError {
         if matches!(self, ApiError::Unauthorized(_)) {
             resp.insert_header(("WWW-Authenticate", "Bearer"));
         }
-        resp.json(Body { error: Inner { code: self.code(), message: self.to_string() } })
+        resp.json(Body {
+            error: Inner {
+                code: self.code(),
+                message: self.to_string(),
+            },
+        })
     }
 }
 

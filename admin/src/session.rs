@@ -26,14 +26,20 @@ impl Session {
         if self.role == ROLE_OWNER || self.role == ROLE_ADMIN {
             Ok(())
         } else {
-            Err(ApiError::Forbidden("this action needs the owner or admin role".into()))
+            Err(ApiError::Forbidden(
+                "this action needs the owner or admin role".into(),
+            ))
         }
     }
 }
 
 impl From<AccessClaims> for Session {
     fn from(c: AccessClaims) -> Self {
-        Session { user_id: c.sub, org_id: c.org, role: c.role }
+        Session {
+            user_id: c.sub,
+            org_id: c.org,
+            role: c.role,
+        }
     }
 }
 
@@ -44,9 +50,14 @@ fn authenticate(req: &HttpRequest) -> Result<Session, ApiError> {
     let header = req
         .headers()
         .get(actix_web::http::header::AUTHORIZATION)
-        .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <access_token>".into()))?;
-    let token = parse_bearer(header.as_bytes())
-        .ok_or_else(|| ApiError::Unauthorized("malformed Authorization header: expected Bearer <access_token>".into()))?;
+        .ok_or_else(|| {
+            ApiError::Unauthorized("missing Authorization: Bearer <access_token>".into())
+        })?;
+    let token = parse_bearer(header.as_bytes()).ok_or_else(|| {
+        ApiError::Unauthorized(
+            "malformed Authorization header: expected Bearer <access_token>".into(),
+        )
+    })?;
     if token.starts_with(API_KEY_PREFIX) {
         return Err(ApiError::Unauthorized(
             "API keys are not accepted on the management API: sign in and use a session access token".into(),

@@ -9,10 +9,14 @@ pub fn text(field: &str, value: &str, max: usize) -> ApiResult<String> {
         return Err(ApiError::Validation(format!("{field} must not be empty")));
     }
     if v.chars().count() > max {
-        return Err(ApiError::Validation(format!("{field} must be at most {max} characters")));
+        return Err(ApiError::Validation(format!(
+            "{field} must be at most {max} characters"
+        )));
     }
     if v.chars().any(char::is_control) {
-        return Err(ApiError::Validation(format!("{field} must not contain control characters")));
+        return Err(ApiError::Validation(format!(
+            "{field} must not contain control characters"
+        )));
     }
     Ok(v.to_string())
 }
@@ -25,7 +29,12 @@ pub fn email(value: &str) -> ApiResult<String> {
         return Err(bad());
     }
     let (local, domain) = v.split_once('@').ok_or_else(bad)?;
-    if local.is_empty() || domain.contains('@') || !domain.contains('.') || domain.starts_with('.') || domain.ends_with('.') {
+    if local.is_empty()
+        || domain.contains('@')
+        || !domain.contains('.')
+        || domain.starts_with('.')
+        || domain.ends_with('.')
+    {
         return Err(bad());
     }
     Ok(v.to_string())
@@ -38,7 +47,9 @@ mod tests {
     #[test]
     fn emails() {
         assert_eq!(email(" a@b.co ").unwrap(), "a@b.co");
-        for bad in ["", "a", "a@b", "@b.co", "a@@b.co", "a b@c.co", "a@.co", "a@b."] {
+        for bad in [
+            "", "a", "a@b", "@b.co", "a@@b.co", "a b@c.co", "a@.co", "a@b.",
+        ] {
             assert!(email(bad).is_err(), "{bad}");
         }
     }

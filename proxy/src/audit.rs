@@ -29,9 +29,14 @@ impl AuditSink {
                 self.metrics.audit_enqueued.inc();
                 self.metrics.audit_queue.inc();
             }
-            Err(mpsc::error::TrySendError::Full(rec)) | Err(mpsc::error::TrySendError::Closed(rec)) => {
+            Err(mpsc::error::TrySendError::Full(rec))
+            | Err(mpsc::error::TrySendError::Closed(rec)) => {
                 self.metrics.audit_dropped.inc();
-                log::error!("audit queue full: dropped audit record {} (org {})", rec.id, rec.org_id);
+                log::error!(
+                    "audit queue full: dropped audit record {} (org {})",
+                    rec.id,
+                    rec.org_id
+                );
             }
         }
     }
@@ -56,8 +61,18 @@ pub fn channel(
     drain_for: Duration,
 ) -> (AuditSink, AuditFlusher) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    let sink = AuditSink { tx, metrics: metrics.clone() };
-    let flusher = AuditFlusher { rx: Mutex::new(rx), db, metrics, batch_size, interval, drain_for };
+    let sink = AuditSink {
+        tx,
+        metrics: metrics.clone(),
+    };
+    let flusher = AuditFlusher {
+        rx: Mutex::new(rx),
+        db,
+        metrics,
+        batch_size,
+        interval,
+        drain_for,
+    };
     (sink, flusher)
 }
 
@@ -77,7 +92,10 @@ impl AuditFlusher {
                 }
                 Err(e) => {
                     self.metrics.audit_flush_errors.inc();
-                    log::warn!("audit batch of {} rows failed (try {tries}): {e}", batch.len());
+                    log::warn!(
+                        "audit batch of {} rows failed (try {tries}): {e}",
+                        batch.len()
+                    );
                     if shutting_down && tries >= 5 {
                         log::error!("giving up on {} audit rows at shutdown", batch.len());
                         self.metrics.audit_dropped.inc_by(batch.len() as u64);
@@ -93,7 +111,10 @@ impl AuditFlusher {
     async fn try_write(&self, batch: &[AuditRecord]) -> gw_shared::Result<()> {
         let mut conn = self.db.get().await?;
         audit_logs::insert_batch(&mut conn, batch).await?;
-        let uses: Vec<_> = batch.iter().filter_map(|r| r.api_key_id.map(|k| (k, r.created_at))).collect();
+        let uses: Vec<_> = batch
+            .iter()
+            .filter_map(|r| r.api_key_id.map(|k| (k, r.created_at)))
+            .collect();
         if let Err(e) = api_keys::touch_last_used(&mut conn, &uses).await {
             // last_used_at is informational; the audit rows are what must not be lost.
             log::warn!("updating api_keys.last_used_at failed: {e}");

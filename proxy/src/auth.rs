@@ -27,8 +27,17 @@ struct EntryExpiry {
 }
 
 impl Expiry<KeyHash, Entry> for EntryExpiry {
-    fn expire_after_create(&self, _key: &KeyHash, value: &Entry, _now: Instant) -> Option<Duration> {
-        Some(if value.is_some() { self.ttl } else { self.negative_ttl })
+    fn expire_after_create(
+        &self,
+        _key: &KeyHash,
+        value: &Entry,
+        _now: Instant,
+    ) -> Option<Duration> {
+        Some(if value.is_some() {
+            self.ttl
+        } else {
+            self.negative_ttl
+        })
     }
 }
 
@@ -39,8 +48,17 @@ pub struct KeyCache {
 }
 
 impl KeyCache {
-    pub fn new(db: DbPool, metrics: Arc<Metrics>, capacity: u64, ttl: Duration, negative_ttl: Duration) -> Self {
-        let cache = Cache::builder().max_capacity(capacity).expire_after(EntryExpiry { ttl, negative_ttl }).build();
+    pub fn new(
+        db: DbPool,
+        metrics: Arc<Metrics>,
+        capacity: u64,
+        ttl: Duration,
+        negative_ttl: Duration,
+    ) -> Self {
+        let cache = Cache::builder()
+            .max_capacity(capacity)
+            .expire_after(EntryExpiry { ttl, negative_ttl })
+            .build();
         Self { cache, db, metrics }
     }
 
@@ -51,8 +69,13 @@ impl KeyCache {
         self.cache
             .try_get_with(hash, async move {
                 let mut conn = db.get().await.map_err(|e| e.to_string())?;
-                let found = api_keys::find_by_hash(&mut conn, &hash).await.map_err(|e| e.to_string())?;
-                metrics.key_lookups.with_label_values(&[if found.is_some() { "found" } else { "unknown" }]).inc();
+                let found = api_keys::find_by_hash(&mut conn, &hash)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                metrics
+                    .key_lookups
+                    .with_label_values(&[if found.is_some() { "found" } else { "unknown" }])
+                    .inc();
                 Ok::<_, String>(found.map(Arc::new))
             })
             .await
@@ -71,7 +94,10 @@ impl KeyCache {
             return Err(ProxyError::SessionTokenOnProxy);
         }
         let shown = redacted(token);
-        let key = self.lookup(keys::hash_secret(token)).await?.ok_or_else(|| ProxyError::InvalidKey(shown.clone()))?;
+        let key = self
+            .lookup(keys::hash_secret(token))
+            .await?
+            .ok_or_else(|| ProxyError::InvalidKey(shown.clone()))?;
         if key.revoked_at.is_some() {
             return Err(ProxyError::RevokedKey(shown));
         }
@@ -95,7 +121,10 @@ impl KeyCache {
 
 /// What of a presented key may appear in an error message or a log: its first characters only.
 fn redacted(token: &str) -> String {
-    let shown: String = token.chars().take(keys::DISPLAY_PREFIX_LEN.min(token.len() / 2)).collect();
+    let shown: String = token
+        .chars()
+        .take(keys::DISPLAY_PREFIX_LEN.min(token.len() / 2))
+        .collect();
     format!("{shown}****")
 }
 

@@ -65,7 +65,9 @@ impl RequestCtx {
     }
 
     pub fn model_header(&self) -> &str {
-        self.upstream_model.as_deref().unwrap_or(headers::POLICY_NONE)
+        self.upstream_model
+            .as_deref()
+            .unwrap_or(headers::POLICY_NONE)
     }
 
     /// The audit row, for requests that authenticated (others belong to no tenant).

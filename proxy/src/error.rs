@@ -29,7 +29,10 @@ pub enum ProxyError {
     #[error("Request body is larger than the {0}-byte limit.")]
     BodyTooLarge(usize),
     #[error("{message}")]
-    BadRequest { message: String, param: Option<String> },
+    BadRequest {
+        message: String,
+        param: Option<String>,
+    },
     #[error("The model '{0}' does not exist or you do not have access to it.")]
     UnknownModel(String),
     #[error("{0}")]
@@ -58,7 +61,8 @@ impl ProxyError {
         match self {
             NotFound { .. } | UnknownModel(_) => 404,
             MethodNotAllowed { .. } => 405,
-            MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) | RevokedKey(_) | ExpiredKey(_) => 401,
+            MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) | RevokedKey(_)
+            | ExpiredKey(_) => 401,
             PermissionDenied(_) => 403,
             InvalidTeam(_) | BadRequest { .. } => 400,
             BodyTooLarge(_) => 413,
@@ -111,10 +115,18 @@ impl ProxyError {
             RevokedKey(_) => ("invalid_request_error", Some("revoked_api_key"), None),
             ExpiredKey(_) => ("invalid_request_error", Some("expired_api_key"), None),
             PermissionDenied(_) => ("permission_error", Some("insufficient_permissions"), None),
-            InvalidTeam(_) => ("invalid_request_error", Some("invalid_team"), Some("x-gw-team")),
+            InvalidTeam(_) => (
+                "invalid_request_error",
+                Some("invalid_team"),
+                Some("x-gw-team"),
+            ),
             BodyTooLarge(_) => ("invalid_request_error", Some("request_too_large"), None),
             BadRequest { param, .. } => ("invalid_request_error", None, param.as_deref()),
-            UnknownModel(_) => ("invalid_request_error", Some("model_not_found"), Some("model")),
+            UnknownModel(_) => (
+                "invalid_request_error",
+                Some("model_not_found"),
+                Some("model"),
+            ),
             UpstreamUnavailable(_) => ("api_error", Some("upstream_unavailable"), None),
             UpstreamBadResponse(_) => ("api_error", Some("upstream_bad_response"), None),
             UpstreamTimeout(_) => ("api_error", Some("upstream_timeout"), None),
@@ -130,6 +142,13 @@ impl ProxyError {
 // Handled by the early return above; kept total without a panic.
 fn unreachable_kind() -> (&'static str, Option<&'static str>, Option<&'static str>) {
     ("api_error", None, None)
+}
+
+impl From<Box<pingora::Error>> for ProxyError {
+    /// Errors from writing the downstream response: the client is gone.
+    fn from(e: Box<pingora::Error>) -> Self {
+        ProxyError::ClientGone(e.etype().as_str().to_string())
+    }
 }
 
 #[cfg(test)]
@@ -149,12 +168,5 @@ mod tests {
         for f in ["message", "type", "param", "code"] {
             assert!(v["error"].as_object().unwrap().contains_key(f), "{f}");
         }
-    }
-}
-
-impl From<Box<pingora::Error>> for ProxyError {
-    /// Errors from writing the downstream response: the client is gone.
-    fn from(e: Box<pingora::Error>) -> Self {
-        ProxyError::ClientGone(e.etype().as_str().to_string())
     }
 }

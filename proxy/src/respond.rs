@@ -18,7 +18,12 @@ fn ms(d: Duration) -> String {
 
 /// A response header with the gateway metadata. `ttft` is the time to the first byte of the
 /// answer: the first chunk of a stream, or the whole body otherwise.
-pub fn header(ctx: &RequestCtx, status: u16, content_type: &str, ttft: Duration) -> pingora::Result<ResponseHeader> {
+pub fn header(
+    ctx: &RequestCtx,
+    status: u16,
+    content_type: &str,
+    ttft: Duration,
+) -> pingora::Result<ResponseHeader> {
     let mut h = ResponseHeader::build(status, Some(16))?;
     h.insert_header("Content-Type", content_type)?;
     h.insert_header(headers::REQUEST_ID, ctx.request_id.to_string())?;
@@ -34,7 +39,12 @@ pub fn header(ctx: &RequestCtx, status: u16, content_type: &str, ttft: Duration)
 }
 
 /// Writes a complete JSON response.
-pub async fn json(session: &mut Session, ctx: &mut RequestCtx, status: u16, body: Vec<u8>) -> Result<(), ProxyError> {
+pub async fn json(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    status: u16,
+    body: Vec<u8>,
+) -> Result<(), ProxyError> {
     let elapsed = ctx.started.elapsed();
     // Without a stream the first token reaches the client with the whole body.
     let ttft = *ctx.ttft.get_or_insert(elapsed);
@@ -43,12 +53,18 @@ pub async fn json(session: &mut Session, ctx: &mut RequestCtx, status: u16, body
     ctx.status = status;
     ctx.header_sent = true;
     session.write_response_header(Box::new(h), false).await?;
-    session.write_response_body(Some(Bytes::from(body)), true).await?;
+    session
+        .write_response_body(Some(Bytes::from(body)), true)
+        .await?;
     Ok(())
 }
 
 /// Starts an SSE response; the body follows in chunks.
-pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx, ttft: Duration) -> Result<(), ProxyError> {
+pub async fn start_stream(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    ttft: Duration,
+) -> Result<(), ProxyError> {
     let mut h = header(ctx, 200, "text/event-stream; charset=utf-8", ttft)?;
     h.insert_header("Cache-Control", "no-cache")?;
     h.insert_header("Transfer-Encoding", "chunked")?;
@@ -60,7 +76,11 @@ pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx, ttft: Dur
 }
 
 /// Writes the error as an OpenAI error object with its status.
-pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError) -> Result<(), ProxyError> {
+pub async fn error(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    err: &ProxyError,
+) -> Result<(), ProxyError> {
     let body = serde_json::to_vec(&err.body()).map_err(|e| ProxyError::Internal(e.to_string()))?;
     json(session, ctx, err.status(), body).await
 }

@@ -31,8 +31,24 @@ pub async fn create_org_with_owner(
 ) -> Result<(Organization, User)> {
     let hash = hash_password(password)?;
     conn.transaction(async |conn| {
-        let org = orgs::insert(conn, &NewOrganization { id: new_id(), name: org_name }).await?;
-        let user = users::insert(conn, &NewUser { id: new_id(), email, name, password_hash: Some(&hash) }).await?;
+        let org = orgs::insert(
+            conn,
+            &NewOrganization {
+                id: new_id(),
+                name: org_name,
+            },
+        )
+        .await?;
+        let user = users::insert(
+            conn,
+            &NewUser {
+                id: new_id(),
+                email,
+                name,
+                password_hash: Some(&hash),
+            },
+        )
+        .await?;
         users::add_membership(conn, org.id, user.id, ROLE_OWNER).await?;
         Ok((org, user))
     })

