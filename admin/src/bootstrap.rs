@@ -8,7 +8,7 @@ use gw_shared::accounts::{create_org_with_owner, issue_api_key, DEFAULT_PERMISSI
 use gw_shared::config::Config;
 use gw_shared::db::{api_keys, users};
 use gw_shared::keys::hash_secret;
-use gw_shared::password::{hash_password, verify_password};
+use gw_shared::password::{hash_password_blocking, verify_password};
 use rand::distributions::Alphanumeric;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -35,59 +35,32 @@ pub async fn run(cfg: &Config, out: &Path, email: &str) -> Result<(), BoxError> 
         }
     }
 
-    let password: String = rand::rngs::OsRng
-        .sample_iter(&Alphanumeric)
-        .take(20)
-        .map(char::from)
-        .collect();
+    let password: String = rand::rngs::OsRng.sample_iter(&Alphanumeric).take(20).map(char::from).collect();
     let (org_id, user_id) = match users::find_by_email(&mut conn, email).await? {
         Some(user) => {
             // The saved credentials are gone or stale: reset this local operator's password.
-            users::set_password(&mut conn, user.id, &hash_password(&password)?).await?;
-            let m = users::primary_membership(&mut conn, user.id)
-                .await?
-                .ok_or("bootstrap user has no organization")?;
+            users::set_password(&mut conn, user.id, &hash_password_blocking(password.clone()).await?).await?;
+            let m = users::primary_membership(&mut conn, user.id).await?.ok_or("bootstrap user has no organization")?;
             (m.org_id, user.id)
         }
         None => {
-            let (org, user) =
-                create_org_with_owner(&mut conn, email, "Local operator", &password, "Default")
-                    .await?;
+            let (org, user) = create_org_with_owner(&mut conn, email, "Local operator", &password, "Default").await?;
             (org.id, user.id)
         }
     };
     let perms = vec![DEFAULT_PERMISSION.to_string()];
-    let (_, api_key) = issue_api_key(
-        &mut conn,
-        org_id,
-        None,
-        "bootstrap",
-        &perms,
-        Some(user_id),
-        None,
-    )
-    .await?;
-    let creds = Creds {
-        email: email.to_string(),
-        password,
-        api_key,
-    };
+    let (_, api_key) = issue_api_key(&mut conn, org_id, None, "bootstrap", &perms, Some(user_id), None).await?;
+    let creds = Creds { email: email.to_string(), password, api_key };
     save(out, &creds)?;
     print(&creds, out);
     Ok(())
 }
 
-async fn still_valid(
-    conn: &mut diesel_async::AsyncPgConnection,
-    c: &Creds,
-) -> Result<bool, BoxError> {
+async fn still_valid(conn: &mut diesel_async::AsyncPgConnection, c: &Creds) -> Result<bool, BoxError> {
     let Some(user) = users::find_by_email(conn, &c.email).await? else {
         return Ok(false);
     };
-    let pw_ok = user
-        .password_hash
-        .as_deref()
-        .is_some_and(|h| verify_password(&c.password, h));
+    let pw_ok = user.password_hash.as_deref().is_some_and(|h| verify_password(&c.password, h));
     let key = api_keys::find_by_hash(conn, &hash_secret(&c.api_key)).await?;
     Ok(pw_ok && key.is_some_and(|k| k.revoked_at.is_none()))
 }
@@ -101,12 +74,7 @@ fn save(out: &Path, creds: &Creds) -> Result<(), BoxError> {
     {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(out)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(out)?;
         f.write_all(text.as_bytes())?;
     }
     #[cfg(not(unix))]

@@ -77,12 +77,7 @@ impl ResponseError for ApiError {
         if matches!(self, ApiError::Unauthorized(_)) {
             resp.insert_header(("WWW-Authenticate", "Bearer"));
         }
-        resp.json(Body {
-            error: Inner {
-                code: self.code(),
-                message: self.to_string(),
-            },
-        })
+        resp.json(Body { error: Inner { code: self.code(), message: self.to_string() } })
     }
 }
 
@@ -90,8 +85,8 @@ impl From<gw_shared::Error> for ApiError {
     fn from(e: gw_shared::Error) -> Self {
         use gw_shared::Error as E;
         match e {
-            E::Pool(m) => ApiError::Unavailable(format!("database unavailable: {m}")),
-            E::Redis(m) => ApiError::Unavailable(format!("redis unavailable: {m}")),
+            E::Pool(m) => unavailable("database", &m),
+            E::Redis(m) => unavailable("redis", &m),
             E::Invalid(m) => ApiError::Validation(m),
             other => ApiError::Internal(other.to_string()),
         }
@@ -106,8 +101,14 @@ impl From<diesel::result::Error> for ApiError {
 
 impl From<diesel_async::pooled_connection::deadpool::PoolError> for ApiError {
     fn from(e: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
-        ApiError::Unavailable(format!("database unavailable: {e}"))
+        unavailable("database", &e.to_string())
     }
+}
+
+/// Store errors can name hosts and users: the detail goes to the log, the client gets the gist.
+fn unavailable(store: &str, detail: &str) -> ApiError {
+    log::error!("{store} unavailable: {detail}");
+    ApiError::Unavailable(format!("the {store} is unavailable; retry shortly"))
 }
 
 /// Whether a shared error is a unique-constraint violation (e.g. an e-mail already registered).

@@ -30,9 +30,7 @@ fn main() {
         None | Some("serve") => serve(),
         Some("migrate") => migrate(),
         Some("bootstrap") => bootstrap_cmd(&args[1..]),
-        Some(other) => {
-            Err(format!("unknown command {other:?}; use serve, migrate or bootstrap").into())
-        }
+        Some(other) => Err(format!("unknown command {other:?}; use serve, migrate or bootstrap").into()),
     };
     if let Err(e) = result {
         log::error!("gw-admin: {e}");
@@ -66,9 +64,7 @@ fn bootstrap_cmd(args: &[String]) -> Result<(), BoxError> {
         }
     }
     let cfg = Config::load()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(bootstrap::run(&cfg, &out, &email))
 }
 
@@ -77,9 +73,7 @@ fn json_error(err: JsonPayloadError, limit: usize) -> actix_web::Error {
         JsonPayloadError::OverflowKnownLength { .. } | JsonPayloadError::Overflow { .. } => {
             ApiError::PayloadTooLarge(limit)
         }
-        JsonPayloadError::ContentType => {
-            ApiError::Validation("Content-Type must be application/json".into())
-        }
+        JsonPayloadError::ContentType => ApiError::Validation("Content-Type must be application/json".into()),
         JsonPayloadError::Deserialize(e) => ApiError::Validation(format!("invalid JSON body: {e}")),
         other => ApiError::Validation(format!("invalid request body: {other}")),
     };
@@ -98,13 +92,7 @@ fn serve() -> Result<(), BoxError> {
     let listen = cfg.admin.listen.clone();
     let workers = cfg.admin.workers.max(1);
     let body_limit = cfg.admin.max_body_bytes;
-    let state = web::Data::new(AppState {
-        cfg,
-        db,
-        redis,
-        jwt_secret,
-        metrics,
-    });
+    let state = web::Data::new(AppState { cfg, db, redis, jwt_secret, metrics });
 
     let rt = actix_web::rt::System::new();
     rt.block_on(async move {
@@ -113,16 +101,16 @@ fn serve() -> Result<(), BoxError> {
             App::new()
                 .app_data(state.clone())
                 .app_data(
-                    web::JsonConfig::default()
-                        .limit(body_limit)
-                        .error_handler(move |e, _| json_error(e, body_limit)),
+                    web::JsonConfig::default().limit(body_limit).error_handler(move |e, _| json_error(e, body_limit)),
                 )
-                .app_data(web::QueryConfig::default().error_handler(|e, _| {
-                    ApiError::Validation(format!("invalid query string: {e}")).into()
-                }))
-                .app_data(web::PathConfig::default().error_handler(|e, _| {
-                    ApiError::Validation(format!("invalid path parameter: {e}")).into()
-                }))
+                .app_data(
+                    web::QueryConfig::default()
+                        .error_handler(|e, _| ApiError::Validation(format!("invalid query string: {e}")).into()),
+                )
+                .app_data(
+                    web::PathConfig::default()
+                        .error_handler(|e, _| ApiError::Validation(format!("invalid path parameter: {e}")).into()),
+                )
                 .wrap_fn(move |req, srv| {
                     let started = Instant::now();
                     let request_id = gw_shared::ids::new_id().to_string();
@@ -133,26 +121,17 @@ fn serve() -> Result<(), BoxError> {
                     async move {
                         let mut res = fut.await?;
                         let status = res.status().as_u16().to_string();
-                        metrics
-                            .requests
-                            .with_label_values(&[&route, &method, &status])
-                            .inc();
-                        metrics
-                            .duration
-                            .with_label_values(&[&route])
-                            .observe(started.elapsed().as_secs_f64());
+                        metrics.requests.with_label_values(&[&route, &method, &status]).inc();
+                        metrics.duration.with_label_values(&[&route]).observe(started.elapsed().as_secs_f64());
                         if let Ok(v) = HeaderValue::from_str(&request_id) {
-                            res.headers_mut()
-                                .insert(HeaderName::from_static(REQUEST_ID), v);
+                            res.headers_mut().insert(HeaderName::from_static(REQUEST_ID), v);
                         }
                         log::debug!("{request_id} {method} {route} {status}");
                         Ok(res)
                     }
                 })
                 .configure(routes::configure)
-                .default_service(web::to(|| async {
-                    HttpResponse::from_error(ApiError::NotFound("route"))
-                }))
+                .default_service(web::to(|| async { HttpResponse::from_error(ApiError::NotFound("route")) }))
         })
         .workers(workers)
         .max_connection_rate(256)

@@ -16,18 +16,11 @@ impl Metrics {
             &["route", "method", "status"],
         )?;
         let duration = HistogramVec::new(
-            HistogramOpts::new(
-                "gw_admin_request_duration_seconds",
-                "Management API latency",
-            ),
+            HistogramOpts::new("gw_admin_request_duration_seconds", "Management API latency"),
             &["route"],
         )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(duration.clone()))?;
-        Ok(Self {
-            registry,
-            requests,
-            duration,
-        })
+        Ok(Self { registry, requests, duration })
     }
 }

@@ -26,37 +26,26 @@ impl Session {
         if self.role == ROLE_OWNER || self.role == ROLE_ADMIN {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(
-                "this action needs the owner or admin role".into(),
-            ))
+            Err(ApiError::Forbidden("this action needs the owner or admin role".into()))
         }
     }
 }
 
 impl From<AccessClaims> for Session {
     fn from(c: AccessClaims) -> Self {
-        Session {
-            user_id: c.sub,
-            org_id: c.org,
-            role: c.role,
-        }
+        Session { user_id: c.sub, org_id: c.org, role: c.role }
     }
 }
 
 fn authenticate(req: &HttpRequest) -> Result<Session, ApiError> {
-    let state = req
-        .app_data::<web::Data<AppState>>()
-        .ok_or_else(|| ApiError::Internal("application state missing".into()))?;
+    let state =
+        req.app_data::<web::Data<AppState>>().ok_or_else(|| ApiError::Internal("application state missing".into()))?;
     let header = req
         .headers()
         .get(actix_web::http::header::AUTHORIZATION)
-        .ok_or_else(|| {
-            ApiError::Unauthorized("missing Authorization: Bearer <access_token>".into())
-        })?;
+        .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <access_token>".into()))?;
     let token = parse_bearer(header.as_bytes()).ok_or_else(|| {
-        ApiError::Unauthorized(
-            "malformed Authorization header: expected Bearer <access_token>".into(),
-        )
+        ApiError::Unauthorized("malformed Authorization header: expected Bearer <access_token>".into())
     })?;
     if token.starts_with(API_KEY_PREFIX) {
         return Err(ApiError::Unauthorized(

@@ -9,14 +9,10 @@ pub fn text(field: &str, value: &str, max: usize) -> ApiResult<String> {
         return Err(ApiError::Validation(format!("{field} must not be empty")));
     }
     if v.chars().count() > max {
-        return Err(ApiError::Validation(format!(
-            "{field} must be at most {max} characters"
-        )));
+        return Err(ApiError::Validation(format!("{field} must be at most {max} characters")));
     }
     if v.chars().any(char::is_control) {
-        return Err(ApiError::Validation(format!(
-            "{field} must not contain control characters"
-        )));
+        return Err(ApiError::Validation(format!("{field} must not contain control characters")));
     }
     Ok(v.to_string())
 }
@@ -47,9 +43,7 @@ mod tests {
     #[test]
     fn emails() {
         assert_eq!(email(" a@b.co ").unwrap(), "a@b.co");
-        for bad in [
-            "", "a", "a@b", "@b.co", "a@@b.co", "a b@c.co", "a@.co", "a@b.",
-        ] {
+        for bad in ["", "a", "a@b", "@b.co", "a@@b.co", "a b@c.co", "a@.co", "a@b."] {
             assert!(email(bad).is_err(), "{bad}");
         }
     }

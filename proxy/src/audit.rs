@@ -29,14 +29,9 @@ impl AuditSink {
                 self.metrics.audit_enqueued.inc();
                 self.metrics.audit_queue.inc();
             }
-            Err(mpsc::error::TrySendError::Full(rec))
-            | Err(mpsc::error::TrySendError::Closed(rec)) => {
+            Err(mpsc::error::TrySendError::Full(rec)) | Err(mpsc::error::TrySendError::Closed(rec)) => {
                 self.metrics.audit_dropped.inc();
-                log::error!(
-                    "audit queue full: dropped audit record {} (org {})",
-                    rec.id,
-                    rec.org_id
-                );
+                log::error!("audit queue full: dropped audit record {} (org {})", rec.id, rec.org_id);
             }
         }
     }
@@ -61,42 +56,44 @@ pub fn channel(
     drain_for: Duration,
 ) -> (AuditSink, AuditFlusher) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    let sink = AuditSink {
-        tx,
-        metrics: metrics.clone(),
-    };
-    let flusher = AuditFlusher {
-        rx: Mutex::new(rx),
-        db,
-        metrics,
-        batch_size,
-        interval,
-        drain_for,
-    };
+    let sink = AuditSink { tx, metrics: metrics.clone() };
+    let flusher = AuditFlusher { rx: Mutex::new(rx), db, metrics, batch_size, interval, drain_for };
     (sink, flusher)
 }
 
 impl AuditFlusher {
-    /// Writes one batch, retrying with backoff until it lands or `give_up` says stop. The insert
-    /// is idempotent (`ON CONFLICT DO NOTHING` on the request id), so a retry never duplicates.
-    async fn write(&self, batch: &[AuditRecord], shutting_down: bool) {
+    /// Writes one batch, retrying with backoff until it lands; past the shutdown deadline it gives
+    /// up after a few tries. The insert is idempotent (`ON CONFLICT DO NOTHING` on the request
+    /// id), so a retry never duplicates. A batch Postgres refuses as data (not as an outage) is
+    /// written row by row so one bad row cannot hold back the rest.
+    async fn write(&self, batch: &[AuditRecord], shutdown: &ShutdownWatch) {
         let mut delay = Duration::from_millis(100);
         let mut tries = 0u32;
         loop {
             tries += 1;
             match self.try_write(batch).await {
                 Ok(()) => {
-                    self.metrics.audit_written.inc_by(batch.len() as u64);
-                    self.metrics.audit_queue.sub(batch.len() as i64);
+                    self.written(batch.len());
+                    return;
+                }
+                Err(e) if is_data_error(&e) => {
+                    log::error!("audit batch of {} rows refused ({e}); writing rows one by one", batch.len());
+                    for rec in batch {
+                        match self.try_write(std::slice::from_ref(rec)).await {
+                            Ok(()) => self.written(1),
+                            Err(e) => {
+                                log::error!("dropping audit row {} (org {}): {e}", rec.id, rec.org_id);
+                                self.metrics.audit_dropped.inc();
+                                self.metrics.audit_queue.dec();
+                            }
+                        }
+                    }
                     return;
                 }
                 Err(e) => {
                     self.metrics.audit_flush_errors.inc();
-                    log::warn!(
-                        "audit batch of {} rows failed (try {tries}): {e}",
-                        batch.len()
-                    );
-                    if shutting_down && tries >= 5 {
+                    log::warn!("audit batch of {} rows failed (try {tries}): {e}", batch.len());
+                    if *shutdown.borrow() && tries >= 5 {
                         log::error!("giving up on {} audit rows at shutdown", batch.len());
                         self.metrics.audit_dropped.inc_by(batch.len() as u64);
                         return;
@@ -108,18 +105,32 @@ impl AuditFlusher {
         }
     }
 
+    fn written(&self, n: usize) {
+        self.metrics.audit_written.inc_by(n as u64);
+        self.metrics.audit_queue.sub(n as i64);
+    }
+
     async fn try_write(&self, batch: &[AuditRecord]) -> gw_shared::Result<()> {
         let mut conn = self.db.get().await?;
         audit_logs::insert_batch(&mut conn, batch).await?;
-        let uses: Vec<_> = batch
-            .iter()
-            .filter_map(|r| r.api_key_id.map(|k| (k, r.created_at)))
-            .collect();
+        let uses: Vec<_> = batch.iter().filter_map(|r| r.api_key_id.map(|k| (k, r.created_at))).collect();
         if let Err(e) = api_keys::touch_last_used(&mut conn, &uses).await {
             // last_used_at is informational; the audit rows are what must not be lost.
             log::warn!("updating api_keys.last_used_at failed: {e}");
         }
         Ok(())
+    }
+}
+
+/// Postgres refused the data itself (bad encoding, constraint): retrying the same batch is futile.
+fn is_data_error(e: &gw_shared::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind, Error as D};
+    match e {
+        gw_shared::Error::Database(D::DatabaseError(kind, _)) => {
+            !matches!(kind, DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::SerializationFailure)
+        }
+        gw_shared::Error::Database(D::SerializationError(_)) => true,
+        _ => false,
     }
 }
 
@@ -131,19 +142,20 @@ impl BackgroundService for AuditFlusher {
         let mut tick = tokio::time::interval(self.interval);
         let mut deadline: Option<tokio::time::Instant> = None;
         loop {
+            let room = self.batch_size.saturating_sub(batch.len());
             tokio::select! {
-                n = rx.recv_many(&mut batch, self.batch_size) => {
+                n = rx.recv_many(&mut batch, room), if room > 0 => {
                     if n == 0 {
                         break; // every sender is gone
                     }
                     if batch.len() >= self.batch_size {
-                        self.write(&batch, deadline.is_some()).await;
+                        self.write(&batch, &shutdown).await;
                         batch.clear();
                     }
                 }
                 _ = tick.tick() => {
                     if !batch.is_empty() {
-                        self.write(&batch, deadline.is_some()).await;
+                        self.write(&batch, &shutdown).await;
                         batch.clear();
                     }
                     if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
@@ -160,8 +172,8 @@ impl BackgroundService for AuditFlusher {
         while let Ok(rec) = rx.try_recv() {
             batch.push(rec);
         }
-        if !batch.is_empty() {
-            self.write(&batch, true).await;
+        for chunk in batch.chunks(self.batch_size) {
+            self.write(chunk, &shutdown).await;
         }
         log::info!("audit flusher stopped");
     }

@@ -6,9 +6,7 @@ use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use gw_shared::config::ProviderKind;
-use gw_shared::openai::{
-    sse_event, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ErrorBody, SSE_DONE,
-};
+use gw_shared::openai::{sse_event, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, ErrorBody, SSE_DONE};
 use gw_shared::pricing::{cost_usd, format_cost, TokenUsage};
 use gw_shared::providers::{mock, openai};
 use gw_shared::routing::Deployment;
@@ -34,22 +32,13 @@ impl From<ProxyError> for Failure {
     }
 }
 
-pub async fn completions(
-    gw: &Gateway,
-    session: &mut Session,
-    ctx: &mut RequestCtx,
-) -> Result<(), ProxyError> {
+pub async fn completions(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let body = crate::body::read_bounded(session, gw.max_body).await?;
-    let req = ChatCompletionRequest::from_json(&body).map_err(|p| ProxyError::BadRequest {
-        message: p.message,
-        param: p.param,
-    })?;
+    let req = ChatCompletionRequest::from_json(&body)
+        .map_err(|p| ProxyError::BadRequest { message: p.message, param: p.param })?;
     ctx.model = Some(req.model.clone());
     ctx.stream = req.is_stream();
-    let route = gw
-        .router
-        .resolve(&req.model)
-        .ok_or_else(|| ProxyError::UnknownModel(req.model.clone()))?;
+    let route = gw.router.resolve(&req.model).ok_or_else(|| ProxyError::UnknownModel(req.model.clone()))?;
 
     let mut last = None;
     for (i, dep) in route.deployments.iter().enumerate() {
@@ -57,9 +46,7 @@ pub async fn completions(
         ctx.provider = Some(dep.provider.name.clone());
         ctx.upstream_model = Some(dep.upstream_model.clone());
         let result = match dep.provider.kind {
-            ProviderKind::Mock => answer_mock(session, ctx, &req, dep)
-                .await
-                .map_err(Failure::Fail),
+            ProviderKind::Mock => answer_mock(session, ctx, &req, dep).await.map_err(Failure::Fail),
             ProviderKind::Openai => answer_openai(gw, session, ctx, &req, dep).await,
         };
         let outcome = match &result {
@@ -67,20 +54,13 @@ pub async fn completions(
             Err(Failure::Retry(_)) => "retryable_error",
             Err(Failure::Fail(_)) => "error",
         };
-        gw.metrics
-            .upstream_attempts
-            .with_label_values(&[&dep.provider.name, outcome])
-            .inc();
+        gw.metrics.upstream_attempts.with_label_values(&[&dep.provider.name, outcome]).inc();
         match result {
             Ok(()) => return Ok(()),
             Err(Failure::Fail(e)) => return Err(e),
             Err(Failure::Retry(e)) => {
                 if i + 1 < route.deployments.len() {
-                    log::warn!(
-                        "request {}: deployment {} failed, trying the next: {e}",
-                        ctx.request_id,
-                        i
-                    );
+                    log::warn!("request {}: deployment {} failed, trying the next: {e}", ctx.request_id, i);
                 }
                 last = Some(e);
             }
@@ -108,11 +88,7 @@ async fn answer_mock(
     let created = ctx.created_at.timestamp();
     if !req.is_stream() {
         let resp = mock::complete(req, &id, &dep.upstream_model, created);
-        settle(
-            ctx,
-            dep,
-            resp.usage.as_ref().map(|u| u.tokens()).unwrap_or_default(),
-        );
+        settle(ctx, dep, resp.usage.as_ref().map(|u| u.tokens()).unwrap_or_default());
         let body = serde_json::to_vec(&resp).map_err(|e| ProxyError::Internal(e.to_string()))?;
         return respond::json(session, ctx, 200, body).await;
     }
@@ -132,10 +108,7 @@ async fn answer_mock(
     finish_stream(session, ctx).await
 }
 
-async fn write_event<T: serde::Serialize>(
-    session: &mut Session,
-    payload: &T,
-) -> Result<(), ProxyError> {
+async fn write_event<T: serde::Serialize>(session: &mut Session, payload: &T) -> Result<(), ProxyError> {
     let bytes = sse_event(payload).map_err(|e| ProxyError::Internal(e.to_string()))?;
     session.write_response_body(Some(bytes), false).await?;
     Ok(())
@@ -144,21 +117,15 @@ async fn write_event<T: serde::Serialize>(
 /// Ends a stream: a comment carrying the exact cost (SSE clients ignore comments), then `[DONE]`.
 async fn finish_stream(session: &mut Session, ctx: &RequestCtx) -> Result<(), ProxyError> {
     let trailer = format!(": x-gw-cost-usd={}\n\n", format_cost(ctx.cost));
-    session
-        .write_response_body(Some(Bytes::from(trailer)), false)
-        .await?;
-    session
-        .write_response_body(Some(Bytes::from_static(SSE_DONE)), true)
-        .await?;
+    session.write_response_body(Some(Bytes::from(trailer)), false).await?;
+    session.write_response_body(Some(Bytes::from_static(SSE_DONE)), true).await?;
     Ok(())
 }
 
 fn upstream_failure(err: AttemptError) -> Failure {
     match err.kind {
         AttemptErrorKind::Timeout => Failure::Retry(ProxyError::UpstreamTimeout(err.message)),
-        AttemptErrorKind::BadResponse => {
-            Failure::Retry(ProxyError::UpstreamBadResponse(err.message))
-        }
+        AttemptErrorKind::BadResponse => Failure::Retry(ProxyError::UpstreamBadResponse(err.message)),
         AttemptErrorKind::Connect | AttemptErrorKind::Io => {
             Failure::Retry(ProxyError::UpstreamUnavailable(err.message))
         }
@@ -178,8 +145,7 @@ async fn answer_openai(
         .upstream
         .as_ref()
         .ok_or_else(|| ProxyError::Internal(format!("provider {provider} has no base_url")))?;
-    let body = openai::chat_request_body(req, &dep.upstream_model)
-        .map_err(|e| ProxyError::Internal(e.to_string()))?;
+    let body = openai::chat_request_body(req, &dep.upstream_model).map_err(|e| ProxyError::Internal(e.to_string()))?;
     let sent = Instant::now();
     let mut call = gw
         .upstreams
@@ -195,10 +161,7 @@ async fn answer_openai(
         .map_err(upstream_failure)?;
     let upstream_latency = sent.elapsed();
     ctx.upstream_latency = Some(upstream_latency);
-    gw.metrics
-        .upstream_duration
-        .with_label_values(&[provider])
-        .observe(upstream_latency.as_secs_f64());
+    gw.metrics.upstream_duration.with_label_values(&[provider]).observe(upstream_latency.as_secs_f64());
 
     if call.status != 200 {
         return Err(rejected(gw, &mut call, provider).await);
@@ -206,11 +169,7 @@ async fn answer_openai(
     if req.is_stream() {
         stream_openai(gw, session, ctx, req, dep, call).await
     } else {
-        let bytes = gw
-            .upstreams
-            .read_body(&mut call, provider)
-            .await
-            .map_err(upstream_failure)?;
+        let bytes = gw.upstreams.read_body(&mut call, provider).await.map_err(upstream_failure)?;
         gw.upstreams.release(call).await;
         let resp: ChatCompletion = serde_json::from_slice(&bytes).map_err(|e| {
             Failure::Retry(ProxyError::UpstreamBadResponse(format!(
@@ -220,18 +179,13 @@ async fn answer_openai(
         let usage = match &resp.usage {
             Some(u) => u.tokens(),
             None => {
-                log::warn!(
-                    "request {}: provider {provider} reported no usage; cost recorded as 0",
-                    ctx.request_id
-                );
+                log::warn!("request {}: provider {provider} reported no usage; cost recorded as 0", ctx.request_id);
                 TokenUsage::default()
             }
         };
         settle(ctx, dep, usage);
         let body = serde_json::to_vec(&resp).map_err(|e| ProxyError::Internal(e.to_string()))?;
-        respond::json(session, ctx, 200, body)
-            .await
-            .map_err(Failure::Fail)
+        respond::json(session, ctx, 200, body).await.map_err(Failure::Fail)
     }
 }
 
@@ -239,25 +193,26 @@ async fn answer_openai(
 /// client errors pass through with the upstream's own message.
 async fn rejected(gw: &Gateway, call: &mut UpstreamCall, provider: &str) -> Failure {
     let status = call.status;
-    let body = gw
-        .upstreams
-        .read_body(call, provider)
-        .await
-        .unwrap_or_default();
-    let upstream_msg = serde_json::from_slice::<ErrorBody>(&body)
-        .ok()
-        .map(|b| b.error.message);
-    let detail = upstream_msg
-        .clone()
-        .unwrap_or_else(|| "no error message".into());
+    let body = gw.upstreams.read_body(call, provider).await.unwrap_or_default();
+    // The upstream's own words about 429/5xx can name gw's provider account: they go to the log.
+    if status == 429 || status >= 500 || status == 401 || status == 403 {
+        let detail = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+        log::warn!("upstream provider {provider} answered HTTP {status}: {detail}");
+    }
     match status {
         429 => Failure::Retry(ProxyError::UpstreamRateLimited(format!(
-            "Upstream provider '{provider}' is rate limiting: {detail}"
+            "Upstream provider '{provider}' is rate limiting requests; retry later."
         ))),
         s if s >= 500 => Failure::Retry(ProxyError::UpstreamUnavailable(format!(
-            "Upstream provider '{provider}' returned HTTP {s}: {detail}"
+            "Upstream provider '{provider}' returned HTTP {s}."
         ))),
-        s if (400..500).contains(&s) => {
+        // 401/403 from the upstream is our credential's problem, not the client's.
+        401 | 403 => Failure::Retry(ProxyError::UpstreamUnavailable(format!(
+            "Upstream provider '{provider}' refused gw's credentials (HTTP {status})."
+        ))),
+        // Statuses about the client's own request pass through with the upstream's message;
+        // hop-level ones (407, 411, 426, ...) are gw's business, not the client's.
+        s @ (400 | 404 | 409 | 413 | 415 | 422) => {
             let body = serde_json::from_slice::<ErrorBody>(&body).unwrap_or_else(|_| {
                 ErrorBody::new(
                     format!("Upstream provider '{provider}' rejected the request with HTTP {s}"),
@@ -266,12 +221,6 @@ async fn rejected(gw: &Gateway, call: &mut UpstreamCall, provider: &str) -> Fail
                     None,
                 )
             });
-            // 401/403 from the upstream is our credential's problem, not the client's.
-            if s == 401 || s == 403 {
-                return Failure::Retry(ProxyError::UpstreamUnavailable(format!(
-                    "Upstream provider '{provider}' refused gw's credentials (HTTP {s})"
-                )));
-            }
             Failure::Fail(ProxyError::UpstreamRejected { status: s, body })
         }
         s => Failure::Retry(ProxyError::UpstreamBadResponse(format!(
@@ -299,11 +248,22 @@ async fn stream_openai(
     let mut done = false;
     let mut broken: Option<String> = None;
     {
-        let body = futures::stream::unfold(&mut call.session, |s| async move {
+        // Bounded like a buffered body: an upstream that never ends an event cannot grow the
+        // parser's buffer without limit.
+        let limit = gw.upstreams.max_body();
+        let body = futures::stream::unfold((&mut call.session, 0usize), move |(s, seen)| async move {
             match s.read_response_body().await {
-                Ok(Some(b)) => Some((Ok(b), s)),
+                Ok(Some(b)) => {
+                    let seen = seen + b.len();
+                    let item = if seen > limit {
+                        Err(pingora::Error::explain(pingora::ErrorType::ReadError, "stream over the size limit"))
+                    } else {
+                        Ok(b)
+                    };
+                    Some((item, (s, seen)))
+                }
                 Ok(None) => None,
-                Err(e) => Some((Err(e), s)),
+                Err(e) => Some((Err(e), (s, seen))),
             }
         });
         let mut events = std::pin::pin!(body.eventsource());
@@ -311,9 +271,7 @@ async fn stream_openai(
             let ev = match ev {
                 Ok(ev) => ev,
                 Err(e) => {
-                    broken = Some(format!(
-                        "the stream from upstream provider '{provider}' broke: {e}"
-                    ));
+                    broken = Some(format!("the stream from upstream provider '{provider}' broke: {e}"));
                     break;
                 }
             };
@@ -325,16 +283,9 @@ async fn stream_openai(
                 Ok(c) => c,
                 Err(e) => {
                     let msg = serde_json::from_str::<ErrorBody>(&ev.data)
-                        .map(|b| {
-                            format!(
-                                "upstream provider '{provider}' failed mid-stream: {}",
-                                b.error.message
-                            )
-                        })
+                        .map(|b| format!("upstream provider '{provider}' failed mid-stream: {}", b.error.message))
                         .unwrap_or_else(|_| {
-                            format!(
-                                "upstream provider '{provider}' sent an invalid stream chunk: {e}"
-                            )
+                            format!("upstream provider '{provider}' sent an invalid stream chunk: {e}")
                         });
                     broken = Some(msg);
                     break;
@@ -343,15 +294,13 @@ async fn stream_openai(
             if !ctx.header_sent {
                 let ttft = ctx.started.elapsed();
                 ctx.ttft = Some(ttft);
-                respond::start_stream(session, ctx, ttft)
-                    .await
-                    .map_err(Failure::Fail)?;
+                respond::start_stream(session, ctx, ttft).await.map_err(Failure::Fail)?;
             }
             let usage_only = chunk.choices.is_empty();
-            if let Some(u) = chunk.usage.take() {
+            if let Some(u) = &chunk.usage {
                 usage = Some(u.tokens());
-                if usage_only && wants_usage {
-                    chunk.usage = Some(u);
+                if !wants_usage {
+                    chunk.usage = None;
                 }
             }
             if usage_only && !wants_usage {
@@ -361,38 +310,30 @@ async fn stream_openai(
         }
     }
     if !ctx.header_sent {
-        let why = broken.unwrap_or_else(|| {
-            format!("upstream provider '{provider}' ended the stream without data")
-        });
+        let why = broken.unwrap_or_else(|| format!("upstream provider '{provider}' ended the stream without data"));
         return Err(Failure::Retry(ProxyError::UpstreamBadResponse(why)));
     }
     match usage {
         Some(u) => settle(ctx, dep, u),
-        None => log::warn!(
-            "request {}: provider {provider} streamed no usage; cost recorded as 0",
-            ctx.request_id
-        ),
+        None => log::warn!("request {}: provider {provider} streamed no usage; cost recorded as 0", ctx.request_id),
     }
     if !done && broken.is_none() {
-        broken = Some(format!(
-            "upstream provider '{provider}' ended the stream early"
-        ));
+        broken = Some(format!("upstream provider '{provider}' ended the stream early"));
     }
     if let Some(why) = broken {
         // The status line is long gone; an error event is how OpenAI's SDKs learn of it.
         ctx.error_type = Some("upstream_stream_broken");
         log::warn!("request {}: {why}", ctx.request_id);
         let body = ErrorBody::new(why, "api_error", Some("upstream_stream_broken"), None);
-        write_event(session, &body).await.map_err(Failure::Fail)?;
-        session
-            .write_response_body(None, true)
-            .await
-            .map_err(|e| Failure::Fail(e.into()))?;
+        respond::stream_error(session, &body).await.map_err(Failure::Fail)?;
         return Ok(());
     }
     finish_stream(session, ctx).await.map_err(Failure::Fail)?;
-    // Drain anything after [DONE] so the connection can go back to the pool.
-    let _ = gw.upstreams.read_body(&mut call, provider).await;
-    gw.upstreams.release(call).await;
+    // Drain what follows [DONE] (the chunked terminator) so the connection can go back to the
+    // pool; an upstream that lingers is not worth holding the request for.
+    let drain = gw.upstreams.read_body(&mut call, provider);
+    if let Ok(Ok(_)) = tokio::time::timeout(std::time::Duration::from_millis(500), drain).await {
+        gw.upstreams.release(call).await;
+    }
     Ok(())
 }

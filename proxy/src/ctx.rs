@@ -65,9 +65,7 @@ impl RequestCtx {
     }
 
     pub fn model_header(&self) -> &str {
-        self.upstream_model
-            .as_deref()
-            .unwrap_or(headers::POLICY_NONE)
+        self.upstream_model.as_deref().unwrap_or(headers::POLICY_NONE)
     }
 
     /// The audit row, for requests that authenticated (others belong to no tenant).
@@ -79,7 +77,7 @@ impl RequestCtx {
             team_id: self.team_id,
             api_key_id: Some(key.id),
             endpoint: self.endpoint.to_string(),
-            model: self.model.clone(),
+            model: self.model.as_deref().map(audit_text),
             provider: self.provider.clone(),
             upstream_model: self.upstream_model.clone(),
             status_code: i32::from(self.status),
@@ -100,8 +98,27 @@ impl RequestCtx {
     }
 }
 
+/// Longest client-supplied string kept in the audit row.
+const MAX_AUDIT_TEXT: usize = 256;
+
+/// Client text as the audit row may hold it: no NUL (Postgres TEXT refuses it), bounded length.
+pub fn audit_text(s: &str) -> String {
+    s.chars().filter(|c| *c != '\0').take(MAX_AUDIT_TEXT).collect()
+}
+
 impl Default for RequestCtx {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_text_strips_nul_and_bounds_length() {
+        assert_eq!(audit_text("a\0b"), "ab");
+        assert_eq!(audit_text(&"x".repeat(10_000)).len(), MAX_AUDIT_TEXT);
     }
 }

@@ -8,8 +8,8 @@ use thiserror::Error;
 pub enum ProxyError {
     #[error("Unknown request URL: {method} {path}. Supported: GET /v1/models, POST /v1/chat/completions.")]
     NotFound { method: String, path: String },
-    #[error("Method {method} is not allowed on {path}.")]
-    MethodNotAllowed { method: String, path: String },
+    #[error("Method {method} is not allowed on {path}; use {allow}.")]
+    MethodNotAllowed { method: String, path: String, allow: &'static str },
     #[error("You didn't provide an API key. Send it as 'Authorization: Bearer <API_KEY>'.")]
     MissingAuth,
     #[error("Malformed Authorization header: expected 'Bearer <API_KEY>'.")]
@@ -29,10 +29,7 @@ pub enum ProxyError {
     #[error("Request body is larger than the {0}-byte limit.")]
     BodyTooLarge(usize),
     #[error("{message}")]
-    BadRequest {
-        message: String,
-        param: Option<String>,
-    },
+    BadRequest { message: String, param: Option<String> },
     #[error("The model '{0}' does not exist or you do not have access to it.")]
     UnknownModel(String),
     #[error("{0}")]
@@ -61,8 +58,7 @@ impl ProxyError {
         match self {
             NotFound { .. } | UnknownModel(_) => 404,
             MethodNotAllowed { .. } => 405,
-            MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) | RevokedKey(_)
-            | ExpiredKey(_) => 401,
+            MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) | RevokedKey(_) | ExpiredKey(_) => 401,
             PermissionDenied(_) => 403,
             InvalidTeam(_) | BadRequest { .. } => 400,
             BodyTooLarge(_) => 413,
@@ -115,18 +111,10 @@ impl ProxyError {
             RevokedKey(_) => ("invalid_request_error", Some("revoked_api_key"), None),
             ExpiredKey(_) => ("invalid_request_error", Some("expired_api_key"), None),
             PermissionDenied(_) => ("permission_error", Some("insufficient_permissions"), None),
-            InvalidTeam(_) => (
-                "invalid_request_error",
-                Some("invalid_team"),
-                Some("x-gw-team"),
-            ),
+            InvalidTeam(_) => ("invalid_request_error", Some("invalid_team"), Some("x-gw-team")),
             BodyTooLarge(_) => ("invalid_request_error", Some("request_too_large"), None),
             BadRequest { param, .. } => ("invalid_request_error", None, param.as_deref()),
-            UnknownModel(_) => (
-                "invalid_request_error",
-                Some("model_not_found"),
-                Some("model"),
-            ),
+            UnknownModel(_) => ("invalid_request_error", Some("model_not_found"), Some("model")),
             UpstreamUnavailable(_) => ("api_error", Some("upstream_unavailable"), None),
             UpstreamBadResponse(_) => ("api_error", Some("upstream_bad_response"), None),
             UpstreamTimeout(_) => ("api_error", Some("upstream_timeout"), None),

@@ -56,10 +56,7 @@ impl Gateway {
             max_body,
             started_at: chrono::Utc::now().timestamp(),
             db,
-            team_cache: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(Duration::from_secs(30))
-                .build(),
+            team_cache: Cache::builder().max_capacity(100_000).time_to_live(Duration::from_secs(30)).build(),
         }
     }
 
@@ -69,35 +66,21 @@ impl Gateway {
         let route = match path.trim_end_matches('/') {
             "/v1/models" => Route::Models,
             "/v1/chat/completions" => Route::Chat,
-            _ => {
-                return Err(ProxyError::NotFound {
-                    method: method.to_string(),
-                    path,
-                })
-            }
+            _ => return Err(ProxyError::NotFound { method: method.to_string(), path }),
         };
         ctx.endpoint = route.endpoint();
-        let allowed = match route {
-            Route::Models => http::Method::GET,
-            Route::Chat => http::Method::POST,
+        let (allowed, allow) = match route {
+            Route::Models => (http::Method::GET, "GET"),
+            Route::Chat => (http::Method::POST, "POST"),
         };
         if method != allowed {
-            return Err(ProxyError::MethodNotAllowed {
-                method: method.to_string(),
-                path,
-            });
+            return Err(ProxyError::MethodNotAllowed { method: method.to_string(), path, allow });
         }
 
-        let auth = session
-            .req_header()
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes());
+        let auth = session.req_header().headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
         let key = self.keys.authenticate(auth).await?;
         ctx.key = Some(key.clone());
-        ctx.team_id = self
-            .attribute_team(session, key.org_id, key.team_id)
-            .await?;
+        ctx.team_id = self.attribute_team(session, key.org_id, key.team_id).await?;
 
         match route {
             Route::Models => models::list(self, session, ctx).await,
@@ -134,9 +117,7 @@ impl Gateway {
             .team_cache
             .try_get_with((org_id, team), async move {
                 let mut conn = db.get().await.map_err(|e| e.to_string())?;
-                teams::exists_in_org(&mut conn, org_id, team)
-                    .await
-                    .map_err(|e| e.to_string())
+                teams::exists_in_org(&mut conn, org_id, team).await.map_err(|e| e.to_string())
             })
             .await
             .map_err(|e: Arc<String>| {
@@ -144,9 +125,7 @@ impl Gateway {
                 ProxyError::AuthBackend
             })?;
         if !live {
-            return Err(ProxyError::InvalidTeam(format!(
-                "No team {team} in this organization."
-            )));
+            return Err(ProxyError::InvalidTeam(format!("No team {team} in this organization.")));
         }
         Ok(Some(team))
     }
@@ -175,11 +154,7 @@ impl ProxyHttp for Gateway {
         RequestCtx::new()
     }
 
-    async fn request_filter(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestCtx,
-    ) -> pingora::Result<bool> {
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> pingora::Result<bool> {
         if let Err(err) = self.handle(session, ctx).await {
             ctx.error_type = Some(err.label());
             match &err {
@@ -188,10 +163,11 @@ impl ProxyHttp for Gateway {
                     log::debug!("request {}: client gone: {why}", ctx.request_id);
                 }
                 _ if ctx.header_sent => {
-                    log::warn!(
-                        "request {}: failed after the response started: {err}",
-                        ctx.request_id
-                    );
+                    log::warn!("request {}: failed after the response started: {err}", ctx.request_id);
+                    // Only a stream can still be told; the client sees an error event, not a clean end.
+                    if ctx.stream {
+                        let _ = respond::stream_error(session, &err.body()).await;
+                    }
                 }
                 _ => {
                     if err.status() >= 500 {
@@ -207,28 +183,15 @@ impl ProxyHttp for Gateway {
         Ok(true)
     }
 
-    async fn upstream_peer(
-        &self,
-        _session: &mut Session,
-        _ctx: &mut RequestCtx,
-    ) -> pingora::Result<Box<HttpPeer>> {
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut RequestCtx) -> pingora::Result<Box<HttpPeer>> {
         // Never reached: request_filter answers every request.
-        Err(Error::explain(
-            ErrorType::InternalError,
-            "gw answers every request in request_filter",
-        ))
+        Err(Error::explain(ErrorType::InternalError, "gw answers every request in request_filter"))
     }
 
     async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut RequestCtx) {
         let status = ctx.status.to_string();
-        self.metrics
-            .requests
-            .with_label_values(&[ctx.endpoint, &status])
-            .inc();
-        self.metrics
-            .request_duration
-            .with_label_values(&[ctx.endpoint])
-            .observe(ctx.started.elapsed().as_secs_f64());
+        self.metrics.requests.with_label_values(&[ctx.endpoint, &status]).inc();
+        self.metrics.request_duration.with_label_values(&[ctx.endpoint]).observe(ctx.started.elapsed().as_secs_f64());
         if let Some(rec) = ctx.audit_record() {
             self.audit.record(rec);
         }

@@ -48,6 +48,7 @@ impl BackgroundService for InvalidationListener {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut backoff = Duration::from_millis(100);
         loop {
+            let started = tokio::time::Instant::now();
             tokio::select! {
                 res = self.listen() => {
                     match res {
@@ -63,7 +64,12 @@ impl BackgroundService for InvalidationListener {
                 _ = tokio::time::sleep(backoff) => {}
                 _ = shutdown.changed() => return,
             }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            // A subscription that lived a while was healthy: start the backoff over.
+            backoff = if started.elapsed() > Duration::from_secs(10) {
+                Duration::from_millis(100)
+            } else {
+                (backoff * 2).min(Duration::from_secs(5))
+            };
         }
     }
 }

@@ -62,15 +62,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         Duration::from_millis(p.upstream_read_timeout_ms),
         p.max_upstream_body_bytes,
     );
-    let gateway = gateway::Gateway::new(
-        router,
-        keys.clone(),
-        upstreams,
-        sink,
-        metrics.clone(),
-        db,
-        p.max_body_bytes,
-    );
+    let gateway = gateway::Gateway::new(router, keys.clone(), upstreams, sink, metrics.clone(), db, p.max_body_bytes);
 
     let conf = ServerConf {
         threads: p.threads.max(1),
@@ -81,27 +73,19 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let mut proxy =
-        pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "gw-proxy");
+    let mut proxy = pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "gw-proxy");
     proxy.add_tcp(&p.listen);
     server.add_service(proxy);
     server.add_service(background_service("audit-flusher", flusher));
     server.add_service(background_service(
         "invalidation-listener",
-        invalidation::InvalidationListener {
-            redis_url: cfg.redis.url.clone(),
-            keys,
-        },
+        invalidation::InvalidationListener { redis_url: cfg.redis.url.clone(), keys },
     ));
     let mut metrics_svc = Service::new("metrics".into(), metrics::MetricsApp(metrics));
     metrics_svc.add_tcp(&p.metrics_listen);
     metrics_svc.threads = Some(1);
     server.add_service(metrics_svc);
 
-    log::info!(
-        "gw-proxy listening on {} (metrics on {})",
-        p.listen,
-        p.metrics_listen
-    );
+    log::info!("gw-proxy listening on {} (metrics on {})", p.listen, p.metrics_listen);
     server.run_forever();
 }

@@ -4,8 +4,7 @@ use async_trait::async_trait;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -29,55 +28,31 @@ impl Metrics {
             Opts::new("gw_proxy_requests_total", "Requests answered by the proxy"),
             &["endpoint", "status"],
         )?;
-        let buckets = vec![
-            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            60.0,
-        ];
+        let buckets = vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
         let request_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "gw_proxy_request_duration_seconds",
-                "Time to the response header",
-            )
-            .buckets(buckets.clone()),
+            HistogramOpts::new("gw_proxy_request_duration_seconds", "Time to the response header")
+                .buckets(buckets.clone()),
             &["endpoint"],
         )?;
         let upstream_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "gw_proxy_upstream_duration_seconds",
-                "Upstream time to response header",
-            )
-            .buckets(buckets),
+            HistogramOpts::new("gw_proxy_upstream_duration_seconds", "Upstream time to response header")
+                .buckets(buckets),
             &["provider"],
         )?;
         let upstream_attempts = IntCounterVec::new(
-            Opts::new(
-                "gw_proxy_upstream_attempts_total",
-                "Upstream attempts by outcome",
-            ),
+            Opts::new("gw_proxy_upstream_attempts_total", "Upstream attempts by outcome"),
             &["provider", "outcome"],
         )?;
         let key_lookups = IntCounterVec::new(
-            Opts::new(
-                "gw_proxy_key_lookups_total",
-                "API key lookups that reached Postgres",
-            ),
+            Opts::new("gw_proxy_key_lookups_total", "API key lookups that reached Postgres"),
             &["result"],
         )?;
         let audit_enqueued = IntCounter::new("gw_audit_enqueued_total", "Audit records queued")?;
-        let audit_dropped = IntCounter::new(
-            "gw_audit_dropped_total",
-            "Audit records dropped because the queue was full",
-        )?;
-        let audit_written = IntCounter::new(
-            "gw_audit_written_total",
-            "Audit records written to Postgres",
-        )?;
-        let audit_flush_errors =
-            IntCounter::new("gw_audit_flush_errors_total", "Failed audit batch writes")?;
-        let audit_queue = IntGauge::new(
-            "gw_audit_queue_depth",
-            "Audit records waiting to be written",
-        )?;
+        let audit_dropped =
+            IntCounter::new("gw_audit_dropped_total", "Audit records dropped because the queue was full")?;
+        let audit_written = IntCounter::new("gw_audit_written_total", "Audit records written to Postgres")?;
+        let audit_flush_errors = IntCounter::new("gw_audit_flush_errors_total", "Failed audit batch writes")?;
+        let audit_queue = IntGauge::new("gw_audit_queue_depth", "Audit records waiting to be written")?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_duration.clone()))?;
         registry.register(Box::new(upstream_duration.clone()))?;
@@ -120,14 +95,12 @@ impl ServeHttp for MetricsApp {
             }
         };
         let mut resp = http::Response::new(buf);
-        *resp.status_mut() =
-            http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
         if let Ok(v) = http::HeaderValue::from_str(encoder.format_type()) {
             resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
         }
         let len = resp.body().len();
-        resp.headers_mut()
-            .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+        resp.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
         resp
     }
 }

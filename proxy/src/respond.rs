@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gw_shared::headers;
+use gw_shared::openai::{sse_event, ErrorBody};
 use gw_shared::pricing::format_cost;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -18,12 +19,7 @@ fn ms(d: Duration) -> String {
 
 /// A response header with the gateway metadata. `ttft` is the time to the first byte of the
 /// answer: the first chunk of a stream, or the whole body otherwise.
-pub fn header(
-    ctx: &RequestCtx,
-    status: u16,
-    content_type: &str,
-    ttft: Duration,
-) -> pingora::Result<ResponseHeader> {
+pub fn header(ctx: &RequestCtx, status: u16, content_type: &str, ttft: Duration) -> pingora::Result<ResponseHeader> {
     let mut h = ResponseHeader::build(status, Some(16))?;
     h.insert_header("Content-Type", content_type)?;
     h.insert_header(headers::REQUEST_ID, ctx.request_id.to_string())?;
@@ -39,32 +35,34 @@ pub fn header(
 }
 
 /// Writes a complete JSON response.
-pub async fn json(
+pub async fn json(session: &mut Session, ctx: &mut RequestCtx, status: u16, body: Vec<u8>) -> Result<(), ProxyError> {
+    json_with(session, ctx, status, body, None).await
+}
+
+async fn json_with(
     session: &mut Session,
     ctx: &mut RequestCtx,
     status: u16,
     body: Vec<u8>,
+    extra: Option<(&'static str, &'static str)>,
 ) -> Result<(), ProxyError> {
     let elapsed = ctx.started.elapsed();
     // Without a stream the first token reaches the client with the whole body.
     let ttft = *ctx.ttft.get_or_insert(elapsed);
     let mut h = header(ctx, status, "application/json", ttft)?;
     h.insert_header("Content-Length", body.len())?;
+    if let Some((name, value)) = extra {
+        h.insert_header(name, value)?;
+    }
     ctx.status = status;
     ctx.header_sent = true;
     session.write_response_header(Box::new(h), false).await?;
-    session
-        .write_response_body(Some(Bytes::from(body)), true)
-        .await?;
+    session.write_response_body(Some(Bytes::from(body)), true).await?;
     Ok(())
 }
 
 /// Starts an SSE response; the body follows in chunks.
-pub async fn start_stream(
-    session: &mut Session,
-    ctx: &mut RequestCtx,
-    ttft: Duration,
-) -> Result<(), ProxyError> {
+pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx, ttft: Duration) -> Result<(), ProxyError> {
     let mut h = header(ctx, 200, "text/event-stream; charset=utf-8", ttft)?;
     h.insert_header("Cache-Control", "no-cache")?;
     h.insert_header("Transfer-Encoding", "chunked")?;
@@ -76,11 +74,24 @@ pub async fn start_stream(
 }
 
 /// Writes the error as an OpenAI error object with its status.
-pub async fn error(
-    session: &mut Session,
-    ctx: &mut RequestCtx,
-    err: &ProxyError,
-) -> Result<(), ProxyError> {
+pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError) -> Result<(), ProxyError> {
     let body = serde_json::to_vec(&err.body()).map_err(|e| ProxyError::Internal(e.to_string()))?;
-    json(session, ctx, err.status(), body).await
+    let extra = match err {
+        ProxyError::MethodNotAllowed { allow, .. } => Some(("Allow", *allow)),
+        ProxyError::BodyTooLarge(_) => {
+            // Do not read (and discard) the rest of an oversized upload to keep the connection.
+            session.set_keepalive(None);
+            None
+        }
+        _ => None,
+    };
+    json_with(session, ctx, err.status(), body, extra).await
+}
+
+/// Ends a started stream with an error event: how OpenAI's SDKs learn of a failure after the
+/// status line was sent.
+pub async fn stream_error(session: &mut Session, body: &ErrorBody) -> Result<(), ProxyError> {
+    let event = sse_event(body).map_err(|e| ProxyError::Internal(e.to_string()))?;
+    session.write_response_body(Some(event), true).await?;
+    Ok(())
 }

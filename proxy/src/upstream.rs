@@ -33,18 +33,16 @@ pub enum AttemptErrorKind {
 
 impl AttemptError {
     fn new(kind: AttemptErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
+        Self { kind, message: message.into() }
     }
 
     fn from_pingora(provider: &str, e: &Error) -> Self {
         use ErrorType::*;
         let kind = match e.etype() {
-            ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError
-            | TLSHandshakeFailure | TLSHandshakeTimedout | InvalidCert | HandshakeError
-            | SocketError | BindError => AttemptErrorKind::Connect,
+            ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError | TLSHandshakeFailure
+            | TLSHandshakeTimedout | InvalidCert | HandshakeError | SocketError | BindError => {
+                AttemptErrorKind::Connect
+            }
             ReadTimedout | WriteTimedout => AttemptErrorKind::Timeout,
             InvalidHTTPHeader | H1Error | H2Error | InvalidH2 => AttemptErrorKind::BadResponse,
             _ => AttemptErrorKind::Io,
@@ -55,13 +53,7 @@ impl AttemptError {
             AttemptErrorKind::Io => "lost the connection to",
             AttemptErrorKind::BadResponse => "got a malformed HTTP response from",
         };
-        Self::new(
-            kind,
-            format!(
-                "gw {what} upstream provider '{provider}': {}",
-                e.etype().as_str()
-            ),
-        )
+        Self::new(kind, format!("gw {what} upstream provider '{provider}': {}", e.etype().as_str()))
     }
 }
 
@@ -82,28 +74,21 @@ pub struct UpstreamCall {
 
 impl Upstreams {
     pub fn new(connect_timeout: Duration, read_timeout: Duration, max_body: usize) -> Self {
-        Self {
-            connector: Connector::new(None),
-            connect_timeout,
-            read_timeout,
-            max_body,
-        }
+        Self { connector: Connector::new(None), connect_timeout, read_timeout, max_body }
     }
 
     async fn resolve(url: &UpstreamUrl, provider: &str) -> Result<SocketAddr, AttemptError> {
         if let Ok(ip) = url.host.parse::<std::net::IpAddr>() {
             return Ok(SocketAddr::new(ip, url.port));
         }
-        tokio::net::lookup_host((url.host.as_str(), url.port))
-            .await
-            .ok()
-            .and_then(|mut addrs| addrs.next())
-            .ok_or_else(|| {
+        tokio::net::lookup_host((url.host.as_str(), url.port)).await.ok().and_then(|mut addrs| addrs.next()).ok_or_else(
+            || {
                 AttemptError::new(
                     AttemptErrorKind::Connect,
                     format!("gw could not resolve the host of upstream provider '{provider}'"),
                 )
-            })
+            },
+        )
     }
 
     /// Sends `body` as a JSON POST and waits for the response header. A pooled connection that
@@ -118,27 +103,19 @@ impl Upstreams {
         stream: bool,
     ) -> Result<UpstreamCall, AttemptError> {
         let addr = Self::resolve(url, provider).await?;
-        let sni = if url.tls {
-            url.host.clone()
-        } else {
-            String::new()
-        };
+        let sni = if url.tls { url.host.clone() } else { String::new() };
         let mut peer = HttpPeer::new(addr, url.tls, sni);
         peer.options.connection_timeout = Some(self.connect_timeout);
         peer.options.total_connection_timeout = Some(self.connect_timeout * 2);
 
         let mut last_err = None;
         for _ in 0..2 {
-            let (mut session, reused) = self
-                .connector
-                .get_http_session(&peer)
-                .await
-                .map_err(|e| AttemptError::from_pingora(provider, &e))?;
+            let (mut session, reused) =
+                self.connector.get_http_session(&peer).await.map_err(|e| AttemptError::from_pingora(provider, &e))?;
             session.set_read_timeout(Some(self.read_timeout));
             session.set_write_timeout(Some(self.read_timeout));
-            let req = build_request(url, api_key, path, body.len(), stream).map_err(|e| {
-                AttemptError::new(AttemptErrorKind::Io, format!("bad upstream request: {e}"))
-            })?;
+            let req = build_request(url, api_key, path, body.len(), stream)
+                .map_err(|e| AttemptError::new(AttemptErrorKind::Io, format!("bad upstream request: {e}")))?;
             match exchange(&mut session, req, body.clone()).await {
                 Ok(()) => {
                     let (status, content_type) = match session.response_header() {
@@ -157,12 +134,7 @@ impl Upstreams {
                             ))
                         }
                     };
-                    return Ok(UpstreamCall {
-                        session,
-                        peer,
-                        status,
-                        content_type,
-                    });
+                    return Ok(UpstreamCall { session, peer, status, content_type });
                 }
                 Err(e) => {
                     let err = AttemptError::from_pingora(provider, &e);
@@ -176,16 +148,16 @@ impl Upstreams {
                 }
             }
         }
-        Err(last_err
-            .unwrap_or_else(|| AttemptError::new(AttemptErrorKind::Io, "upstream exchange failed")))
+        Err(last_err.unwrap_or_else(|| AttemptError::new(AttemptErrorKind::Io, "upstream exchange failed")))
+    }
+
+    /// Largest upstream body (or stream) accepted.
+    pub fn max_body(&self) -> usize {
+        self.max_body
     }
 
     /// Reads the whole response body, up to the configured limit.
-    pub async fn read_body(
-        &self,
-        call: &mut UpstreamCall,
-        provider: &str,
-    ) -> Result<Bytes, AttemptError> {
+    pub async fn read_body(&self, call: &mut UpstreamCall, provider: &str) -> Result<Bytes, AttemptError> {
         let mut buf = BytesMut::new();
         loop {
             match call.session.read_response_body().await {
@@ -193,10 +165,7 @@ impl Upstreams {
                     if buf.len() + chunk.len() > self.max_body {
                         return Err(AttemptError::new(
                             AttemptErrorKind::BadResponse,
-                            format!(
-                                "upstream provider '{provider}' sent a response over {} bytes",
-                                self.max_body
-                            ),
+                            format!("upstream provider '{provider}' sent a response over {} bytes", self.max_body),
                         ));
                     }
                     buf.extend_from_slice(&chunk);
@@ -210,9 +179,7 @@ impl Upstreams {
     /// Returns a fully read connection to the pool (or closes it when it cannot be reused).
     pub async fn release(&self, mut call: UpstreamCall) {
         if call.session.response_done() {
-            self.connector
-                .release_http_session(call.session, &call.peer, Some(Duration::from_secs(60)))
-                .await;
+            self.connector.release_http_session(call.session, &call.peer, Some(Duration::from_secs(60))).await;
         }
     }
 }
@@ -228,14 +195,7 @@ fn build_request(
     req.insert_header("Host", url.host_header())?;
     req.insert_header("Content-Type", "application/json")?;
     req.insert_header("Content-Length", len)?;
-    req.insert_header(
-        "Accept",
-        if stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        },
-    )?;
+    req.insert_header("Accept", if stream { "text/event-stream" } else { "application/json" })?;
     req.insert_header("Accept-Encoding", "identity")?;
     req.insert_header("User-Agent", concat!("gw/", env!("CARGO_PKG_VERSION")))?;
     if let Some(key) = api_key {
@@ -244,11 +204,7 @@ fn build_request(
     Ok(req)
 }
 
-async fn exchange(
-    session: &mut HttpSession,
-    req: RequestHeader,
-    body: Bytes,
-) -> pingora::Result<()> {
+async fn exchange(session: &mut HttpSession, req: RequestHeader, body: Bytes) -> pingora::Result<()> {
     session.write_request_header(Box::new(req)).await?;
     session.write_request_body(body, true).await?;
     session.finish_request_body().await?;

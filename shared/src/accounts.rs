@@ -10,7 +10,7 @@ use crate::db::users::{self, NewUser, User};
 use crate::error::Result;
 use crate::ids::new_id;
 use crate::keys::generate_api_key;
-use crate::password::hash_password;
+use crate::password::hash_password_blocking;
 
 pub const ROLE_OWNER: &str = "owner";
 pub const ROLE_ADMIN: &str = "admin";
@@ -29,26 +29,10 @@ pub async fn create_org_with_owner(
     password: &str,
     org_name: &str,
 ) -> Result<(Organization, User)> {
-    let hash = hash_password(password)?;
+    let hash = hash_password_blocking(password.to_string()).await?;
     conn.transaction(async |conn| {
-        let org = orgs::insert(
-            conn,
-            &NewOrganization {
-                id: new_id(),
-                name: org_name,
-            },
-        )
-        .await?;
-        let user = users::insert(
-            conn,
-            &NewUser {
-                id: new_id(),
-                email,
-                name,
-                password_hash: Some(&hash),
-            },
-        )
-        .await?;
+        let org = orgs::insert(conn, &NewOrganization { id: new_id(), name: org_name }).await?;
+        let user = users::insert(conn, &NewUser { id: new_id(), email, name, password_hash: Some(&hash) }).await?;
         users::add_membership(conn, org.id, user.id, ROLE_OWNER).await?;
         Ok((org, user))
     })

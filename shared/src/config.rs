@@ -43,10 +43,7 @@ pub struct DatabaseConfig {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self {
-            url: "postgres://gw@127.0.0.1:55432/gw".into(),
-            pool_size: 16,
-        }
+        Self { url: "postgres://gw@127.0.0.1:55432/gw".into(), pool_size: 16 }
     }
 }
 
@@ -59,10 +56,7 @@ pub struct RedisConfig {
 
 impl Default for RedisConfig {
     fn default() -> Self {
-        Self {
-            url: "redis://127.0.0.1:56379".into(),
-            pool_size: 16,
-        }
+        Self { url: "redis://127.0.0.1:56379".into(), pool_size: 16 }
     }
 }
 
@@ -201,10 +195,7 @@ impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Secrets")
             .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
-            .field(
-                "encryption_key",
-                &self.encryption_key.as_ref().map(|_| "<set>"),
-            )
+            .field("encryption_key", &self.encryption_key.as_ref().map(|_| "<set>"))
             .finish()
     }
 }
@@ -218,14 +209,13 @@ impl Config {
     }
 
     pub fn load_from(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
         Self::parse(&text, env)
     }
 
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let mut cfg: Config =
-            toml::from_str(text).map_err(|e| Error::Config(format!("invalid config: {e}")))?;
+        let mut cfg: Config = toml::from_str(text).map_err(|e| Error::Config(format!("invalid config: {e}")))?;
         cfg.apply_env(&env)?;
         cfg.validate()?;
         Ok(cfg)
@@ -263,15 +253,13 @@ impl Config {
         let mut names = HashSet::new();
         for p in &self.providers {
             if !names.insert(p.name.as_str()) {
-                return Err(Error::Config(format!(
-                    "provider {:?} is defined twice",
-                    p.name
-                )));
+                return Err(Error::Config(format!("provider {:?} is defined twice", p.name)));
             }
             if p.kind != ProviderKind::Mock {
-                let url = p.base_url.as_deref().ok_or_else(|| {
-                    Error::Config(format!("provider {:?} needs base_url", p.name))
-                })?;
+                let url = p
+                    .base_url
+                    .as_deref()
+                    .ok_or_else(|| Error::Config(format!("provider {:?} needs base_url", p.name)))?;
                 crate::providers::UpstreamUrl::parse(url)
                     .map_err(|e| Error::Config(format!("provider {:?}: {e}", p.name)))?;
             }
@@ -279,23 +267,14 @@ impl Config {
         let mut models = HashSet::new();
         for m in &self.models {
             if !models.insert(m.name.as_str()) {
-                return Err(Error::Config(format!(
-                    "model {:?} is defined twice",
-                    m.name
-                )));
+                return Err(Error::Config(format!("model {:?} is defined twice", m.name)));
             }
             if m.deployments.is_empty() {
-                return Err(Error::Config(format!(
-                    "model {:?} has no deployments",
-                    m.name
-                )));
+                return Err(Error::Config(format!("model {:?} has no deployments", m.name)));
             }
             for d in &m.deployments {
                 if !names.contains(d.provider.as_str()) {
-                    return Err(Error::Config(format!(
-                        "model {:?} uses unknown provider {:?}",
-                        m.name, d.provider
-                    )));
+                    return Err(Error::Config(format!("model {:?} uses unknown provider {:?}", m.name, d.provider)));
                 }
                 let upstream = d.model.as_deref().unwrap_or(&m.name);
                 // A model without a price would be served for free and silently under-billed.
@@ -310,15 +289,16 @@ impl Config {
         if self.proxy.max_body_bytes == 0 || self.proxy.audit_batch_size == 0 {
             return Err(Error::Config("proxy limits must be positive".into()));
         }
+        // 22 bind parameters a row: Postgres allows 65 535 per statement.
+        if self.proxy.audit_batch_size > 2000 {
+            return Err(Error::Config("proxy.audit_batch_size must be at most 2000".into()));
+        }
         Ok(())
     }
 
     /// The JWT signing secret; required by the admin process.
     pub fn jwt_secret(&self) -> Result<&str> {
-        self.secrets
-            .jwt_secret
-            .as_deref()
-            .ok_or_else(|| Error::Config("GW_JWT_SECRET is not set".into()))
+        self.secrets.jwt_secret.as_deref().ok_or_else(|| Error::Config("GW_JWT_SECRET is not set".into()))
     }
 }
 
@@ -347,21 +327,12 @@ deployments = [{ provider = "up", model = "real-m1" }, { provider = "mock" }]
 "#;
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
     }
 
     #[test]
     fn parses_and_applies_env() {
-        let cfg = Config::parse(
-            SAMPLE,
-            env(&[("UP_KEY", "sk-up"), ("GW_PROXY_LISTEN", "0.0.0.0:1")]),
-        )
-        .unwrap();
+        let cfg = Config::parse(SAMPLE, env(&[("UP_KEY", "sk-up"), ("GW_PROXY_LISTEN", "0.0.0.0:1")])).unwrap();
         assert_eq!(cfg.proxy.listen, "0.0.0.0:1");
         assert_eq!(cfg.providers[1].api_key.as_deref(), Some("sk-up"));
         assert_eq!(cfg.models[0].deployments.len(), 2);
@@ -369,10 +340,7 @@ deployments = [{ provider = "up", model = "real-m1" }, { provider = "mock" }]
 
     #[test]
     fn rejects_unpriced_model() {
-        let text = SAMPLE.replace(
-            "\"real-m1\" = { input_per_mtok = \"1.5\", output_per_mtok = \"2\" }",
-            "",
-        );
+        let text = SAMPLE.replace("\"real-m1\" = { input_per_mtok = \"1.5\", output_per_mtok = \"2\" }", "");
         let err = Config::parse(&text, env(&[])).unwrap_err();
         assert!(err.to_string().contains("no [pricing] entry"), "{err}");
     }

@@ -19,9 +19,8 @@ impl EncryptionKey {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(text.trim())
             .map_err(|_| Error::Config("GW_ENCRYPTION_KEY is not valid base64".into()))?;
-        let bytes: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| Error::Config("GW_ENCRYPTION_KEY must decode to 32 bytes".into()))?;
+        let bytes: [u8; 32] =
+            bytes.try_into().map_err(|_| Error::Config("GW_ENCRYPTION_KEY must decode to 32 bytes".into()))?;
         Ok(Self(Key::<Aes256Gcm>::from(bytes)))
     }
 
@@ -38,13 +37,7 @@ impl EncryptionKey {
         let cipher = Aes256Gcm::new(&self.0);
         let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
         let ct = cipher
-            .encrypt(
-                &nonce,
-                Payload {
-                    msg: plaintext,
-                    aad,
-                },
-            )
+            .encrypt(&nonce, Payload { msg: plaintext, aad })
             .map_err(|_| Error::Crypto("encryption failed".into()))?;
         let mut out = Vec::with_capacity(NONCE_LEN + ct.len());
         out.extend_from_slice(&nonce);
@@ -57,9 +50,7 @@ impl EncryptionKey {
             return Err(Error::Crypto("ciphertext too short".into()));
         }
         let (nonce, ct) = sealed.split_at(NONCE_LEN);
-        let nonce: [u8; NONCE_LEN] = nonce
-            .try_into()
-            .map_err(|_| Error::Crypto("bad nonce".into()))?;
+        let nonce: [u8; NONCE_LEN] = nonce.try_into().map_err(|_| Error::Crypto("bad nonce".into()))?;
         Aes256Gcm::new(&self.0)
             .decrypt(&Nonce::from(nonce), Payload { msg: ct, aad })
             .map_err(|_| Error::Crypto("decryption failed (wrong key or tampered data)".into()))
@@ -75,10 +66,7 @@ mod tests {
         let key = EncryptionKey::generate();
         let sealed = key.encrypt(b"sk-provider-secret", b"org-1").unwrap();
         assert_ne!(&sealed[NONCE_LEN..], b"sk-provider-secret");
-        assert_eq!(
-            key.decrypt(&sealed, b"org-1").unwrap(),
-            b"sk-provider-secret"
-        );
+        assert_eq!(key.decrypt(&sealed, b"org-1").unwrap(), b"sk-provider-secret");
         assert!(key.decrypt(&sealed, b"org-2").is_err());
         let other = EncryptionKey::generate();
         assert!(other.decrypt(&sealed, b"org-1").is_err());
@@ -87,10 +75,7 @@ mod tests {
     #[test]
     fn nonces_differ() {
         let key = EncryptionKey::generate();
-        assert_ne!(
-            key.encrypt(b"x", b"").unwrap(),
-            key.encrypt(b"x", b"").unwrap()
-        );
+        assert_ne!(key.encrypt(b"x", b"").unwrap(), key.encrypt(b"x", b"").unwrap());
     }
 
     #[test]

@@ -39,12 +39,8 @@ pub fn issue_access_token(
         exp: now + ttl_secs,
         jti: Uuid::new_v4(),
     };
-    let token = encode(
-        &Header::new(Algorithm::HS256),
-        &claims,
-        &EncodingKey::from_secret(secret.as_bytes()),
-    )
-    .map_err(|e| Error::Token(e.to_string()))?;
+    let token = encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()))
+        .map_err(|e| Error::Token(e.to_string()))?;
     Ok((token, claims))
 }
 
@@ -52,12 +48,8 @@ pub fn verify_access_token(secret: &str, token: &str) -> Result<AccessClaims> {
     let mut validation = Validation::new(Algorithm::HS256);
     validation.leeway = 5;
     validation.set_required_spec_claims(&["exp", "sub"]);
-    let data = decode::<AccessClaims>(
-        token,
-        &DecodingKey::from_secret(secret.as_bytes()),
-        &validation,
-    )
-    .map_err(|e| Error::Token(e.to_string()))?;
+    let data = decode::<AccessClaims>(token, &DecodingKey::from_secret(secret.as_bytes()), &validation)
+        .map_err(|e| Error::Token(e.to_string()))?;
     if data.claims.typ != TOKEN_TYPE {
         return Err(Error::Token("not an access token".into()));
     }

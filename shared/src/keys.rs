@@ -25,22 +25,14 @@ pub struct NewApiKey {
 }
 
 fn random_token(len: usize) -> String {
-    OsRng
-        .sample_iter(&Alphanumeric)
-        .take(len)
-        .map(char::from)
-        .collect()
+    OsRng.sample_iter(&Alphanumeric).take(len).map(char::from).collect()
 }
 
 pub fn generate_api_key() -> NewApiKey {
     let secret = format!("{API_KEY_PREFIX}{}", random_token(API_KEY_RANDOM_LEN));
     let prefix = secret[..DISPLAY_PREFIX_LEN].to_string();
     let hash = hash_secret(&secret);
-    NewApiKey {
-        secret,
-        prefix,
-        hash,
-    }
+    NewApiKey { secret, prefix, hash }
 }
 
 /// An opaque refresh token and its digest.
@@ -63,10 +55,7 @@ pub fn parse_bearer(header: &[u8]) -> Option<&str> {
         return None;
     }
     let token = token.trim();
-    if token.is_empty()
-        || token.len() > MAX_BEARER_LEN
-        || !token.bytes().all(|b| b.is_ascii_graphic())
-    {
+    if token.is_empty() || token.len() > MAX_BEARER_LEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
         return None;
     }
     Some(token)

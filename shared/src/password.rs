@@ -20,11 +20,22 @@ pub fn hash_password(password: &str) -> Result<String> {
 
 pub fn verify_password(password: &str, phc: &str) -> bool {
     match PasswordHash::new(phc) {
-        Ok(parsed) => Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .is_ok(),
+        Ok(parsed) => Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok(),
         Err(_) => false,
     }
+}
+
+/// [`hash_password`] on the blocking pool: argon2id is deliberately slow and must not stall an
+/// async worker.
+pub async fn hash_password_blocking(password: String) -> Result<String> {
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| Error::Crypto(format!("password hashing task failed: {e}")))?
+}
+
+/// [`verify_password`] on the blocking pool.
+pub async fn verify_password_blocking(password: String, phc: String) -> bool {
+    tokio::task::spawn_blocking(move || verify_password(&password, &phc)).await.unwrap_or(false)
 }
 
 /// A valid hash of a random password, verified against when the user does not exist so that

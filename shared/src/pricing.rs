@@ -42,19 +42,13 @@ mod tests {
     use std::str::FromStr;
 
     fn price(i: &str, o: &str) -> ModelPrice {
-        ModelPrice {
-            input_per_mtok: Decimal::from_str(i).unwrap(),
-            output_per_mtok: Decimal::from_str(o).unwrap(),
-        }
+        ModelPrice { input_per_mtok: Decimal::from_str(i).unwrap(), output_per_mtok: Decimal::from_str(o).unwrap() }
     }
 
     #[test]
     fn exact_cost() {
         let p = price("0.15", "0.60");
-        let u = TokenUsage {
-            prompt_tokens: 100,
-            completion_tokens: 150,
-        };
+        let u = TokenUsage { prompt_tokens: 100, completion_tokens: 150 };
         // 100 * 0.15 / 1e6 + 150 * 0.60 / 1e6 = 0.000015 + 0.00009
         assert_eq!(cost_usd(&p, u), Decimal::from_str("0.000105").unwrap());
         assert_eq!(format_cost(cost_usd(&p, u)), "0.000105");
@@ -64,25 +58,16 @@ mod tests {
     fn zero_and_large() {
         let p = price("2.5", "10");
         assert_eq!(format_cost(cost_usd(&p, TokenUsage::default())), "0");
-        let u = TokenUsage {
-            prompt_tokens: u32::MAX,
-            completion_tokens: u32::MAX,
-        };
+        let u = TokenUsage { prompt_tokens: u32::MAX, completion_tokens: u32::MAX };
         let c = cost_usd(&p, u);
-        assert_eq!(
-            c,
-            Decimal::from(u32::MAX) * Decimal::from_str("12.5").unwrap() / PER
-        );
+        assert_eq!(c, Decimal::from(u32::MAX) * Decimal::from_str("12.5").unwrap() / PER);
         assert!(!format_cost(c).contains('e'));
     }
 
     #[test]
     fn tiny_prices_keep_precision() {
         let p = price("0.0375", "0");
-        let u = TokenUsage {
-            prompt_tokens: 1,
-            completion_tokens: 0,
-        };
+        let u = TokenUsage { prompt_tokens: 1, completion_tokens: 0 };
         assert_eq!(format_cost(cost_usd(&p, u)), "0.0000000375");
     }
 
@@ -92,18 +77,9 @@ mod tests {
         let p = price("0.15", "0.6");
         for a in [0u32, 1, 7, 999, 123_456] {
             for b in [0u32, 3, 1000, 77_777] {
-                let ua = TokenUsage {
-                    prompt_tokens: a,
-                    completion_tokens: b,
-                };
-                let ub = TokenUsage {
-                    prompt_tokens: b,
-                    completion_tokens: a,
-                };
-                let sum = TokenUsage {
-                    prompt_tokens: a + b,
-                    completion_tokens: a + b,
-                };
+                let ua = TokenUsage { prompt_tokens: a, completion_tokens: b };
+                let ub = TokenUsage { prompt_tokens: b, completion_tokens: a };
+                let sum = TokenUsage { prompt_tokens: a + b, completion_tokens: a + b };
                 assert_eq!(cost_usd(&p, ua) + cost_usd(&p, ub), cost_usd(&p, sum));
             }
         }

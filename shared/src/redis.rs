@@ -13,8 +13,7 @@ pub const INVALIDATION_CHANNEL: &str = "gw:invalidate";
 pub fn pool(url: &str, size: usize) -> Result<Pool> {
     let mut cfg = PoolConfig::from_url(url);
     cfg.pool = Some(deadpool_redis::PoolConfig::new(size.max(1)));
-    cfg.create_pool(Some(Runtime::Tokio1))
-        .map_err(|e| Error::Redis(e.to_string()))
+    cfg.create_pool(Some(Runtime::Tokio1)).map_err(|e| Error::Redis(e.to_string()))
 }
 
 /// What a replica must forget.
@@ -52,9 +51,7 @@ pub async fn publish(pool: &Pool, inv: &Invalidation) -> Result<()> {
 
 pub async fn ping(pool: &Pool) -> Result<()> {
     let mut conn = pool.get().await?;
-    let pong: String = deadpool_redis::redis::cmd("PING")
-        .query_async(&mut conn)
-        .await?;
+    let pong: String = deadpool_redis::redis::cmd("PING").query_async(&mut conn).await?;
     if pong == "PONG" {
         Ok(())
     } else {

@@ -50,12 +50,7 @@ impl Router {
             };
             providers.insert(
                 p.name.clone(),
-                Arc::new(Provider {
-                    name: p.name.clone(),
-                    kind: p.kind,
-                    upstream,
-                    api_key: p.api_key.clone(),
-                }),
+                Arc::new(Provider { name: p.name.clone(), kind: p.kind, upstream, api_key: p.api_key.clone() }),
             );
         }
         let mut router = Router::default();
@@ -71,20 +66,12 @@ impl Router {
                     .pricing
                     .get(&upstream_model)
                     .ok_or_else(|| Error::Config(format!("no price for {upstream_model:?}")))?;
-                deployments.push(Deployment {
-                    provider,
-                    upstream_model,
-                    price,
-                });
+                deployments.push(Deployment { provider, upstream_model, price });
             }
             router.order.push(m.name.clone());
             router.models.insert(
                 m.name.clone(),
-                Arc::new(ModelRoute {
-                    name: m.name.clone(),
-                    owned_by: m.owned_by.clone(),
-                    deployments,
-                }),
+                Arc::new(ModelRoute { name: m.name.clone(), owned_by: m.owned_by.clone(), deployments }),
             );
         }
         Ok(router)
@@ -95,9 +82,7 @@ impl Router {
     }
 
     pub fn models(&self) -> impl Iterator<Item = &ModelRoute> {
-        self.order
-            .iter()
-            .filter_map(|n| self.models.get(n).map(|m| m.as_ref()))
+        self.order.iter().filter_map(|n| self.models.get(n).map(|m| m.as_ref()))
     }
 }
 

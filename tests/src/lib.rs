@@ -38,19 +38,12 @@ fn bin_dir() -> PathBuf {
 
 pub fn bin(name: &str) -> PathBuf {
     let p = bin_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace` first",
-        p.display()
-    );
+    assert!(p.exists(), "{} is missing: run `cargo build --workspace` first", p.display());
     p
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
 }
 
 fn migrate_once() {
@@ -91,14 +84,8 @@ pub fn start_mock(args: &[&str]) -> (Proc, String) {
         .expect("spawn mock-upstream");
     let stdout = child.stdout.take().expect("mock stdout");
     let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read mock address");
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("mock prints its address")
-        .to_string();
+    BufReader::new(stdout).read_line(&mut line).expect("read mock address");
+    let addr = line.trim().strip_prefix("listening on ").expect("mock prints its address").to_string();
     (Proc(child), format!("http://{addr}"))
 }
 
@@ -130,13 +117,7 @@ pub fn dead_url() -> String {
     format!("http://127.0.0.1:{}/v1", free_port())
 }
 
-pub fn config_text(
-    mock: &str,
-    proxy_port: u16,
-    metrics_port: u16,
-    admin_port: u16,
-    extra: &str,
-) -> String {
+pub fn config_text(mock: &str, proxy_port: u16, metrics_port: u16, admin_port: u16, extra: &str) -> String {
     format!(
         r#"
 [database]
@@ -205,26 +186,14 @@ impl Stack {
         let (mock_proc, mock) = start_mock(&mock_args);
         let (proxy_port, metrics_port, admin_port) = (free_port(), free_port(), free_port());
         let config = std::env::temp_dir().join(format!("gw-test-{}.toml", uuid::Uuid::new_v4()));
-        std::fs::write(
-            &config,
-            config_text(
-                &mock,
-                proxy_port,
-                metrics_port,
-                admin_port,
-                &opts.extra_config,
-            ),
-        )
-        .expect("write test config");
+        std::fs::write(&config, config_text(&mock, proxy_port, metrics_port, admin_port, &opts.extra_config))
+            .expect("write test config");
         let spawn = |name: &str| {
             Command::new(bin(name))
                 .env("GW_CONFIG", &config)
                 .env("GW_JWT_SECRET", JWT_SECRET)
                 .env("GW_TEST_UPSTREAM_KEY", "sk-upstream-test")
-                .env(
-                    "RUST_LOG",
-                    std::env::var("GW_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-                )
+                .env("RUST_LOG", std::env::var("GW_TEST_LOG").unwrap_or_else(|_| "warn".into()))
                 .env_remove("DATABASE_URL")
                 .env_remove("REDIS_URL")
                 .stdout(Stdio::null())
@@ -235,10 +204,7 @@ impl Stack {
         };
         let admin_proc = spawn("gw-admin");
         let proxy_proc = spawn("gw-proxy");
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("http client");
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client");
         let stack = Stack {
             proxy: format!("http://127.0.0.1:{proxy_port}"),
             admin: format!("http://127.0.0.1:{admin_port}"),
@@ -278,18 +244,9 @@ impl Stack {
         let body: Value = resp.json().await.expect("register body");
         Session {
             email,
-            access_token: body["access_token"]
-                .as_str()
-                .expect("access_token")
-                .to_string(),
-            refresh_token: body["refresh_token"]
-                .as_str()
-                .expect("refresh_token")
-                .to_string(),
-            org_id: body["organization"]["id"]
-                .as_str()
-                .and_then(|s| s.parse().ok())
-                .expect("org id"),
+            access_token: body["access_token"].as_str().expect("access_token").to_string(),
+            refresh_token: body["refresh_token"].as_str().expect("refresh_token").to_string(),
+            org_id: body["organization"]["id"].as_str().and_then(|s| s.parse().ok()).expect("org id"),
         }
     }
 
@@ -326,25 +283,12 @@ impl Stack {
     }
 
     pub async fn mock_config(&self, knobs: Value) {
-        let r = self
-            .http
-            .post(format!("{}/_mock/config", self.mock))
-            .json(&knobs)
-            .send()
-            .await
-            .expect("mock config");
+        let r = self.http.post(format!("{}/_mock/config", self.mock)).json(&knobs).send().await.expect("mock config");
         assert!(r.status().is_success());
     }
 
     pub async fn mock_stats(&self) -> Value {
-        self.http
-            .get(format!("{}/_mock/stats", self.mock))
-            .send()
-            .await
-            .expect("stats")
-            .json()
-            .await
-            .expect("json")
+        self.http.get(format!("{}/_mock/stats", self.mock)).send().await.expect("stats").json().await.expect("json")
     }
 }
 
@@ -369,10 +313,7 @@ pub const GW_HEADERS: [&str; 9] = [
 ];
 
 pub fn header<'a>(resp: &'a reqwest::Response, name: &str) -> &'a str {
-    resp.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_else(|| panic!("missing header {name}"))
+    resp.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_else(|| panic!("missing header {name}"))
 }
 
 /// Database access for checking what the services wrote.
@@ -384,9 +325,7 @@ pub mod db {
     use uuid::Uuid;
 
     pub async fn connect() -> AsyncPgConnection {
-        AsyncPgConnection::establish(&super::database_url())
-            .await
-            .expect("connect to postgres")
+        AsyncPgConnection::establish(&super::database_url()).await.expect("connect to postgres")
     }
 
     /// Waits (up to 5 s) for the audit row of a request, as the flusher writes behind requests.
@@ -394,16 +333,10 @@ pub mod db {
         let mut conn = connect().await;
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            if let Some(r) = gw_shared::db::audit_logs::find(&mut conn, org_id, request_id)
-                .await
-                .expect("query")
-            {
+            if let Some(r) = gw_shared::db::audit_logs::find(&mut conn, org_id, request_id).await.expect("query") {
                 return r;
             }
-            assert!(
-                Instant::now() < deadline,
-                "audit row {request_id} never appeared"
-            );
+            assert!(Instant::now() < deadline, "audit row {request_id} never appeared");
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }

@@ -18,31 +18,14 @@ fn chat_body() -> Value {
 async fn create_returns_the_secret_once_and_stores_only_its_hash() {
     let stack = Stack::start().await;
     let s = stack.register().await;
-    let resp = stack
-        .create_key(&s, json!({"name": "ci key", "permissions": ["proxy:llm"]}))
-        .await;
+    let resp = stack.create_key(&s, json!({"name": "ci key", "permissions": ["proxy:llm"]})).await;
     assert_eq!(resp.status(), 201);
     let body: Value = resp.json().await.unwrap();
-    let mut fields: Vec<&str> = body
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
+    let mut fields: Vec<&str> = body.as_object().unwrap().keys().map(String::as_str).collect();
     fields.sort();
     assert_eq!(
         fields,
-        [
-            "created_at",
-            "expires_at",
-            "id",
-            "key",
-            "key_prefix",
-            "name",
-            "permissions",
-            "team_id",
-            "warning"
-        ]
+        ["created_at", "expires_at", "id", "key", "key_prefix", "name", "permissions", "team_id", "warning"]
     );
     let key = body["key"].as_str().unwrap();
     assert!(key.starts_with("sk_live_") && key.len() >= 8 + 22, "{key}");
@@ -83,9 +66,7 @@ async fn create_validates_input() {
     let other = stack.register().await;
     let foreign_team = Uuid::now_v7();
     let mut conn = db::connect().await;
-    gw_shared::db::teams::insert(&mut conn, other.org_id, foreign_team, "theirs")
-        .await
-        .unwrap();
+    gw_shared::db::teams::insert(&mut conn, other.org_id, foreign_team, "theirs").await.unwrap();
     for bad in [
         json!({"name": ""}),
         json!({"name": "x", "permissions": []}),
@@ -107,12 +88,7 @@ async fn list_paginates_newest_first() {
     let s = stack.register().await;
     let mut ids = Vec::new();
     for i in 0..5 {
-        let body: Value = stack
-            .create_key(&s, json!({"name": format!("k{i}")}))
-            .await
-            .json()
-            .await
-            .unwrap();
+        let body: Value = stack.create_key(&s, json!({"name": format!("k{i}")})).await.json().await.unwrap();
         ids.push(body["id"].as_str().unwrap().to_string());
     }
     ids.reverse();
@@ -123,23 +99,8 @@ async fn list_paginates_newest_first() {
         if let Some(c) = &cursor {
             url.push_str(&format!("&cursor={c}"));
         }
-        let page: Value = stack
-            .http
-            .get(url)
-            .bearer_auth(&s.access_token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        seen.extend(
-            page["data"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|k| k["id"].as_str().unwrap().to_string()),
-        );
+        let page: Value = stack.http.get(url).bearer_auth(&s.access_token).send().await.unwrap().json().await.unwrap();
+        seen.extend(page["data"].as_array().unwrap().iter().map(|k| k["id"].as_str().unwrap().to_string()));
         match page["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_string()),
             None => break,
@@ -180,10 +141,7 @@ async fn revoked_key_stops_working_within_a_second() {
             assert_eq!(b["error"]["code"], "revoked_api_key");
             break;
         }
-        assert!(
-            revoked_at.elapsed() < Duration::from_secs(1),
-            "revoked key still accepted after 1 s"
-        );
+        assert!(revoked_at.elapsed() < Duration::from_secs(1), "revoked key still accepted after 1 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Revoking again is a no-op; the listing shows it revoked.
@@ -234,10 +192,7 @@ async fn other_tenants_cannot_see_or_revoke_keys() {
     assert_eq!(list["data"], json!([]));
     let r = stack
         .http
-        .get(format!(
-            "{}/api/v1/api-keys?cursor=ffffffff-ffff-7fff-bfff-ffffffffffff",
-            stack.admin
-        ))
+        .get(format!("{}/api/v1/api-keys?cursor=ffffffff-ffff-7fff-bfff-ffffffffffff", stack.admin))
         .bearer_auth(&b.access_token)
         .send()
         .await
@@ -255,19 +210,12 @@ async fn team_attribution_from_key_or_header_stays_in_the_org() {
     let other = stack.register().await;
     let (mine, theirs) = (Uuid::now_v7(), Uuid::now_v7());
     let mut conn = db::connect().await;
-    gw_shared::db::teams::insert(&mut conn, s.org_id, mine, "mine")
-        .await
-        .unwrap();
-    gw_shared::db::teams::insert(&mut conn, other.org_id, theirs, "theirs")
-        .await
-        .unwrap();
+    gw_shared::db::teams::insert(&mut conn, s.org_id, mine, "mine").await.unwrap();
+    gw_shared::db::teams::insert(&mut conn, other.org_id, theirs, "theirs").await.unwrap();
 
     let send = |team: Option<String>| {
-        let mut req = stack
-            .http
-            .post(format!("{}/v1/chat/completions", stack.proxy))
-            .bearer_auth(&key)
-            .json(&chat_body());
+        let mut req =
+            stack.http.post(format!("{}/v1/chat/completions", stack.proxy)).bearer_auth(&key).json(&chat_body());
         if let Some(t) = team {
             req = req.header("x-gw-team", t);
         }
@@ -282,12 +230,7 @@ async fn team_attribution_from_key_or_header_stays_in_the_org() {
     assert_eq!(send(Some("not-a-uuid".into())).await.unwrap().status(), 400);
 
     // A key bound to a team attributes to it without the header, and the header cannot override.
-    let body: Value = stack
-        .create_key(&s, json!({"name": "team key", "team_id": mine}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let body: Value = stack.create_key(&s, json!({"name": "team key", "team_id": mine})).await.json().await.unwrap();
     assert_eq!(body["team_id"], mine.to_string());
     let team_key = body["key"].as_str().unwrap().to_string();
     let r = stack.chat(&team_key, chat_body()).await;

@@ -12,11 +12,7 @@ struct Count {
 }
 
 async fn count(conn: &mut AsyncPgConnection, sql: &str) -> i64 {
-    diesel::sql_query(sql)
-        .get_result::<Count>(conn)
-        .await
-        .unwrap()
-        .n
+    diesel::sql_query(sql).get_result::<Count>(conn).await.unwrap().n
 }
 
 #[tokio::test]
@@ -26,10 +22,7 @@ async fn migrations_apply_revert_and_reapply() {
     let (prefix, _) = base.rsplit_once('/').unwrap();
     let url = format!("{prefix}/{name}");
     let mut admin = db::connect().await;
-    diesel::sql_query(format!("CREATE DATABASE {name}"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).await.unwrap();
 
     let u = url.clone();
     let applied = tokio::task::spawn_blocking(move || {
@@ -45,14 +38,7 @@ async fn migrations_apply_revert_and_reapply() {
 
     {
         let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
-        assert_eq!(
-            count(
-                &mut conn,
-                "SELECT count(*) AS n FROM pg_extension WHERE extname = 'vector'"
-            )
-            .await,
-            1
-        );
+        assert_eq!(count(&mut conn, "SELECT count(*) AS n FROM pg_extension WHERE extname = 'vector'").await, 1);
         let tables = count(
             &mut conn,
             "SELECT count(*) AS n FROM information_schema.tables WHERE table_schema = 'public' AND table_name IN \
@@ -61,8 +47,5 @@ async fn migrations_apply_revert_and_reapply() {
         .await;
         assert_eq!(tables, 9);
     }
-    diesel::sql_query(format!("DROP DATABASE {name} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    diesel::sql_query(format!("DROP DATABASE {name} WITH (FORCE)")).execute(&mut admin).await.unwrap();
 }

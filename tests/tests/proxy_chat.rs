@@ -13,13 +13,7 @@ fn user(text: &str) -> Value {
 
 /// Parses an SSE body into its `data:` payloads.
 fn sse_data(body: &str) -> Vec<String> {
-    body.split("\n\n")
-        .filter_map(|ev| {
-            ev.lines()
-                .find_map(|l| l.strip_prefix("data: "))
-                .map(str::to_string)
-        })
-        .collect()
+    body.split("\n\n").filter_map(|ev| ev.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_string)).collect()
 }
 
 #[tokio::test]
@@ -47,19 +41,13 @@ async fn non_streaming_completion_carries_headers_cost_and_audit_row() {
 
     // Cost is exactly the upstream's usage times the configured prices.
     let usage = &body["usage"];
-    let (p, c) = (
-        usage["prompt_tokens"].as_u64().unwrap(),
-        usage["completion_tokens"].as_u64().unwrap(),
-    );
+    let (p, c) = (usage["prompt_tokens"].as_u64().unwrap(), usage["completion_tokens"].as_u64().unwrap());
     assert!(p > 0 && c > 0);
     let expected = (Decimal::from(p) * Decimal::from_str("0.15").unwrap()
         + Decimal::from(c) * Decimal::from_str("0.60").unwrap())
         / Decimal::from(1_000_000);
     assert_eq!(cost, expected.normalize());
-    assert!(body["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap()
-        .contains("hello there gateway"));
+    assert!(body["choices"][0]["message"]["content"].as_str().unwrap().contains("hello there gateway"));
 
     // The upstream got the deployment's model name and every field the client sent.
     let stats = stack.mock_stats().await;
@@ -73,14 +61,8 @@ async fn non_streaming_completion_carries_headers_cost_and_audit_row() {
     assert_eq!(row.status_code, 200);
     assert_eq!(row.model.as_deref(), Some("gpt-4o-mini"));
     assert_eq!(row.provider.as_deref(), Some("upstream"));
-    assert_eq!(
-        row.upstream_model.as_deref(),
-        Some("gpt-4o-mini-2024-07-18")
-    );
-    assert_eq!(
-        (row.prompt_tokens as u64, row.completion_tokens as u64),
-        (p, c)
-    );
+    assert_eq!(row.upstream_model.as_deref(), Some("gpt-4o-mini-2024-07-18"));
+    assert_eq!((row.prompt_tokens as u64, row.completion_tokens as u64), (p, c));
     assert_eq!(row.cost_usd, expected);
     assert_eq!(row.cache_status, "miss");
     assert!(!row.stream);
@@ -106,22 +88,14 @@ async fn streaming_with_usage_ends_with_usage_chunk_then_done() {
     let text = resp.text().await.unwrap();
     let data = sse_data(&text);
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"], json!([]));
     let total = last["usage"]["total_tokens"].as_u64().unwrap();
     assert!(total > 0);
     // Only the last chunk carries usage.
-    assert!(chunks[..chunks.len() - 1]
-        .iter()
-        .all(|c| c.get("usage").is_none()));
-    let content: String = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect();
+    assert!(chunks[..chunks.len() - 1].iter().all(|c| c.get("usage").is_none()));
+    let content: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert!(content.contains("stream this please"));
 
     let row = db::audit_row(session.org_id, request_id).await;
@@ -135,12 +109,8 @@ async fn streaming_with_usage_ends_with_usage_chunk_then_done() {
 async fn streaming_without_usage_request_hides_usage_but_still_costs() {
     let stack = Stack::start().await;
     let (session, key, _) = stack.org_with_key().await;
-    let resp = stack
-        .chat(
-            &key,
-            json!({"model": "gpt-4o-mini", "messages": user("no usage for me"), "stream": true}),
-        )
-        .await;
+    let resp =
+        stack.chat(&key, json!({"model": "gpt-4o-mini", "messages": user("no usage for me"), "stream": true})).await;
     assert_eq!(resp.status(), 200);
     let request_id = Uuid::parse_str(header(&resp, "x-gw-request-id")).unwrap();
     let text = resp.text().await.unwrap();
@@ -163,12 +133,7 @@ async fn streaming_without_usage_request_hides_usage_but_still_costs() {
 async fn built_in_mock_provider_answers_both_modes() {
     let stack = Stack::start().await;
     let (_, key, _) = stack.org_with_key().await;
-    let resp = stack
-        .chat(
-            &key,
-            json!({"model": "mock-model", "messages": user("hi mock")}),
-        )
-        .await;
+    let resp = stack.chat(&key, json!({"model": "mock-model", "messages": user("hi mock")})).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(header(&resp, "x-gw-provider"), "mock");
     let body: Value = resp.json().await.unwrap();
@@ -193,46 +158,23 @@ async fn built_in_mock_provider_answers_both_modes() {
 async fn models_are_listed() {
     let stack = Stack::start().await;
     let (_, key, _) = stack.org_with_key().await;
-    let resp = stack
-        .http
-        .get(format!("{}/v1/models", stack.proxy))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
+    let resp = stack.http.get(format!("{}/v1/models", stack.proxy)).bearer_auth(&key).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     for h in GW_HEADERS {
         assert!(resp.headers().contains_key(h), "missing {h}");
     }
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["object"], "list");
-    let ids: Vec<&str> = body["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        ids,
-        ["gpt-4o-mini", "mock-model", "dead-model", "fallback-model"]
-    );
-    assert!(body["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|m| m["object"] == "model"));
+    let ids: Vec<&str> = body["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["gpt-4o-mini", "mock-model", "dead-model", "fallback-model"]);
+    assert!(body["data"].as_array().unwrap().iter().all(|m| m["object"] == "model"));
 }
 
 #[tokio::test]
 async fn fallback_deployment_answers_when_primary_is_down() {
     let stack = Stack::start().await;
     let (session, key, _) = stack.org_with_key().await;
-    let resp = stack
-        .chat(
-            &key,
-            json!({"model": "fallback-model", "messages": user("fall back")}),
-        )
-        .await;
+    let resp = stack.chat(&key, json!({"model": "fallback-model", "messages": user("fall back")})).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(header(&resp, "x-gw-provider"), "upstream");
     let request_id = Uuid::parse_str(header(&resp, "x-gw-request-id")).unwrap();
@@ -246,25 +188,12 @@ async fn upstream_5xx_then_recovery_reuses_nothing_broken() {
     let stack = Stack::start().await;
     let (_, key, _) = stack.org_with_key().await;
     stack.mock_config(json!({"fail_first": 1})).await;
-    let first = stack
-        .chat(
-            &key,
-            json!({"model": "gpt-4o-mini", "messages": user("one")}),
-        )
-        .await;
+    let first = stack.chat(&key, json!({"model": "gpt-4o-mini", "messages": user("one")})).await;
     assert_eq!(first.status(), 502);
     let body: Value = first.json().await.unwrap();
-    assert!(
-        body["error"]["message"].as_str().unwrap().contains("503"),
-        "{body}"
-    );
+    assert!(body["error"]["message"].as_str().unwrap().contains("503"), "{body}");
     for _ in 0..5 {
-        let ok = stack
-            .chat(
-                &key,
-                json!({"model": "gpt-4o-mini", "messages": user("two")}),
-            )
-            .await;
+        let ok = stack.chat(&key, json!({"model": "gpt-4o-mini", "messages": user("two")})).await;
         assert_eq!(ok.status(), 200);
     }
 }

@@ -101,10 +101,7 @@ fn permissions(requested: Option<Vec<String>>) -> ApiResult<Vec<String>> {
     if perms.is_empty() {
         return Err(ApiError::Validation("permissions must not be empty".into()));
     }
-    if let Some(bad) = perms
-        .iter()
-        .find(|p| !KNOWN_PERMISSIONS.contains(&p.as_str()))
-    {
+    if let Some(bad) = perms.iter().find(|p| !KNOWN_PERMISSIONS.contains(&p.as_str())) {
         return Err(ApiError::Validation(format!(
             "unknown permission {bad:?}; known permissions: {}",
             KNOWN_PERMISSIONS.join(", ")
@@ -127,41 +124,21 @@ pub async fn create(
     let perms = permissions(b.permissions)?;
     let team_id = match b.team_id.as_deref() {
         None => None,
-        Some(raw) => Some(
-            Uuid::parse_str(raw)
-                .map_err(|_| ApiError::Validation("team_id must be a UUID".into()))?,
-        ),
+        Some(raw) => Some(Uuid::parse_str(raw).map_err(|_| ApiError::Validation("team_id must be a UUID".into()))?),
     };
     if b.expires_at.is_some_and(|t| t <= Utc::now()) {
-        return Err(ApiError::Validation(
-            "expires_at must be in the future".into(),
-        ));
+        return Err(ApiError::Validation("expires_at must be in the future".into()));
     }
     let mut conn = state.conn().await?;
     if let Some(team) = team_id {
         // Another org's team looks exactly like a missing one.
         if !teams::exists_in_org(&mut conn, session.org_id, team).await? {
-            return Err(ApiError::Validation(
-                "team_id does not name a team of this organization".into(),
-            ));
+            return Err(ApiError::Validation("team_id does not name a team of this organization".into()));
         }
     }
-    let (row, secret) = issue_api_key(
-        &mut conn,
-        session.org_id,
-        team_id,
-        &name,
-        &perms,
-        Some(session.user_id),
-        b.expires_at,
-    )
-    .await?;
-    log::info!(
-        "api key {} ({}) created in org {}",
-        row.id,
-        row.key_prefix,
-        row.org_id
-    );
+    let (row, secret) =
+        issue_api_key(&mut conn, session.org_id, team_id, &name, &perms, Some(session.user_id), b.expires_at).await?;
+    log::info!("api key {} ({}) created in org {}", row.id, row.key_prefix, row.org_id);
     Ok(HttpResponse::Created().json(Created {
         id: row.id,
         name: row.name,
@@ -176,48 +153,30 @@ pub async fn create(
 }
 
 #[get("/api-keys")]
-pub async fn list(
-    state: web::Data<AppState>,
-    session: Session,
-    q: web::Query<ListQuery>,
-) -> ApiResult<HttpResponse> {
+pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ListQuery>) -> ApiResult<HttpResponse> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::Validation(format!(
-            "limit must be between 1 and {MAX_PAGE}"
-        )));
+        return Err(ApiError::Validation(format!("limit must be between 1 and {MAX_PAGE}")));
     }
     let mut conn = state.conn().await?;
     // One extra row tells whether another page exists.
     let mut rows = api_keys::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
-    let next_cursor = if more {
-        rows.last().map(|k| k.id)
-    } else {
-        None
-    };
-    Ok(HttpResponse::Ok().json(Page {
-        data: rows.into_iter().map(KeyOut::from).collect(),
-        next_cursor,
-    }))
+    let next_cursor = if more { rows.last().map(|k| k.id) } else { None };
+    Ok(HttpResponse::Ok().json(Page { data: rows.into_iter().map(KeyOut::from).collect(), next_cursor }))
 }
 
 #[delete("/api-keys/{id}")]
-pub async fn revoke(
-    state: web::Data<AppState>,
-    session: Session,
-    id: web::Path<Uuid>,
-) -> ApiResult<HttpResponse> {
+pub async fn revoke(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
     session.require_admin()?;
     let id = id.into_inner();
     let mut conn = state.conn().await?;
     match api_keys::revoke(&mut conn, session.org_id, id).await? {
         Some(hash) => {
             log::info!("api key {id} revoked in org {}", session.org_id);
-            let hash: [u8; 32] = hash
-                .try_into()
-                .map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
+            let hash: [u8; 32] =
+                hash.try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
             // The revoke is committed; if this publish fails the proxies' cache TTL still ends
             // the key's life, so it is logged rather than failing the request.
             if let Err(e) = publish(&state.redis, &Invalidation::ApiKey(hash)).await {
@@ -226,10 +185,7 @@ pub async fn revoke(
             Ok(HttpResponse::NoContent().finish())
         }
         // Already revoked: revoking again is a no-op, not an error.
-        None if api_keys::find(&mut conn, session.org_id, id)
-            .await?
-            .is_some() =>
-        {
+        None if api_keys::find(&mut conn, session.org_id, id).await?.is_some() => {
             Ok(HttpResponse::NoContent().finish())
         }
         None => Err(ApiError::NotFound("api key")),

@@ -9,7 +9,7 @@ use gw_shared::db::{orgs, users};
 use gw_shared::ids::new_id;
 use gw_shared::jwt::issue_access_token;
 use gw_shared::keys::{generate_refresh_token, hash_secret, MAX_BEARER_LEN};
-use gw_shared::password::{dummy_hash, verify_password, MAX_PASSWORD_LEN, MIN_PASSWORD_LEN};
+use gw_shared::password::{dummy_hash, verify_password_blocking, MAX_PASSWORD_LEN, MIN_PASSWORD_LEN};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -97,15 +97,8 @@ async fn issue_tokens(
         refresh_token,
         refresh_expires_in: refresh_ttl,
         role: role.to_string(),
-        user: UserOut {
-            id: user.id,
-            email: user.email.clone(),
-            name: user.name.clone(),
-        },
-        organization: OrgOut {
-            id: org.id,
-            name: org.name.clone(),
-        },
+        user: UserOut { id: user.id, email: user.email.clone(), name: user.name.clone() },
+        organization: OrgOut { id: org.id, name: org.name.clone() },
     })
 }
 
@@ -120,10 +113,7 @@ fn check_password_shape(password: &str) -> ApiResult<()> {
 }
 
 #[post("/auth/register")]
-pub async fn register(
-    state: web::Data<AppState>,
-    body: web::Json<RegisterBody>,
-) -> ApiResult<HttpResponse> {
+pub async fn register(state: web::Data<AppState>, body: web::Json<RegisterBody>) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let email = validate::email(&b.email)?;
     let name = validate::text("name", &b.name, 200)?;
@@ -131,26 +121,20 @@ pub async fn register(
     check_password_shape(&b.password)?;
 
     let mut conn = state.conn().await?;
-    let (org, user) =
-        match create_org_with_owner(&mut conn, &email, &name, &b.password, &org_name).await {
-            Ok(v) => v,
-            Err(e) if is_unique_violation(&e) => {
-                return Err(ApiError::Conflict(
-                    "an account with this email already exists".into(),
-                ))
-            }
-            Err(e) => return Err(e.into()),
-        };
+    let (org, user) = match create_org_with_owner(&mut conn, &email, &name, &b.password, &org_name).await {
+        Ok(v) => v,
+        Err(e) if is_unique_violation(&e) => {
+            return Err(ApiError::Conflict("an account with this email already exists".into()))
+        }
+        Err(e) => return Err(e.into()),
+    };
     let tokens = issue_tokens(&state, &mut conn, &user, &org, ROLE_OWNER, None).await?;
     log::info!("registered org {} with owner {}", org.id, user.id);
     Ok(HttpResponse::Created().json(tokens))
 }
 
 #[post("/auth/login")]
-pub async fn login(
-    state: web::Data<AppState>,
-    body: web::Json<LoginBody>,
-) -> ApiResult<HttpResponse> {
+pub async fn login(state: web::Data<AppState>, body: web::Json<LoginBody>) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let invalid = || ApiError::Unauthorized("invalid email or password".into());
     if b.password.len() > MAX_PASSWORD_LEN || b.email.len() > 320 {
@@ -159,24 +143,14 @@ pub async fn login(
     let mut conn = state.conn().await?;
     let user = users::find_by_email(&mut conn, b.email.trim()).await?;
     // Verify against a dummy hash when there is no such user, so timing does not reveal accounts.
-    let hash = user
-        .as_ref()
-        .and_then(|u| u.password_hash.clone())
-        .unwrap_or_else(|| dummy_hash().to_string());
-    let password = b.password;
-    let ok = web::block(move || verify_password(&password, &hash))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let hash = user.as_ref().and_then(|u| u.password_hash.clone()).unwrap_or_else(|| dummy_hash().to_string());
+    let ok = verify_password_blocking(b.password, hash).await;
     let user = match user {
         Some(u) if ok => u,
         _ => return Err(invalid()),
     };
-    let membership = users::primary_membership(&mut conn, user.id)
-        .await?
-        .ok_or_else(invalid)?;
-    let org = orgs::find(&mut conn, membership.org_id)
-        .await?
-        .ok_or(ApiError::NotFound("organization"))?;
+    let membership = users::primary_membership(&mut conn, user.id).await?.ok_or_else(invalid)?;
+    let org = orgs::find(&mut conn, membership.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
     let tokens = issue_tokens(&state, &mut conn, &user, &org, &membership.role, None).await?;
     Ok(HttpResponse::Ok().json(tokens))
 }
@@ -187,10 +161,7 @@ enum Rotation {
 }
 
 #[post("/auth/refresh")]
-pub async fn refresh(
-    state: web::Data<AppState>,
-    body: web::Json<RefreshBody>,
-) -> ApiResult<HttpResponse> {
+pub async fn refresh(state: web::Data<AppState>, body: web::Json<RefreshBody>) -> ApiResult<HttpResponse> {
     let token = body.into_inner().refresh_token;
     if token.is_empty() || token.len() > MAX_BEARER_LEN {
         return Err(ApiError::Unauthorized("invalid refresh token".into()));
@@ -209,32 +180,19 @@ pub async fn refresh(
             }
             if rt.used_at.is_some() {
                 refresh_tokens::revoke_family(conn, rt.family_id).await?;
-                log::warn!(
-                    "refresh token reuse for user {}: family {} revoked",
-                    rt.user_id,
-                    rt.family_id
-                );
-                return Ok(Rotation::Rejected(
-                    "refresh token already used; every session of this sign-in was revoked",
-                ));
+                log::warn!("refresh token reuse for user {}: family {} revoked", rt.user_id, rt.family_id);
+                return Ok(Rotation::Rejected("refresh token already used; every session of this sign-in was revoked"));
             }
             if rt.expires_at <= Utc::now() {
                 return Ok(Rotation::Rejected("refresh token expired"));
             }
             refresh_tokens::mark_used(conn, rt.id).await?;
             let Some(m) = users::membership(conn, rt.org_id, rt.user_id).await? else {
-                return Ok(Rotation::Rejected(
-                    "no longer a member of this organization",
-                ));
+                return Ok(Rotation::Rejected("no longer a member of this organization"));
             };
-            let user = users::find(conn, rt.user_id)
-                .await?
-                .ok_or(ApiError::NotFound("user"))?;
-            let org = orgs::find(conn, rt.org_id)
-                .await?
-                .ok_or(ApiError::NotFound("organization"))?;
-            let tokens =
-                issue_tokens(state_ref, conn, &user, &org, &m.role, Some(rt.family_id)).await?;
+            let user = users::find(conn, rt.user_id).await?.ok_or(ApiError::NotFound("user"))?;
+            let org = orgs::find(conn, rt.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
+            let tokens = issue_tokens(state_ref, conn, &user, &org, &m.role, Some(rt.family_id)).await?;
             Ok(Rotation::Rotated(tokens))
         })
         .await?;

@@ -31,9 +31,7 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let encoder = TextEncoder::new();
     let mut buf = Vec::new();
     match encoder.encode(&state.metrics.registry.gather(), &mut buf) {
-        Ok(()) => HttpResponse::Ok()
-            .content_type(encoder.format_type())
-            .body(buf),
+        Ok(()) => HttpResponse::Ok().content_type(encoder.format_type()).body(buf),
         Err(e) => HttpResponse::InternalServerError().body(format!("metrics encoding failed: {e}")),
     }
 }

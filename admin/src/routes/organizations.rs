@@ -30,16 +30,12 @@ struct OrganizationOut {
 #[get("/organizations/current")]
 pub async fn current(state: web::Data<AppState>, session: Session) -> ApiResult<HttpResponse> {
     let mut conn = state.conn().await?;
-    let org = orgs::find(&mut conn, session.org_id)
-        .await?
-        .ok_or(ApiError::NotFound("organization"))?;
+    let org = orgs::find(&mut conn, session.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
     Ok(HttpResponse::Ok().json(OrganizationOut {
         id: org.id,
         name: org.name,
         plan: org.plan,
-        data_residency: DataResidency {
-            region: org.data_residency_region,
-        },
+        data_residency: DataResidency { region: org.data_residency_region },
         metadata: org.metadata,
         created_at: org.created_at,
         updated_at: org.updated_at,

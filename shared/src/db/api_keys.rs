@@ -39,31 +39,16 @@ pub struct NewApiKey<'a> {
 }
 
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewApiKey<'_>) -> Result<ApiKey> {
-    Ok(diesel::insert_into(api_keys::table)
-        .values(new)
-        .returning(ApiKey::as_returning())
-        .get_result(conn)
-        .await?)
+    Ok(diesel::insert_into(api_keys::table).values(new).returning(ApiKey::as_returning()).get_result(conn).await?)
 }
 
 /// One page of an org's keys, newest first. Ids are UUIDv7, so `id < before` is "older than".
-pub async fn list(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    before: Option<Uuid>,
-    limit: i64,
-) -> Result<Vec<ApiKey>> {
-    let mut q = api_keys::table
-        .filter(api_keys::org_id.eq(org_id))
-        .into_boxed();
+pub async fn list(conn: &mut AsyncPgConnection, org_id: Uuid, before: Option<Uuid>, limit: i64) -> Result<Vec<ApiKey>> {
+    let mut q = api_keys::table.filter(api_keys::org_id.eq(org_id)).into_boxed();
     if let Some(before) = before {
         q = q.filter(api_keys::id.lt(before));
     }
-    Ok(q.order(api_keys::id.desc())
-        .limit(limit)
-        .select(ApiKey::as_select())
-        .load(conn)
-        .await?)
+    Ok(q.order(api_keys::id.desc()).limit(limit).select(ApiKey::as_select()).load(conn).await?)
 }
 
 pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<ApiKey>> {
@@ -78,11 +63,7 @@ pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Resul
 
 /// Revokes a key of `org_id`; returns its hash (to invalidate caches) when it was live. A key
 /// already revoked keeps its original `revoked_at`.
-pub async fn revoke(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    id: Uuid,
-) -> Result<Option<Vec<u8>>> {
+pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<Vec<u8>>> {
     Ok(diesel::update(
         api_keys::table
             .filter(api_keys::org_id.eq(org_id))
@@ -110,20 +91,12 @@ pub struct KeyAuth {
 
 /// Authentication lookup: by digest across all tenants (the digest is the credential).
 pub async fn find_by_hash(conn: &mut AsyncPgConnection, hash: &[u8]) -> Result<Option<KeyAuth>> {
-    Ok(api_keys::table
-        .filter(api_keys::key_hash.eq(hash))
-        .select(KeyAuth::as_select())
-        .first(conn)
-        .await
-        .optional()?)
+    Ok(api_keys::table.filter(api_keys::key_hash.eq(hash)).select(KeyAuth::as_select()).first(conn).await.optional()?)
 }
 
 /// Records last use for a batch of keys in one statement (called by the audit flusher, never on
 /// the request path). Only moves `last_used_at` forward.
-pub async fn touch_last_used(
-    conn: &mut AsyncPgConnection,
-    uses: &[(Uuid, DateTime<Utc>)],
-) -> Result<usize> {
+pub async fn touch_last_used(conn: &mut AsyncPgConnection, uses: &[(Uuid, DateTime<Utc>)]) -> Result<usize> {
     use diesel::sql_types::{Array, Timestamptz, Uuid as SqlUuid};
     if uses.is_empty() {
         return Ok(0);

@@ -22,11 +22,7 @@ pub async fn insert_batch(conn: &mut AsyncPgConnection, rows: &[AuditRecord]) ->
         .await?)
 }
 
-pub async fn find(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    id: Uuid,
-) -> Result<Option<AuditRecord>> {
+pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<AuditRecord>> {
     Ok(audit_logs::table
         .filter(audit_logs::org_id.eq(org_id))
         .filter(audit_logs::id.eq(id))

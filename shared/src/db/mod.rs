@@ -58,8 +58,7 @@ pub fn run_migrations(url: &str) -> Result<Vec<String>> {
 pub fn revert_all_migrations(url: &str) -> Result<()> {
     let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(url)
         .map_err(|e| Error::Pool(format!("cannot connect to the database: {e}")))?;
-    conn.revert_all_migrations(MIGRATIONS)
-        .map_err(|e| Error::Config(format!("revert failed: {e}")))?;
+    conn.revert_all_migrations(MIGRATIONS).map_err(|e| Error::Config(format!("revert failed: {e}")))?;
     Ok(())
 }
 

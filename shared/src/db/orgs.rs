@@ -28,10 +28,7 @@ pub struct NewOrganization<'a> {
     pub name: &'a str,
 }
 
-pub async fn insert(
-    conn: &mut AsyncPgConnection,
-    new: &NewOrganization<'_>,
-) -> Result<Organization> {
+pub async fn insert(conn: &mut AsyncPgConnection, new: &NewOrganization<'_>) -> Result<Organization> {
     Ok(diesel::insert_into(organizations::table)
         .values(new)
         .returning(Organization::as_returning())

@@ -33,19 +33,13 @@ pub struct NewRefreshToken<'a> {
 }
 
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewRefreshToken<'_>) -> Result<()> {
-    diesel::insert_into(refresh_tokens::table)
-        .values(new)
-        .execute(conn)
-        .await?;
+    diesel::insert_into(refresh_tokens::table).values(new).execute(conn).await?;
     Ok(())
 }
 
 /// Locks the token's row for the rotation that follows (two concurrent refreshes with the same
 /// token: one wins, the other sees it used).
-pub async fn find_for_update(
-    conn: &mut AsyncPgConnection,
-    hash: &[u8],
-) -> Result<Option<RefreshToken>> {
+pub async fn find_for_update(conn: &mut AsyncPgConnection, hash: &[u8]) -> Result<Option<RefreshToken>> {
     Ok(refresh_tokens::table
         .filter(refresh_tokens::token_hash.eq(hash))
         .select(RefreshToken::as_select())

@@ -8,11 +8,7 @@ use super::schema::teams;
 use crate::error::Result;
 
 /// Whether `team_id` is a live team of `org_id`.
-pub async fn exists_in_org(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    team_id: Uuid,
-) -> Result<bool> {
+pub async fn exists_in_org(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid) -> Result<bool> {
     let n: i64 = teams::table
         .filter(teams::org_id.eq(org_id))
         .filter(teams::id.eq(team_id))
@@ -23,18 +19,9 @@ pub async fn exists_in_org(
     Ok(n > 0)
 }
 
-pub async fn insert(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    team_id: Uuid,
-    name: &str,
-) -> Result<()> {
+pub async fn insert(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid, name: &str) -> Result<()> {
     diesel::insert_into(teams::table)
-        .values((
-            teams::id.eq(team_id),
-            teams::org_id.eq(org_id),
-            teams::name.eq(name),
-        ))
+        .values((teams::id.eq(team_id), teams::org_id.eq(org_id), teams::name.eq(name)))
         .execute(conn)
         .await?;
     Ok(())

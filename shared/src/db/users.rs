@@ -39,11 +39,7 @@ pub struct Membership {
 }
 
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewUser<'_>) -> Result<User> {
-    Ok(diesel::insert_into(users::table)
-        .values(new)
-        .returning(User::as_returning())
-        .get_result(conn)
-        .await?)
+    Ok(diesel::insert_into(users::table).values(new).returning(User::as_returning()).get_result(conn).await?)
 }
 
 pub async fn find_by_email(conn: &mut AsyncPgConnection, email: &str) -> Result<Option<User>> {
@@ -56,31 +52,18 @@ pub async fn find_by_email(conn: &mut AsyncPgConnection, email: &str) -> Result<
 }
 
 pub async fn find(conn: &mut AsyncPgConnection, user_id: Uuid) -> Result<Option<User>> {
-    Ok(users::table
-        .filter(users::id.eq(user_id))
-        .select(User::as_select())
-        .first(conn)
-        .await
-        .optional()?)
+    Ok(users::table.filter(users::id.eq(user_id)).select(User::as_select()).first(conn).await.optional()?)
 }
 
 pub async fn set_password(conn: &mut AsyncPgConnection, user_id: Uuid, hash: &str) -> Result<()> {
     diesel::update(users::table.filter(users::id.eq(user_id)))
-        .set((
-            users::password_hash.eq(hash),
-            users::updated_at.eq(Utc::now()),
-        ))
+        .set((users::password_hash.eq(hash), users::updated_at.eq(Utc::now())))
         .execute(conn)
         .await?;
     Ok(())
 }
 
-pub async fn add_membership(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    user_id: Uuid,
-    role: &str,
-) -> Result<()> {
+pub async fn add_membership(conn: &mut AsyncPgConnection, org_id: Uuid, user_id: Uuid, role: &str) -> Result<()> {
     diesel::insert_into(org_memberships::table)
         .values((
             org_memberships::org_id.eq(org_id),
@@ -93,11 +76,7 @@ pub async fn add_membership(
 }
 
 /// The user's membership in one organization.
-pub async fn membership(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    user_id: Uuid,
-) -> Result<Option<Membership>> {
+pub async fn membership(conn: &mut AsyncPgConnection, org_id: Uuid, user_id: Uuid) -> Result<Option<Membership>> {
     Ok(org_memberships::table
         .filter(org_memberships::org_id.eq(org_id))
         .filter(org_memberships::user_id.eq(user_id))
@@ -108,10 +87,7 @@ pub async fn membership(
 }
 
 /// The organization a user signs in to: their oldest membership.
-pub async fn primary_membership(
-    conn: &mut AsyncPgConnection,
-    user_id: Uuid,
-) -> Result<Option<Membership>> {
+pub async fn primary_membership(conn: &mut AsyncPgConnection, user_id: Uuid) -> Result<Option<Membership>> {
     Ok(org_memberships::table
         .filter(org_memberships::user_id.eq(user_id))
         .order(org_memberships::created_at.asc())

@@ -5,14 +5,7 @@ use serde_json::{Map, Value};
 
 use crate::pricing::TokenUsage;
 
-pub const ROLES: &[&str] = &[
-    "system",
-    "developer",
-    "user",
-    "assistant",
-    "tool",
-    "function",
-];
+pub const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool", "function"];
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChatCompletionRequest {
@@ -49,11 +42,9 @@ impl ChatMessage {
     pub fn text(&self) -> String {
         match &self.content {
             Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join(" "),
+            Some(Value::Array(parts)) => {
+                parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(" ")
+            }
             _ => String::new(),
         }
     }
@@ -72,12 +63,7 @@ impl ChatCompletionRequest {
     }
 
     pub fn wants_usage_chunk(&self) -> bool {
-        self.is_stream()
-            && self
-                .stream_options
-                .as_ref()
-                .and_then(|o| o.include_usage)
-                .unwrap_or(false)
+        self.is_stream() && self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false)
     }
 
     /// Checks what serde cannot: non-empty model and messages, known roles.
@@ -86,10 +72,7 @@ impl ChatCompletionRequest {
             return Err(problem("`model` must be a non-empty string", "model"));
         }
         if self.messages.is_empty() {
-            return Err(problem(
-                "`messages` must contain at least one message",
-                "messages",
-            ));
+            return Err(problem("`messages` must contain at least one message", "messages"));
         }
         for (i, m) in self.messages.iter().enumerate() {
             if !ROLES.contains(&m.role.as_str()) {
@@ -107,9 +90,7 @@ impl ChatCompletionRequest {
                 Some(Value::Null) => {}
                 Some(_) => {
                     return Err(RequestProblem {
-                        message: format!(
-                            "'messages[{i}].content' must be a string or an array of content parts"
-                        ),
+                        message: format!("'messages[{i}].content' must be a string or an array of content parts"),
                         param: Some(format!("messages[{i}].content")),
                     })
                 }
@@ -143,10 +124,7 @@ impl ChatCompletionRequest {
 }
 
 fn problem(message: &str, param: &str) -> RequestProblem {
-    RequestProblem {
-        message: message.into(),
-        param: Some(param.into()),
-    }
+    RequestProblem { message: message.into(), param: Some(param.into()) }
 }
 
 fn missing_field(msg: &str) -> Option<String> {
@@ -227,10 +205,7 @@ impl Usage {
     }
 
     pub fn tokens(&self) -> TokenUsage {
-        TokenUsage {
-            prompt_tokens: self.prompt_tokens,
-            completion_tokens: self.completion_tokens,
-        }
+        TokenUsage { prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens }
     }
 }
 
@@ -257,16 +232,16 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("messages"));
         let e = ChatCompletionRequest::from_json(br#"{"model":"m","messages":[]}"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages"));
-        let e = ChatCompletionRequest::from_json(
-            br#"{"model":"m","messages":[{"role":"robot","content":"x"}]}"#,
-        )
-        .unwrap_err();
+        let e = ChatCompletionRequest::from_json(br#"{"model":"m","messages":[{"role":"robot","content":"x"}]}"#)
+            .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].role"));
         let e = ChatCompletionRequest::from_json(b"{not json").unwrap_err();
         assert!(e.message.contains("parse the JSON"), "{}", e.message);
         assert_eq!(e.param, None);
-        let e = ChatCompletionRequest::from_json(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}"#)
-            .unwrap_err();
+        let e = ChatCompletionRequest::from_json(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}"#,
+        )
+        .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("stream_options"));
     }
 
@@ -289,23 +264,14 @@ mod tests {
                 finish_reason: Some("stop".into()),
                 extra: Map::new(),
             }],
-            usage: Some(Usage::new(TokenUsage {
-                prompt_tokens: 2,
-                completion_tokens: 3,
-            })),
+            usage: Some(Usage::new(TokenUsage { prompt_tokens: 2, completion_tokens: 3 })),
             system_fingerprint: None,
             extra: Map::new(),
         };
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(v["choices"][0]["logprobs"], Value::Null);
-        assert!(v["choices"][0]
-            .as_object()
-            .unwrap()
-            .contains_key("logprobs"));
-        assert!(v["choices"][0]["message"]
-            .as_object()
-            .unwrap()
-            .contains_key("refusal"));
+        assert!(v["choices"][0].as_object().unwrap().contains_key("logprobs"));
+        assert!(v["choices"][0]["message"].as_object().unwrap().contains_key("refusal"));
         assert_eq!(v["usage"]["total_tokens"], json!(5));
     }
 }

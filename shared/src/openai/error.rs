@@ -19,12 +19,7 @@ pub struct ErrorObject {
 }
 
 impl ErrorBody {
-    pub fn new(
-        message: impl Into<String>,
-        kind: &str,
-        code: Option<&str>,
-        param: Option<&str>,
-    ) -> Self {
+    pub fn new(message: impl Into<String>, kind: &str, code: Option<&str>, param: Option<&str>) -> Self {
         Self {
             error: ErrorObject {
                 message: message.into(),

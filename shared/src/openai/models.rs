@@ -18,20 +18,12 @@ pub struct ModelObject {
 
 impl ModelList {
     pub fn new(data: Vec<ModelObject>) -> Self {
-        Self {
-            object: "list".into(),
-            data,
-        }
+        Self { object: "list".into(), data }
     }
 }
 
 impl ModelObject {
     pub fn new(id: &str, created: i64, owned_by: &str) -> Self {
-        Self {
-            id: id.into(),
-            object: "model".into(),
-            created,
-            owned_by: owned_by.into(),
-        }
+        Self { id: id.into(), object: "model".into(), created, owned_by: owned_by.into() }
     }
 }

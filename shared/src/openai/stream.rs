@@ -73,18 +73,9 @@ mod tests {
         let c: ChatCompletionChunk = serde_json::from_str(raw).unwrap();
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(v["service_tier"], "default");
-        assert_eq!(
-            v["choices"][0]["delta"]["tool_calls"],
-            serde_json::json!([])
-        );
-        assert!(v["choices"][0]
-            .as_object()
-            .unwrap()
-            .contains_key("finish_reason"));
-        assert!(!v["choices"][0]
-            .as_object()
-            .unwrap()
-            .contains_key("logprobs"));
+        assert_eq!(v["choices"][0]["delta"]["tool_calls"], serde_json::json!([]));
+        assert!(v["choices"][0].as_object().unwrap().contains_key("finish_reason"));
+        assert!(!v["choices"][0].as_object().unwrap().contains_key("logprobs"));
         assert!(!v.as_object().unwrap().contains_key("usage"));
     }
 

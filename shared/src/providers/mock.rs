@@ -5,8 +5,7 @@ use serde_json::Map;
 use sha2::{Digest, Sha256};
 
 use crate::openai::{
-    AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice,
-    ChunkChoice, Delta, Usage,
+    AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Delta, Usage,
 };
 use crate::pricing::TokenUsage;
 
@@ -26,38 +25,17 @@ pub fn reply_text(req: &ChatCompletionRequest) -> String {
         h.update([0]);
     }
     let digest = hex::encode(&h.finalize()[..4]);
-    let last = req
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .map(|m| m.text())
-        .unwrap_or_default();
+    let last = req.messages.iter().rev().find(|m| m.role == "user").map(|m| m.text()).unwrap_or_default();
     let echo: Vec<&str> = last.split_whitespace().take(8).collect();
-    format!(
-        "This is the gw mock provider (reply {digest}). You said: {}",
-        echo.join(" ")
-    )
+    format!("This is the gw mock provider (reply {digest}). You said: {}", echo.join(" "))
 }
 
 pub fn usage_for(req: &ChatCompletionRequest, reply: &str) -> TokenUsage {
-    let prompt: u32 = req
-        .messages
-        .iter()
-        .map(|m| count_tokens(&m.text()).saturating_add(3))
-        .sum();
-    TokenUsage {
-        prompt_tokens: prompt,
-        completion_tokens: count_tokens(reply),
-    }
+    let prompt: u32 = req.messages.iter().map(|m| count_tokens(&m.text()).saturating_add(3)).sum();
+    TokenUsage { prompt_tokens: prompt, completion_tokens: count_tokens(reply) }
 }
 
-pub fn complete(
-    req: &ChatCompletionRequest,
-    id: &str,
-    model: &str,
-    created: i64,
-) -> ChatCompletion {
+pub fn complete(req: &ChatCompletionRequest, id: &str, model: &str, created: i64) -> ChatCompletion {
     let reply = reply_text(req);
     let usage = usage_for(req, &reply);
     ChatCompletion {
@@ -85,12 +63,7 @@ pub fn complete(
 
 /// The chunks a stream of this request carries: role, one per word, finish, then usage (always:
 /// the proxy drops it when the client did not ask).
-pub fn stream_chunks(
-    req: &ChatCompletionRequest,
-    id: &str,
-    model: &str,
-    created: i64,
-) -> Vec<ChatCompletionChunk> {
+pub fn stream_chunks(req: &ChatCompletionRequest, id: &str, model: &str, created: i64) -> Vec<ChatCompletionChunk> {
     let reply = reply_text(req);
     let usage = usage_for(req, &reply);
     let chunk = |delta: Delta, finish: Option<&str>| ChatCompletionChunk {
@@ -109,28 +82,11 @@ pub fn stream_chunks(
         system_fingerprint: None,
         extra: Map::new(),
     };
-    let mut out = vec![chunk(
-        Delta {
-            role: Some("assistant".into()),
-            content: Some(String::new()),
-            extra: Map::new(),
-        },
-        None,
-    )];
+    let mut out =
+        vec![chunk(Delta { role: Some("assistant".into()), content: Some(String::new()), extra: Map::new() }, None)];
     for (i, word) in reply.split(' ').enumerate() {
-        let content = if i == 0 {
-            word.to_string()
-        } else {
-            format!(" {word}")
-        };
-        out.push(chunk(
-            Delta {
-                role: None,
-                content: Some(content),
-                extra: Map::new(),
-            },
-            None,
-        ));
+        let content = if i == 0 { word.to_string() } else { format!(" {word}") };
+        out.push(chunk(Delta { role: None, content: Some(content), extra: Map::new() }, None));
     }
     out.push(chunk(Delta::default(), Some("stop")));
     let mut last = chunk(Delta::default(), None);
@@ -151,14 +107,8 @@ mod tests {
 
     #[test]
     fn deterministic_and_prompt_dependent() {
-        assert_eq!(
-            reply_text(&req("hello there")),
-            reply_text(&req("hello there"))
-        );
-        assert_ne!(
-            reply_text(&req("hello there")),
-            reply_text(&req("hello world"))
-        );
+        assert_eq!(reply_text(&req("hello there")), reply_text(&req("hello there")));
+        assert_ne!(reply_text(&req("hello there")), reply_text(&req("hello world")));
     }
 
     #[test]
@@ -166,11 +116,8 @@ mod tests {
         let r = req("stream me please");
         let full = complete(&r, "id", "m", 1);
         let chunks = stream_chunks(&r, "id", "m", 1);
-        let text: String = chunks
-            .iter()
-            .flat_map(|c| c.choices.iter())
-            .filter_map(|c| c.delta.content.clone())
-            .collect();
+        let text: String =
+            chunks.iter().flat_map(|c| c.choices.iter()).filter_map(|c| c.delta.content.clone()).collect();
         assert_eq!(Some(text), full.choices[0].message.content);
         let last = chunks.last().unwrap();
         assert!(last.choices.is_empty());

@@ -6,10 +6,7 @@ use crate::openai::{ChatCompletionRequest, StreamOptions};
 pub const CHAT_COMPLETIONS_PATH: &str = "/chat/completions";
 
 /// The body we send upstream for `req` on a deployment serving `upstream_model`.
-pub fn chat_request_body(
-    req: &ChatCompletionRequest,
-    upstream_model: &str,
-) -> serde_json::Result<Vec<u8>> {
+pub fn chat_request_body(req: &ChatCompletionRequest, upstream_model: &str) -> serde_json::Result<Vec<u8>> {
     let mut up = req.clone();
     up.model = upstream_model.to_string();
     if up.is_stream() {
@@ -32,8 +29,7 @@ mod tests {
             br#"{"model":"public","messages":[{"role":"user","content":"hi"}],"stream":true,"top_p":0.5}"#,
         )
         .unwrap();
-        let body: Value =
-            serde_json::from_slice(&chat_request_body(&req, "real").unwrap()).unwrap();
+        let body: Value = serde_json::from_slice(&chat_request_body(&req, "real").unwrap()).unwrap();
         assert_eq!(body["model"], "real");
         assert_eq!(body["stream_options"]["include_usage"], true);
         assert_eq!(body["top_p"], 0.5);
@@ -41,10 +37,8 @@ mod tests {
 
     #[test]
     fn non_stream_untouched() {
-        let req = ChatCompletionRequest::from_json(
-            br#"{"model":"p","messages":[{"role":"user","content":"hi"}]}"#,
-        )
-        .unwrap();
+        let req =
+            ChatCompletionRequest::from_json(br#"{"model":"p","messages":[{"role":"user","content":"hi"}]}"#).unwrap();
         let body: Value = serde_json::from_slice(&chat_request_body(&req, "p").unwrap()).unwrap();
         assert!(body.get("stream_options").is_none());
         assert!(body.get("stream").is_none());

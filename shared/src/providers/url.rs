@@ -24,32 +24,20 @@ impl std::error::Error for UrlError {}
 
 impl UpstreamUrl {
     pub fn parse(text: &str) -> Result<Self, UrlError> {
-        let uri: http::Uri = text
-            .parse()
-            .map_err(|e| UrlError(format!("{text:?}: {e}")))?;
+        let uri: http::Uri = text.parse().map_err(|e| UrlError(format!("{text:?}: {e}")))?;
         let tls = match uri.scheme_str() {
             Some("http") => false,
             Some("https") => true,
             _ => return Err(UrlError(format!("{text:?}: scheme must be http or https"))),
         };
-        let host = uri
-            .host()
-            .ok_or_else(|| UrlError(format!("{text:?}: no host")))?;
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
+        let host = uri.host().ok_or_else(|| UrlError(format!("{text:?}: no host")))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
         let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
         if uri.query().is_some() {
             return Err(UrlError(format!("{text:?}: must not carry a query")));
         }
         let base_path = uri.path().trim_end_matches('/').to_string();
-        Ok(Self {
-            tls,
-            host,
-            port,
-            base_path,
-        })
+        Ok(Self { tls, host, port, base_path })
     }
 
     /// `host:port` for connecting (IPv6 literals bracketed).
@@ -83,10 +71,7 @@ mod tests {
     #[test]
     fn parses() {
         let u = UpstreamUrl::parse("https://api.openai.com/v1/").unwrap();
-        assert_eq!(
-            (u.tls, u.host.as_str(), u.port, u.base_path.as_str()),
-            (true, "api.openai.com", 443, "/v1")
-        );
+        assert_eq!((u.tls, u.host.as_str(), u.port, u.base_path.as_str()), (true, "api.openai.com", 443, "/v1"));
         assert_eq!(u.host_header(), "api.openai.com");
         assert_eq!(u.path("/chat/completions"), "/v1/chat/completions");
         let u = UpstreamUrl::parse("http://127.0.0.1:9000").unwrap();

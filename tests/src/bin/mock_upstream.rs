@@ -42,12 +42,7 @@ struct State {
 
 fn knobs(state: &State, req: &HttpRequest) -> Knobs {
     let mut k = state.knobs.lock().map(|k| k.clone()).unwrap_or_default();
-    let h = |name: &str| {
-        req.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
+    let h = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
     if let Some(v) = h("x-mock-latency-ms").and_then(|v| v.parse().ok()) {
         k.latency_ms = v;
     }
@@ -73,11 +68,7 @@ fn words(v: &Value) -> u64 {
 
 /// The reply: a digest of the messages plus an echo of the last user message.
 fn reply_for(body: &Value) -> (String, u64) {
-    let msgs = body
-        .get("messages")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let msgs = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
     let mut h = Sha256::new();
     h.update(serde_json::to_vec(&msgs).unwrap_or_default());
     let digest = hex::encode(&h.finalize()[..4]);
@@ -89,14 +80,8 @@ fn reply_for(body: &Value) -> (String, u64) {
         .and_then(Value::as_str)
         .unwrap_or("");
     let echo: Vec<&str> = last.split_whitespace().take(8).collect();
-    let prompt_tokens = msgs
-        .iter()
-        .map(|m| m.get("content").map(words).unwrap_or(0) + 3)
-        .sum();
-    (
-        format!("Mock upstream reply {digest}: {}", echo.join(" ")),
-        prompt_tokens,
-    )
+    let prompt_tokens = msgs.iter().map(|m| m.get("content").map(words).unwrap_or(0) + 3).sum();
+    (format!("Mock upstream reply {digest}: {}", echo.join(" ")), prompt_tokens)
 }
 
 fn error_body(status: u16) -> Value {
@@ -125,29 +110,18 @@ async fn chat(state: web::Data<State>, req: HttpRequest, body: web::Bytes) -> Ht
         return HttpResponse::ServiceUnavailable().json(error_body(503));
     }
     if let Some(status) = k.status {
-        let code = actix_web::http::StatusCode::from_u16(status)
-            .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+        let code =
+            actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
         return HttpResponse::build(code).json(error_body(status));
     }
-    if body
-        .get("messages")
-        .and_then(Value::as_array)
-        .is_none_or(|m| m.is_empty())
-    {
+    if body.get("messages").and_then(Value::as_array).is_none_or(|m| m.is_empty()) {
         return HttpResponse::BadRequest().json(
             json!({"error": {"message": "'messages' is required", "type": "invalid_request_error", "param": "messages", "code": null}}),
         );
     }
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("mock")
-        .to_string();
+    let model = body.get("model").and_then(Value::as_str).unwrap_or("mock").to_string();
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let include_usage = body
-        .pointer("/stream_options/include_usage")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     let (reply, prompt_tokens) = reply_for(&body);
     let completion_tokens = reply.split_whitespace().count() as u64;
     let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
@@ -157,9 +131,7 @@ async fn chat(state: web::Data<State>, req: HttpRequest, body: web::Bytes) -> Ht
 
     if !stream {
         if k.malformed {
-            return HttpResponse::Ok()
-                .content_type("application/json")
-                .body("{\"this is\": not json");
+            return HttpResponse::Ok().content_type("application/json").body("{\"this is\": not json");
         }
         let mut resp = json!({
             "id": id, "object": "chat.completion", "created": created, "model": model,
@@ -183,43 +155,28 @@ async fn chat(state: web::Data<State>, req: HttpRequest, body: web::Bytes) -> Ht
     if k.malformed {
         events.push(Bytes::from_static(b"data: {not json at all\n\n"));
     } else {
-        events.push(sse(&chunk(
-            json!({"role": "assistant", "content": ""}),
-            Value::Null,
-        )));
+        events.push(sse(&chunk(json!({"role": "assistant", "content": ""}), Value::Null)));
         for (i, w) in reply.split(' ').enumerate() {
-            let piece = if i == 0 {
-                w.to_string()
-            } else {
-                format!(" {w}")
-            };
+            let piece = if i == 0 { w.to_string() } else { format!(" {w}") };
             events.push(sse(&chunk(json!({"content": piece}), Value::Null)));
         }
         events.push(sse(&chunk(json!({}), json!("stop"))));
         if include_usage && !k.no_usage {
-            events.push(sse(
-                &json!({"id": id, "object": "chat.completion.chunk", "created": created,
-                                     "model": model, "choices": [], "usage": usage}),
-            ));
+            events.push(sse(&json!({"id": id, "object": "chat.completion.chunk", "created": created,
+                                     "model": model, "choices": [], "usage": usage})));
         }
         events.push(Bytes::from_static(b"data: [DONE]\n\n"));
     }
     let (ttft, delay) = (k.ttft_ms, k.chunk_delay_ms);
-    let stream = futures::stream::unfold(
-        (events.into_iter(), true),
-        move |(mut it, first)| async move {
-            let next = it.next()?;
-            let wait = if first { ttft } else { delay };
-            if wait > 0 {
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-            }
-            Some((Ok::<_, actix_web::Error>(next), (it, false)))
-        },
-    );
-    HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header(("Cache-Control", "no-cache"))
-        .streaming(stream)
+    let stream = futures::stream::unfold((events.into_iter(), true), move |(mut it, first)| async move {
+        let next = it.next()?;
+        let wait = if first { ttft } else { delay };
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        Some((Ok::<_, actix_web::Error>(next), (it, false)))
+    });
+    HttpResponse::Ok().content_type("text/event-stream").insert_header(("Cache-Control", "no-cache")).streaming(stream)
 }
 
 #[post("/v1/embeddings")]
@@ -233,11 +190,7 @@ async fn embeddings(body: web::Json<Value>) -> HttpResponse {
             )
         }
     };
-    let dims = body
-        .get("dimensions")
-        .and_then(Value::as_u64)
-        .unwrap_or(8)
-        .clamp(1, 4096) as usize;
+    let dims = body.get("dimensions").and_then(Value::as_u64).unwrap_or(8).clamp(1, 4096) as usize;
     let mut tokens = 0;
     let data: Vec<Value> = inputs
         .iter()
@@ -245,16 +198,11 @@ async fn embeddings(body: web::Json<Value>) -> HttpResponse {
         .map(|(i, text)| {
             tokens += text.split_whitespace().count();
             let digest = Sha256::digest(text.as_bytes());
-            let v: Vec<f32> = (0..dims)
-                .map(|d| (digest[d % 32] as f32 / 127.5) - 1.0)
-                .collect();
+            let v: Vec<f32> = (0..dims).map(|d| (digest[d % 32] as f32 / 127.5) - 1.0).collect();
             json!({"object": "embedding", "index": i, "embedding": v})
         })
         .collect();
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("mock-embedding");
+    let model = body.get("model").and_then(Value::as_str).unwrap_or("mock-embedding");
     HttpResponse::Ok().json(json!({"object": "list", "data": data, "model": model,
                                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
 }
@@ -277,13 +225,8 @@ async fn set_config(state: web::Data<State>, body: web::Json<Knobs>) -> HttpResp
 
 #[get("/_mock/stats")]
 async fn stats(state: web::Data<State>) -> HttpResponse {
-    let last = state
-        .last_body
-        .lock()
-        .map(|v| v.clone())
-        .unwrap_or(Value::Null);
-    HttpResponse::Ok()
-        .json(json!({"requests": state.requests.load(Ordering::SeqCst), "last_body": last}))
+    let last = state.last_body.lock().map(|v| v.clone()).unwrap_or(Value::Null);
+    HttpResponse::Ok().json(json!({"requests": state.requests.load(Ordering::SeqCst), "last_body": last}))
 }
 
 fn parse_args() -> Result<(String, Knobs), String> {
@@ -292,9 +235,7 @@ fn parse_args() -> Result<(String, Knobs), String> {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut num = |name: &str| -> Result<u64, String> {
-            args.next()
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("{name} needs a number"))
+            args.next().and_then(|v| v.parse().ok()).ok_or_else(|| format!("{name} needs a number"))
         };
         match a.as_str() {
             "--listen" => listen = args.next().ok_or("--listen needs an address")?,
@@ -326,10 +267,7 @@ async fn main() -> std::io::Result<()> {
         requests: AtomicU64::new(0),
         last_body: Mutex::new(Value::Null),
     });
-    let workers = std::env::var("MOCK_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let workers = std::env::var("MOCK_WORKERS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
