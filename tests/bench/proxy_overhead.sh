@@ -17,7 +17,7 @@ command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -
 scripts/services.sh start
 eval "$(scripts/services.sh env)"
 cargo build --release -q -p gw-proxy -p gw-admin -p gw-tests --bins
-BIN=target/release
+BIN=${CARGO_TARGET_DIR:-target}/release
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 MOCK_PORT=$(free_port); PROXY_PORT=$(free_port); ADMIN_PORT=$(free_port); METRICS_PORT=$(free_port)
