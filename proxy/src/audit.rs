@@ -9,7 +9,7 @@ use gw_shared::audit::AuditRecord;
 use gw_shared::db::{api_keys, audit_logs, DbPool};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{mpsc, Mutex, Semaphore};
 
 use crate::metrics::Metrics;
 
@@ -37,10 +37,12 @@ impl AuditSink {
     }
 }
 
+/// Batches in flight at once: one writer would cap the flusher at one batch per round trip.
+const CONCURRENT_WRITES: usize = 4;
+
 pub struct AuditFlusher {
     rx: Mutex<mpsc::Receiver<AuditRecord>>,
-    db: DbPool,
-    metrics: Arc<Metrics>,
+    writer: Arc<BatchWriter>,
     batch_size: usize,
     interval: Duration,
     /// How long to keep draining after shutdown begins (requests still finishing).
@@ -57,11 +59,17 @@ pub fn channel(
 ) -> (AuditSink, AuditFlusher) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let sink = AuditSink { tx, metrics: metrics.clone() };
-    let flusher = AuditFlusher { rx: Mutex::new(rx), db, metrics, batch_size, interval, drain_for };
+    let writer = Arc::new(BatchWriter { db, metrics });
+    let flusher = AuditFlusher { rx: Mutex::new(rx), writer, batch_size, interval, drain_for };
     (sink, flusher)
 }
 
-impl AuditFlusher {
+struct BatchWriter {
+    db: DbPool,
+    metrics: Arc<Metrics>,
+}
+
+impl BatchWriter {
     /// Writes one batch, retrying with backoff until it lands; past the shutdown deadline it gives
     /// up after a few tries. The insert is idempotent (`ON CONFLICT DO NOTHING` on the request
     /// id), so a retry never duplicates. A batch Postgres refuses as data (not as an outage) is
@@ -134,10 +142,25 @@ fn is_data_error(e: &gw_shared::Error) -> bool {
     }
 }
 
+impl AuditFlusher {
+    /// Hands a batch to a writer task once a write slot is free; while all are busy, records wait
+    /// in the channel (which is the buffer).
+    async fn dispatch(&self, slots: &Arc<Semaphore>, batch: Vec<AuditRecord>, shutdown: &ShutdownWatch) {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let writer = self.writer.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            writer.write(&batch, &shutdown).await;
+            drop(permit);
+        });
+    }
+}
+
 #[async_trait]
 impl BackgroundService for AuditFlusher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut rx = self.rx.lock().await;
+        let slots = Arc::new(Semaphore::new(CONCURRENT_WRITES));
         let mut batch = Vec::with_capacity(self.batch_size);
         let mut tick = tokio::time::interval(self.interval);
         let mut deadline: Option<tokio::time::Instant> = None;
@@ -149,14 +172,12 @@ impl BackgroundService for AuditFlusher {
                         break; // every sender is gone
                     }
                     if batch.len() >= self.batch_size {
-                        self.write(&batch, &shutdown).await;
-                        batch.clear();
+                        self.dispatch(&slots, std::mem::take(&mut batch), &shutdown).await;
                     }
                 }
                 _ = tick.tick() => {
                     if !batch.is_empty() {
-                        self.write(&batch, &shutdown).await;
-                        batch.clear();
+                        self.dispatch(&slots, std::mem::take(&mut batch), &shutdown).await;
                     }
                     if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                         break;
@@ -172,9 +193,13 @@ impl BackgroundService for AuditFlusher {
         while let Ok(rec) = rx.try_recv() {
             batch.push(rec);
         }
-        for chunk in batch.chunks(self.batch_size) {
-            self.write(chunk, &shutdown).await;
+        while !batch.is_empty() {
+            let rest = batch.split_off(batch.len().min(self.batch_size));
+            self.dispatch(&slots, batch, &shutdown).await;
+            batch = rest;
         }
+        // Every write slot back means every batch has landed (or been given up on).
+        let _ = slots.acquire_many(CONCURRENT_WRITES as u32).await;
         log::info!("audit flusher stopped");
     }
 }
