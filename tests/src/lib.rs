@@ -272,6 +272,23 @@ impl Stack {
         (s, key, id)
     }
 
+    /// `GET {admin}/api/v1{path}` with a session token.
+    pub async fn admin_get(&self, path: &str, token: &str) -> reqwest::Response {
+        self.http.get(format!("{}/api/v1{path}", self.admin)).bearer_auth(token).send().await.expect("admin GET")
+    }
+
+    /// `DELETE {admin}/api/v1{path}` with a session token.
+    pub async fn admin_delete(&self, path: &str, token: &str) -> reqwest::Response {
+        self.http.delete(format!("{}/api/v1{path}", self.admin)).bearer_auth(token).send().await.expect("admin DELETE")
+    }
+
+    /// One page of `GET /api/v1/api-keys{query}`, as JSON.
+    pub async fn list_keys(&self, token: &str, query: &str) -> Value {
+        let r = self.admin_get(&format!("/api-keys{query}"), token).await;
+        assert_eq!(r.status(), 200, "listing keys failed");
+        r.json().await.expect("key list JSON")
+    }
+
     pub async fn chat(&self, key: &str, body: Value) -> reqwest::Response {
         self.http
             .post(format!("{}/v1/chat/completions", self.proxy))

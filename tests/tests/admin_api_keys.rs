@@ -44,16 +44,7 @@ async fn create_returns_the_secret_once_and_stores_only_its_hash() {
     assert_eq!(hash, gw_shared::keys::hash_secret(key).to_vec());
     assert!(prefix.len() < key.len() / 2);
 
-    let list: Value = stack
-        .http
-        .get(format!("{}/api/v1/api-keys", stack.admin))
-        .bearer_auth(&s.access_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = stack.list_keys(&s.access_token, "").await;
     assert_eq!(list["data"].as_array().unwrap().len(), 1);
     assert!(!list.to_string().contains(key), "listing leaked the secret");
     assert_eq!(list["data"][0]["status"], "active");
@@ -95,11 +86,11 @@ async fn list_paginates_newest_first() {
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = format!("{}/api/v1/api-keys?limit=2", stack.admin);
-        if let Some(c) = &cursor {
-            url.push_str(&format!("&cursor={c}"));
-        }
-        let page: Value = stack.http.get(url).bearer_auth(&s.access_token).send().await.unwrap().json().await.unwrap();
+        let query = match &cursor {
+            Some(c) => format!("?limit=2&cursor={c}"),
+            None => "?limit=2".to_string(),
+        };
+        let page = stack.list_keys(&s.access_token, &query).await;
         seen.extend(page["data"].as_array().unwrap().iter().map(|k| k["id"].as_str().unwrap().to_string()));
         match page["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_string()),
@@ -108,13 +99,7 @@ async fn list_paginates_newest_first() {
     }
     assert_eq!(seen, ids);
     for bad in ["limit=0", "limit=1000", "cursor=nope"] {
-        let r = stack
-            .http
-            .get(format!("{}/api/v1/api-keys?{bad}", stack.admin))
-            .bearer_auth(&s.access_token)
-            .send()
-            .await
-            .unwrap();
+        let r = stack.admin_get(&format!("/api-keys?{bad}"), &s.access_token).await;
         assert_eq!(r.status(), 400, "{bad}");
     }
 }
@@ -125,13 +110,7 @@ async fn revoked_key_stops_working_within_a_second() {
     let (s, key, id) = stack.org_with_key().await;
     // Warm the proxy's key cache: from here only the invalidation message can end the key fast.
     assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
-    let r = stack
-        .http
-        .delete(format!("{}/api/v1/api-keys/{id}", stack.admin))
-        .bearer_auth(&s.access_token)
-        .send()
-        .await
-        .unwrap();
+    let r = stack.admin_delete(&format!("/api-keys/{id}"), &s.access_token).await;
     assert_eq!(r.status(), 204);
     let revoked_at = Instant::now();
     loop {
@@ -145,24 +124,9 @@ async fn revoked_key_stops_working_within_a_second() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Revoking again is a no-op; the listing shows it revoked.
-    let r = stack
-        .http
-        .delete(format!("{}/api/v1/api-keys/{id}", stack.admin))
-        .bearer_auth(&s.access_token)
-        .send()
-        .await
-        .unwrap();
+    let r = stack.admin_delete(&format!("/api-keys/{id}"), &s.access_token).await;
     assert_eq!(r.status(), 204);
-    let list: Value = stack
-        .http
-        .get(format!("{}/api/v1/api-keys", stack.admin))
-        .bearer_auth(&s.access_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = stack.list_keys(&s.access_token, "").await;
     assert_eq!(list["data"][0]["status"], "revoked");
 }
 
@@ -171,33 +135,11 @@ async fn other_tenants_cannot_see_or_revoke_keys() {
     let stack = Stack::start().await;
     let (_, key_a, id_a) = stack.org_with_key().await;
     let b = stack.register().await;
-    let r = stack
-        .http
-        .delete(format!("{}/api/v1/api-keys/{id_a}", stack.admin))
-        .bearer_auth(&b.access_token)
-        .send()
-        .await
-        .unwrap();
+    let r = stack.admin_delete(&format!("/api-keys/{id_a}"), &b.access_token).await;
     assert_eq!(r.status(), 404);
-    let list: Value = stack
-        .http
-        .get(format!("{}/api/v1/api-keys", stack.admin))
-        .bearer_auth(&b.access_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = stack.list_keys(&b.access_token, "").await;
     assert_eq!(list["data"], json!([]));
-    let r = stack
-        .http
-        .get(format!("{}/api/v1/api-keys?cursor=ffffffff-ffff-7fff-bfff-ffffffffffff", stack.admin))
-        .bearer_auth(&b.access_token)
-        .send()
-        .await
-        .unwrap();
-    let list: Value = r.json().await.unwrap();
+    let list = stack.list_keys(&b.access_token, "?cursor=ffffffff-ffff-7fff-bfff-ffffffffffff").await;
     assert_eq!(list["data"], json!([]));
     // A's key still works.
     assert_eq!(stack.chat(&key_a, chat_body()).await.status(), 200);
