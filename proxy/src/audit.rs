@@ -186,6 +186,12 @@ impl BackgroundService for AuditFlusher {
                 changed = shutdown.changed(), if deadline.is_none() => {
                     if changed.is_err() || *shutdown.borrow() {
                         deadline = Some(tokio::time::Instant::now() + self.drain_for);
+                        // From now on every record is the last chance to write it: flush at once
+                        // and keep flushing often until the drain window closes.
+                        if !batch.is_empty() {
+                            self.dispatch(&slots, std::mem::take(&mut batch), &shutdown).await;
+                        }
+                        tick = tokio::time::interval(self.interval.min(Duration::from_millis(50)));
                     }
                 }
             }

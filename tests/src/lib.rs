@@ -93,6 +93,8 @@ pub fn start_mock(args: &[&str]) -> (Proc, String) {
 pub struct StackOptions {
     /// Extra TOML appended to the generated config (more providers, models, prices).
     pub extra_config: String,
+    /// Extra keys for the `[proxy]` table.
+    pub proxy_config: String,
     pub mock_args: Vec<String>,
 }
 
@@ -102,6 +104,8 @@ pub struct Stack {
     pub mock: String,
     pub proxy_metrics: String,
     pub http: reqwest::Client,
+    /// Process id of gw-proxy, for signalling it.
+    pub proxy_pid: u32,
     _procs: Vec<Proc>,
     config: PathBuf,
 }
@@ -117,7 +121,8 @@ pub fn dead_url() -> String {
     format!("http://127.0.0.1:{}/v1", free_port())
 }
 
-pub fn config_text(mock: &str, proxy_port: u16, metrics_port: u16, admin_port: u16, extra: &str) -> String {
+pub fn config_text(mock: &str, ports: (u16, u16, u16), proxy_extra: &str, extra: &str) -> String {
+    let (proxy_port, metrics_port, admin_port) = ports;
     format!(
         r#"
 [database]
@@ -133,7 +138,7 @@ threads = 1
 max_body_bytes = 65536
 upstream_connect_timeout_ms = 1000
 upstream_read_timeout_ms = 5000
-audit_flush_interval_ms = 50
+{proxy_extra}
 [admin]
 listen = "127.0.0.1:{admin_port}"
 workers = 1
@@ -186,8 +191,10 @@ impl Stack {
         let (mock_proc, mock) = start_mock(&mock_args);
         let (proxy_port, metrics_port, admin_port) = (free_port(), free_port(), free_port());
         let config = std::env::temp_dir().join(format!("gw-test-{}.toml", uuid::Uuid::new_v4()));
-        std::fs::write(&config, config_text(&mock, proxy_port, metrics_port, admin_port, &opts.extra_config))
-            .expect("write test config");
+        let proxy_extra =
+            if opts.proxy_config.is_empty() { "audit_flush_interval_ms = 50" } else { &opts.proxy_config };
+        let text = config_text(&mock, (proxy_port, metrics_port, admin_port), proxy_extra, &opts.extra_config);
+        std::fs::write(&config, text).expect("write test config");
         let spawn = |name: &str| {
             Command::new(bin(name))
                 .env("GW_CONFIG", &config)
@@ -204,6 +211,7 @@ impl Stack {
         };
         let admin_proc = spawn("gw-admin");
         let proxy_proc = spawn("gw-proxy");
+        let proxy_pid = proxy_proc.0.id();
         let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client");
         let stack = Stack {
             proxy: format!("http://127.0.0.1:{proxy_port}"),
@@ -211,6 +219,7 @@ impl Stack {
             mock,
             proxy_metrics: format!("http://127.0.0.1:{metrics_port}"),
             http,
+            proxy_pid,
             _procs: vec![proxy_proc, admin_proc, mock_proc],
             config,
         };
@@ -270,6 +279,23 @@ impl Stack {
         let key = body["key"].as_str().expect("key").to_string();
         let id = body["id"].as_str().expect("id").to_string();
         (s, key, id)
+    }
+
+    /// Sends SIGTERM to gw-proxy and waits (up to 30 s) until it has exited.
+    pub async fn terminate_proxy(&self) {
+        let pid = self.proxy_pid.to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
+        assert!(status.success(), "kill -TERM {pid} failed");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Command::new("kill").args(["-0", &pid]).stderr(Stdio::null()).status().is_ok_and(|s| s.success()) {
+            // A zombie still answers kill -0; its state in /proc says it is gone.
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if state.split_whitespace().nth(2) == Some("Z") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "gw-proxy did not exit after SIGTERM");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// `GET {admin}/api/v1{path}` with a session token.

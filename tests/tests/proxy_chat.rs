@@ -197,3 +197,44 @@ async fn upstream_5xx_then_recovery_reuses_nothing_broken() {
         assert_eq!(ok.status(), 200);
     }
 }
+
+#[tokio::test]
+async fn latency_and_ttft_headers_measure_the_upstream() {
+    let stack = Stack::start().await;
+    let (_, key, _) = stack.org_with_key().await;
+    // The upstream takes 120 ms before its header and 150 ms more before the first chunk.
+    stack.mock_config(json!({"latency_ms": 120, "ttft_ms": 150})).await;
+    let resp = stack.chat(&key, json!({"model": "gpt-4o-mini", "messages": user("slow"), "stream": true})).await;
+    assert_eq!(resp.status(), 200);
+    let ttft: u64 = header(&resp, "x-gw-ttft-ms").parse().unwrap();
+    assert!(ttft >= 270, "ttft {ttft} ms is below the upstream's own 270 ms");
+    let _ = resp.text().await.unwrap();
+
+    let resp = stack.chat(&key, json!({"model": "gpt-4o-mini", "messages": user("slow")})).await;
+    let latency: u64 = header(&resp, "x-gw-latency-ms").parse().unwrap();
+    assert!(latency >= 120, "latency {latency} ms is below the upstream's own 120 ms");
+}
+
+#[tokio::test]
+async fn sigterm_flushes_every_audit_row() {
+    // A flush interval far longer than the test: only the shutdown drain can write these rows.
+    let stack = Stack::start_with(gw_tests::StackOptions {
+        proxy_config: "audit_flush_interval_ms = 600000".into(),
+        ..Default::default()
+    })
+    .await;
+    let (session, key, _) = stack.org_with_key().await;
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let resp = stack.chat(&key, json!({"model": "mock-model", "messages": user(&format!("req {i}"))})).await;
+        assert_eq!(resp.status(), 200);
+        ids.push(Uuid::parse_str(header(&resp, "x-gw-request-id")).unwrap());
+    }
+    // Stop the proxy right away: whatever is still queued must be written on the way out.
+    stack.terminate_proxy().await;
+    let mut conn = db::connect().await;
+    for id in ids {
+        let row = gw_shared::db::audit_logs::find(&mut conn, session.org_id, id).await.unwrap();
+        assert!(row.is_some(), "audit row {id} lost at shutdown");
+    }
+}
