@@ -30,6 +30,8 @@ pub struct Gateway {
     pub audit: AuditSink,
     pub metrics: Arc<Metrics>,
     pub max_body: usize,
+    /// Idle keep-alive limit for client connections, in seconds.
+    pub keepalive_idle_secs: u64,
     /// Unix time the process started: the `created` of every listed model.
     pub started_at: i64,
     db: DbPool,
@@ -54,6 +56,7 @@ impl Gateway {
             audit,
             metrics,
             max_body,
+            keepalive_idle_secs: 75,
             started_at: chrono::Utc::now().timestamp(),
             db,
             team_cache: Cache::builder().max_capacity(100_000).time_to_live(Duration::from_secs(30)).build(),
@@ -155,6 +158,10 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> pingora::Result<bool> {
+        // Pingora keeps an idle HTTP/1.1 connection open forever (`Some(0)`); bound it instead.
+        if session.get_keepalive() == Some(0) {
+            session.set_keepalive(Some(self.keepalive_idle_secs));
+        }
         if let Err(err) = self.handle(session, ctx).await {
             ctx.error_type = Some(err.label());
             match &err {

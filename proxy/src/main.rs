@@ -62,7 +62,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         Duration::from_millis(p.upstream_read_timeout_ms),
         p.max_upstream_body_bytes,
     );
-    let gateway = gateway::Gateway::new(router, keys.clone(), upstreams, sink, metrics.clone(), db, p.max_body_bytes);
+    let mut gateway =
+        gateway::Gateway::new(router, keys.clone(), upstreams, sink, metrics.clone(), db, p.max_body_bytes);
+    gateway.keepalive_idle_secs = p.keepalive_idle_secs;
 
     let conf = ServerConf {
         threads: p.threads.max(1),

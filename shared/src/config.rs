@@ -79,6 +79,8 @@ pub struct ProxyConfig {
     /// How long an unknown key is remembered as unknown.
     pub key_negative_ttl_secs: u64,
     pub key_cache_capacity: u64,
+    /// An idle keep-alive connection from a client is closed after this many seconds.
+    pub keepalive_idle_secs: u64,
     pub audit_channel_capacity: usize,
     pub audit_batch_size: usize,
     pub audit_flush_interval_ms: u64,
@@ -97,6 +99,7 @@ impl Default for ProxyConfig {
             key_cache_ttl_secs: 30,
             key_negative_ttl_secs: 2,
             key_cache_capacity: 100_000,
+            keepalive_idle_secs: 75,
             audit_channel_capacity: 50_000,
             audit_batch_size: 500,
             audit_flush_interval_ms: 200,
@@ -286,7 +289,7 @@ impl Config {
                 }
             }
         }
-        if self.proxy.max_body_bytes == 0 || self.proxy.audit_batch_size == 0 {
+        if self.proxy.max_body_bytes == 0 || self.proxy.audit_batch_size == 0 || self.proxy.keepalive_idle_secs == 0 {
             return Err(Error::Config("proxy limits must be positive".into()));
         }
         // 22 bind parameters a row: Postgres allows 65 535 per statement.

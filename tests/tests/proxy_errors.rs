@@ -180,3 +180,31 @@ async fn hostile_model_names_cannot_wedge_the_audit_log() {
     assert_eq!(row.status_code, 404);
     assert_eq!(row.model.as_deref(), Some("badmodel"));
 }
+
+#[tokio::test]
+async fn idle_keepalive_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stack = gw_tests::Stack::start_with(gw_tests::StackOptions {
+        proxy_config: "keepalive_idle_secs = 1".into(),
+        ..Default::default()
+    })
+    .await;
+    let addr = stack.proxy.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(b"GET /v1/models HTTP/1.1\r\nHost: gw\r\n\r\n").await.unwrap();
+    // The 401 answer, read to its end.
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&buf).contains("}}") {
+        let n = conn.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed before the response");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    assert!(String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 401"));
+    // Idle past the limit: the proxy closes its end.
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut chunk))
+        .await
+        .expect("idle connection was kept open past keepalive_idle_secs")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+}
