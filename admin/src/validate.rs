@@ -42,7 +42,7 @@ mod tests {
 
     #[test]
     fn emails() {
-        assert_eq!(email(" a@b.co ").unwrap(), "a@b.co");
+        assert_eq!(email(" a@b.co ").ok().as_deref(), Some("a@b.co"));
         for bad in ["", "a", "a@b", "@b.co", "a@@b.co", "a b@c.co", "a@.co", "a@b."] {
             assert!(email(bad).is_err(), "{bad}");
         }
@@ -50,7 +50,7 @@ mod tests {
 
     #[test]
     fn texts() {
-        assert_eq!(text("n", "  x ", 3).unwrap(), "x");
+        assert_eq!(text("n", "  x ", 3).ok().as_deref(), Some("x"));
         assert!(text("n", "   ", 3).is_err());
         assert!(text("n", "abcd", 3).is_err());
         assert!(text("n", "a\u{0}b", 3).is_err());
