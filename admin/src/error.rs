@@ -18,6 +18,9 @@ pub enum ApiError {
     Forbidden(String),
     #[error("{0} not found")]
     NotFound(&'static str),
+    /// A known path asked with a method it does not answer; holds the `Allow` list.
+    #[error("method not allowed on this path; allowed: {0}")]
+    MethodNotAllowed(&'static str),
     #[error("{0}")]
     Conflict(String),
     #[error("request body is larger than the {0}-byte limit")]
@@ -46,6 +49,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::Unavailable(_) => "unavailable",
@@ -61,6 +65,7 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -74,8 +79,14 @@ impl ResponseError for ApiError {
             log::error!("internal error: {detail}");
         }
         let mut resp = HttpResponse::build(self.status_code());
-        if matches!(self, ApiError::Unauthorized(_)) {
-            resp.insert_header(("WWW-Authenticate", "Bearer"));
+        match self {
+            ApiError::Unauthorized(_) => {
+                resp.insert_header(("WWW-Authenticate", "Bearer"));
+            }
+            ApiError::MethodNotAllowed(allow) => {
+                resp.insert_header(("Allow", *allow));
+            }
+            _ => {}
         }
         resp.json(Body { error: Inner { code: self.code(), message: self.to_string() } })
     }

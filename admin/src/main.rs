@@ -80,6 +80,21 @@ fn json_error(err: JsonPayloadError, limit: usize) -> actix_web::Error {
     api.into()
 }
 
+/// The `method` label of the request metric: the standard methods by name, anything else a
+/// client may invent as `other`, so no client can create new series at will.
+fn method_label(method: &actix_web::http::Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    }
+}
+
 fn serve() -> Result<(), BoxError> {
     let cfg = Config::load()?;
     let jwt_secret = cfg.jwt_secret()?.to_string();
@@ -114,15 +129,15 @@ fn serve() -> Result<(), BoxError> {
                 .wrap_fn(move |req, srv| {
                     let started = Instant::now();
                     let request_id = gw_shared::ids::new_id().to_string();
-                    let method = req.method().to_string();
+                    let method = method_label(req.method());
                     let route = req.match_pattern().unwrap_or_else(|| "unmatched".into());
                     let metrics = metrics.clone();
                     let fut = srv.call(req);
                     async move {
                         let mut res = fut.await?;
                         let status = res.status().as_u16().to_string();
-                        metrics.requests.with_label_values(&[&route, &method, &status]).inc();
-                        metrics.duration.with_label_values(&[&route]).observe(started.elapsed().as_secs_f64());
+                        metrics.requests.with_label_values(&[route.as_str(), method, status.as_str()]).inc();
+                        metrics.duration.with_label_values(&[route.as_str()]).observe(started.elapsed().as_secs_f64());
                         if let Ok(v) = HeaderValue::from_str(&request_id) {
                             res.headers_mut().insert(HeaderName::from_static(REQUEST_ID), v);
                         }

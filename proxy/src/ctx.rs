@@ -1,114 +1,141 @@
-//! The per-request context: the single record of a request, filled phase by phase; the audit
-//! row and the `x-gw-*` headers are both built from it.
+//! The per-request context: the single record of a request, filled step by step by the
+//! pipeline. The `x-gw-*` headers (`pipeline::respond`) and the audit row (`pipeline::audit`)
+//! are both derived from it, never from values computed on the side.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use gw_shared::audit::{ms_i32, tokens_i32, AuditRecord};
+use gw_shared::cache::CacheStatus;
 use gw_shared::db::api_keys::KeyAuth;
-use gw_shared::headers;
+use gw_shared::limits::LimitState;
+use gw_shared::openai::ChatRequest;
+use gw_shared::policy::PolicyDecision;
 use gw_shared::pricing::TokenUsage;
 use rust_decimal::Decimal;
 use uuid::Uuid;
+
+/// The `/v1` endpoints gw serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Models,
+    ChatCompletions,
+}
+
+impl Endpoint {
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Models => "/v1/models",
+            Endpoint::ChatCompletions => "/v1/chat/completions",
+        }
+    }
+}
+
+/// How one upstream attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// This attempt answered the client.
+    Answered,
+    /// Failed before anything reached the client; the next deployment may be tried.
+    Retryable(&'static str),
+    /// Failed for good (the client's request was at fault, or the response had started).
+    Failed(&'static str),
+}
+
+impl AttemptOutcome {
+    /// Metric label: an attempt whose stream broke counts as a failure, not a success.
+    pub fn label(self) -> &'static str {
+        match self {
+            AttemptOutcome::Answered => "ok",
+            AttemptOutcome::Retryable(_) => "retryable_error",
+            AttemptOutcome::Failed(_) => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub provider: Arc<str>,
+    pub upstream_model: Arc<str>,
+    pub outcome: AttemptOutcome,
+    /// The upstream's status, when one arrived.
+    pub status: Option<u16>,
+    /// Time to the upstream's response header.
+    pub latency: Option<Duration>,
+}
 
 pub struct RequestCtx {
     pub request_id: Uuid,
     pub started: Instant,
     pub created_at: DateTime<Utc>,
-    pub endpoint: &'static str,
+    /// The request fails with 504 rather than run past this.
+    pub deadline: Instant,
+    pub endpoint: Option<Endpoint>,
+    pub client_ip: Option<IpAddr>,
     pub key: Option<Arc<KeyAuth>>,
     pub team_id: Option<Uuid>,
-    /// The model the client asked for.
+    /// The model the client asked for (kept even when the body fails validation later).
     pub model: Option<String>,
-    /// The provider and upstream model of the deployment that answered (or was last tried).
-    pub provider: Option<String>,
-    pub upstream_model: Option<String>,
+    pub request: Option<ChatRequest>,
     pub stream: bool,
+    pub limits: Option<LimitState>,
+    pub policy: Vec<PolicyDecision>,
+    pub cache: CacheStatus,
+    pub attempts: Vec<Attempt>,
     pub usage: TokenUsage,
     pub cost: Decimal,
+    /// Status of the response the client got (499 when it left first).
     pub status: u16,
-    pub error_type: Option<&'static str>,
-    pub upstream_latency: Option<Duration>,
+    pub error: Option<&'static str>,
     pub ttft: Option<Duration>,
-    pub attempts: u32,
     /// Whether the downstream response header has been written.
     pub header_sent: bool,
+    /// The header named a provider of its own (`/v1/models` answers as `gw`).
+    pub answered_by_gw: bool,
 }
 
 impl RequestCtx {
-    pub fn new() -> Self {
+    pub fn new(request_timeout: Duration) -> Self {
+        let started = Instant::now();
         Self {
             request_id: gw_shared::ids::new_id(),
-            started: Instant::now(),
+            started,
             created_at: Utc::now(),
-            endpoint: "unknown",
+            deadline: started + request_timeout,
+            endpoint: None,
+            client_ip: None,
             key: None,
             team_id: None,
             model: None,
-            provider: None,
-            upstream_model: None,
+            request: None,
             stream: false,
+            limits: None,
+            policy: Vec::new(),
+            cache: CacheStatus::Miss,
+            attempts: Vec::new(),
             usage: TokenUsage::default(),
             cost: Decimal::ZERO,
             status: 0,
-            error_type: None,
-            upstream_latency: None,
+            error: None,
             ttft: None,
-            attempts: 0,
             header_sent: false,
+            answered_by_gw: false,
         }
     }
 
-    pub fn provider_header(&self) -> &str {
-        self.provider.as_deref().unwrap_or(headers::POLICY_NONE)
+    /// The attempt that answered, or the last one tried.
+    pub fn last_attempt(&self) -> Option<&Attempt> {
+        self.attempts.last()
     }
 
-    pub fn model_header(&self) -> &str {
-        self.upstream_model.as_deref().unwrap_or(headers::POLICY_NONE)
+    /// The strongest policy decision, which the `x-gw-policy-*` headers report.
+    pub fn policy_verdict(&self) -> Option<&PolicyDecision> {
+        self.policy.iter().max_by_key(|d| d.action)
     }
 
-    /// The audit row, for requests that authenticated (others belong to no tenant).
-    pub fn audit_record(&self) -> Option<AuditRecord> {
-        let key = self.key.as_ref()?;
-        Some(AuditRecord {
-            id: self.request_id,
-            org_id: key.org_id,
-            team_id: self.team_id,
-            api_key_id: Some(key.id),
-            endpoint: self.endpoint.to_string(),
-            model: self.model.as_deref().map(audit_text),
-            provider: self.provider.clone(),
-            upstream_model: self.upstream_model.clone(),
-            status_code: i32::from(self.status),
-            error_type: self.error_type.map(str::to_string),
-            stream: self.stream,
-            prompt_tokens: tokens_i32(self.usage.prompt_tokens),
-            completion_tokens: tokens_i32(self.usage.completion_tokens),
-            total_tokens: tokens_i32(self.usage.total()),
-            cost_usd: self.cost,
-            latency_ms: ms_i32(self.started.elapsed()),
-            upstream_latency_ms: self.upstream_latency.map(ms_i32),
-            ttft_ms: self.ttft.map(ms_i32),
-            cache_status: headers::CACHE_MISS.to_string(),
-            policy_action: None,
-            attempts: i32::try_from(self.attempts).unwrap_or(i32::MAX),
-            created_at: self.created_at,
-        })
-    }
-}
-
-/// Longest client-supplied string kept in the audit row.
-const MAX_AUDIT_TEXT: usize = 256;
-
-/// Client text as the audit row may hold it: no NUL (Postgres TEXT refuses it), bounded length.
-pub fn audit_text(s: &str) -> String {
-    s.chars().filter(|c| *c != '\0').take(MAX_AUDIT_TEXT).collect()
-}
-
-impl Default for RequestCtx {
-    fn default() -> Self {
-        Self::new()
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
     }
 }
 
@@ -116,9 +143,27 @@ impl Default for RequestCtx {
 mod tests {
     use super::*;
 
+    use gw_shared::policy::PolicyAction;
+
     #[test]
-    fn audit_text_strips_nul_and_bounds_length() {
-        assert_eq!(audit_text("a\0b"), "ab");
-        assert_eq!(audit_text(&"x".repeat(10_000)).len(), MAX_AUDIT_TEXT);
+    fn strongest_policy_decision_wins() {
+        let mut ctx = RequestCtx::new(Duration::from_secs(1));
+        assert!(ctx.policy_verdict().is_none());
+        for action in [PolicyAction::Redacted, PolicyAction::Blocked, PolicyAction::Flagged] {
+            ctx.policy.push(PolicyDecision {
+                policy: "p".into(),
+                guardrail: "g",
+                action,
+                reason: action.label().into(),
+            });
+        }
+        assert_eq!(ctx.policy_verdict().map(|d| d.action), Some(PolicyAction::Blocked));
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(CacheStatus::default().label(), "miss");
+        assert_eq!(AttemptOutcome::Failed("upstream_stream_broken").label(), "error");
+        assert_eq!(Endpoint::ChatCompletions.path(), "/v1/chat/completions");
     }
 }

@@ -1,7 +1,14 @@
-//! The proxy's error type and its single mapping to HTTP: status plus the OpenAI error object,
-//! so official SDKs raise the matching exception (`AuthenticationError` for 401, ...).
+//! The proxy's error type and its single mapping to HTTP: status, the OpenAI error object (so
+//! official SDKs raise the matching exception), the mid-stream error event, and whether another
+//! deployment may be tried. Nothing else in the proxy builds a `/v1` error body.
 
-use gw_shared::openai::ErrorBody;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use gw_shared::openai::validate::echo;
+use gw_shared::openai::{sse_event, ErrorBody};
+use gw_shared::providers::{UpstreamError, UpstreamFailure};
+use http::{HeaderName, HeaderValue};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -9,7 +16,9 @@ pub enum ProxyError {
     #[error("Unknown request URL: {method} {path}. Supported: GET /v1/models, POST /v1/chat/completions.")]
     NotFound { method: String, path: String },
     #[error("Method {method} is not allowed on {path}; use {allow}.")]
-    MethodNotAllowed { method: String, path: String, allow: &'static str },
+    MethodNotAllowed { method: String, path: &'static str, allow: &'static str },
+    #[error("{0}")]
+    HeaderTooLarge(String),
     #[error("You didn't provide an API key. Send it as 'Authorization: Bearer <API_KEY>'.")]
     MissingAuth,
     #[error("Malformed Authorization header: expected 'Bearer <API_KEY>'.")]
@@ -24,49 +33,102 @@ pub enum ProxyError {
     ExpiredKey(String),
     #[error("This API key lacks the '{0}' permission.")]
     PermissionDenied(&'static str),
+    #[error("Too many failed authentication attempts from this address; retry in {0} s.")]
+    AuthThrottled(u64),
     #[error("{0}")]
     InvalidTeam(String),
     #[error("Request body is larger than the {0}-byte limit.")]
     BodyTooLarge(usize),
     #[error("{message}")]
     BadRequest { message: String, param: Option<String> },
-    #[error("The model '{0}' does not exist or you do not have access to it.")]
+    #[error("The model '{}' does not exist or you do not have access to it.", echo(.0))]
     UnknownModel(String),
-    #[error("{0}")]
-    UpstreamUnavailable(String),
-    #[error("{0}")]
-    UpstreamBadResponse(String),
-    #[error("{0}")]
-    UpstreamTimeout(String),
-    /// The upstream refused the request with a client error; its status and message pass through.
-    #[error("{}", body.error.message)]
-    UpstreamRejected { status: u16, body: ErrorBody },
-    #[error("{0}")]
-    UpstreamRateLimited(String),
+    /// The upstream answered, and not with what the client asked for.
+    #[error("{}", upstream_message(provider, error))]
+    Upstream { provider: Arc<str>, error: UpstreamError },
+    #[error("gw could not connect to upstream provider '{provider}' ({why}).")]
+    UpstreamConnect { provider: Arc<str>, why: &'static str },
+    #[error("Upstream provider '{provider}' did not answer in time.")]
+    UpstreamTimeout { provider: Arc<str> },
+    /// A stream that had started broke off.
+    #[error("The stream from upstream provider '{provider}' {why}.")]
+    StreamBroken { provider: Arc<str>, why: &'static str },
+    #[error("The request did not complete within its {0}-second deadline.")]
+    DeadlineExceeded(u64),
     #[error("The authentication backend is unavailable; retry shortly.")]
-    AuthBackend,
-    #[error("Internal error: {0}")]
+    StoreUnavailable,
+    /// A bug or misconfiguration: the detail goes to the log, the client gets the gist.
+    #[error("Internal error.")]
     Internal(String),
-    /// Writing to the client failed: there is nobody left to tell.
-    #[error("client disconnected: {0}")]
-    ClientGone(String),
+    /// Reading from or writing to the client failed: there is nobody left to tell.
+    #[error("client disconnected ({0})")]
+    ClientGone(&'static str),
+}
+
+fn upstream_message(provider: &str, e: &UpstreamError) -> String {
+    match &e.failure {
+        UpstreamFailure::Rejected { body, .. } => body.error.message.clone(),
+        UpstreamFailure::RateLimited => {
+            format!("Upstream provider '{provider}' is rate limiting requests; retry later.")
+        }
+        UpstreamFailure::Unavailable { status: Some(s @ (401 | 403)) } => {
+            format!("Upstream provider '{provider}' refused gw's credentials (HTTP {s}).")
+        }
+        UpstreamFailure::Unavailable { status: Some(s) } => {
+            format!("Upstream provider '{provider}' returned HTTP {s}.")
+        }
+        UpstreamFailure::Unavailable { status: None } => format!("Upstream provider '{provider}' is unavailable."),
+        UpstreamFailure::BadResponse => format!("Upstream provider '{provider}' returned an invalid response."),
+        UpstreamFailure::MidStream => format!("Upstream provider '{provider}' failed mid-stream."),
+    }
 }
 
 impl ProxyError {
+    /// Wraps a failed write to (or read from) the client.
+    pub fn client_gone(e: &pingora::Error) -> Self {
+        ProxyError::ClientGone(e.etype().as_str())
+    }
+
+    /// Wraps a failure building a response (a bug, not the client's doing).
+    pub fn internal(what: &str, e: impl std::fmt::Display) -> Self {
+        ProxyError::Internal(format!("{what}: {e}"))
+    }
+
+    pub fn upstream(provider: &Arc<str>, error: UpstreamError) -> Self {
+        ProxyError::Upstream { provider: provider.clone(), error }
+    }
+
+    /// Whether the next deployment may be tried (provided nothing reached the client yet).
+    pub fn retryable(&self) -> bool {
+        match self {
+            ProxyError::Upstream { error, .. } => matches!(
+                error.failure,
+                UpstreamFailure::RateLimited | UpstreamFailure::Unavailable { .. } | UpstreamFailure::BadResponse
+            ),
+            ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamTimeout { .. } => true,
+            _ => false,
+        }
+    }
+
     pub fn status(&self) -> u16 {
         use ProxyError::*;
         match self {
             NotFound { .. } | UnknownModel(_) => 404,
             MethodNotAllowed { .. } => 405,
+            HeaderTooLarge(_) => 431,
             MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) | RevokedKey(_) | ExpiredKey(_) => 401,
             PermissionDenied(_) => 403,
+            AuthThrottled(_) => 429,
             InvalidTeam(_) | BadRequest { .. } => 400,
             BodyTooLarge(_) => 413,
-            UpstreamUnavailable(_) | UpstreamBadResponse(_) => 502,
-            UpstreamTimeout(_) => 504,
-            UpstreamRejected { status, .. } => *status,
-            UpstreamRateLimited(_) => 429,
-            AuthBackend => 503,
+            Upstream { error, .. } => match &error.failure {
+                UpstreamFailure::Rejected { status, .. } => *status,
+                UpstreamFailure::RateLimited => 429,
+                _ => 502,
+            },
+            UpstreamConnect { .. } | StreamBroken { .. } => 502,
+            UpstreamTimeout { .. } | DeadlineExceeded(_) => 504,
+            StoreUnavailable => 503,
             Internal(_) => 500,
             ClientGone(_) => 499,
         }
@@ -78,64 +140,85 @@ impl ProxyError {
         match self {
             NotFound { .. } => "not_found",
             MethodNotAllowed { .. } => "method_not_allowed",
+            HeaderTooLarge(_) => "header_too_large",
             MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) => "invalid_api_key",
             RevokedKey(_) => "revoked_api_key",
             ExpiredKey(_) => "expired_api_key",
             PermissionDenied(_) => "permission_denied",
+            AuthThrottled(_) => "auth_throttled",
             InvalidTeam(_) => "invalid_team",
             BodyTooLarge(_) => "request_too_large",
             BadRequest { .. } => "invalid_request",
             UnknownModel(_) => "model_not_found",
-            UpstreamUnavailable(_) => "upstream_unavailable",
-            UpstreamBadResponse(_) => "upstream_bad_response",
-            UpstreamTimeout(_) => "upstream_timeout",
-            UpstreamRejected { .. } => "upstream_rejected",
-            UpstreamRateLimited(_) => "upstream_rate_limited",
-            AuthBackend => "auth_backend_unavailable",
+            Upstream { error, .. } => match &error.failure {
+                UpstreamFailure::Rejected { .. } => "upstream_rejected",
+                UpstreamFailure::RateLimited => "upstream_rate_limited",
+                UpstreamFailure::Unavailable { .. } => "upstream_unavailable",
+                UpstreamFailure::BadResponse => "upstream_bad_response",
+                UpstreamFailure::MidStream => "upstream_stream_broken",
+            },
+            UpstreamConnect { .. } => "upstream_unavailable",
+            UpstreamTimeout { .. } => "upstream_timeout",
+            StreamBroken { .. } => "upstream_stream_broken",
+            DeadlineExceeded(_) => "deadline_exceeded",
+            StoreUnavailable => "service_unavailable",
             Internal(_) => "internal_error",
             ClientGone(_) => "client_disconnected",
         }
     }
 
+    /// The OpenAI error object.
     pub fn body(&self) -> ErrorBody {
         use ProxyError::*;
-        if let UpstreamRejected { body, .. } = self {
-            return body.clone();
+        if let Upstream { error: UpstreamError { failure: UpstreamFailure::Rejected { body, .. }, .. }, .. } = self {
+            return (**body).clone();
         }
-        let (kind, code, param): (&str, Option<&str>, Option<&str>) = match self {
-            NotFound { .. } => ("invalid_request_error", Some("unknown_url"), None),
-            MethodNotAllowed { .. } => ("invalid_request_error", Some("method_not_allowed"), None),
+        let (kind, code, param): (&str, &str, Option<&str>) = match self {
+            NotFound { .. } => ("invalid_request_error", "unknown_url", None),
+            MethodNotAllowed { .. } => ("invalid_request_error", "method_not_allowed", None),
+            HeaderTooLarge(_) => ("invalid_request_error", "request_header_too_large", None),
             MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) => {
-                ("invalid_request_error", Some("invalid_api_key"), None)
+                ("invalid_request_error", "invalid_api_key", None)
             }
-            RevokedKey(_) => ("invalid_request_error", Some("revoked_api_key"), None),
-            ExpiredKey(_) => ("invalid_request_error", Some("expired_api_key"), None),
-            PermissionDenied(_) => ("permission_error", Some("insufficient_permissions"), None),
-            InvalidTeam(_) => ("invalid_request_error", Some("invalid_team"), Some("x-gw-team")),
-            BodyTooLarge(_) => ("invalid_request_error", Some("request_too_large"), None),
-            BadRequest { param, .. } => ("invalid_request_error", None, param.as_deref()),
-            UnknownModel(_) => ("invalid_request_error", Some("model_not_found"), Some("model")),
-            UpstreamUnavailable(_) => ("api_error", Some("upstream_unavailable"), None),
-            UpstreamBadResponse(_) => ("api_error", Some("upstream_bad_response"), None),
-            UpstreamTimeout(_) => ("api_error", Some("upstream_timeout"), None),
-            UpstreamRateLimited(_) => ("rate_limit_error", Some("upstream_rate_limited"), None),
-            AuthBackend => ("api_error", Some("service_unavailable"), None),
-            Internal(_) | ClientGone(_) => ("api_error", Some("internal_error"), None),
-            UpstreamRejected { .. } => unreachable_kind(),
+            RevokedKey(_) => ("invalid_request_error", "revoked_api_key", None),
+            ExpiredKey(_) => ("invalid_request_error", "expired_api_key", None),
+            PermissionDenied(_) => ("permission_error", "insufficient_permissions", None),
+            AuthThrottled(_) => ("rate_limit_error", "auth_throttled", None),
+            InvalidTeam(_) => ("invalid_request_error", "invalid_team", Some("x-gw-team")),
+            BodyTooLarge(_) => ("invalid_request_error", "request_too_large", None),
+            BadRequest { param, .. } => ("invalid_request_error", "invalid_request", param.as_deref()),
+            UnknownModel(_) => ("invalid_request_error", "model_not_found", Some("model")),
+            Upstream { error, .. } if error.failure == UpstreamFailure::RateLimited => {
+                ("rate_limit_error", self.label(), None)
+            }
+            Upstream { .. } | UpstreamConnect { .. } | UpstreamTimeout { .. } | StreamBroken { .. } => {
+                ("api_error", self.label(), None)
+            }
+            DeadlineExceeded(_) => ("api_error", "upstream_timeout", None),
+            StoreUnavailable => ("api_error", "service_unavailable", None),
+            Internal(_) | ClientGone(_) => ("api_error", "internal_error", None),
         };
-        ErrorBody::new(self.to_string(), kind, code, param)
+        ErrorBody::new(self.to_string(), kind, Some(code), param)
     }
-}
 
-// Handled by the early return above; kept total without a panic.
-fn unreachable_kind() -> (&'static str, Option<&'static str>, Option<&'static str>) {
-    ("api_error", None, None)
-}
+    /// The error as the last event of a stream whose status line is long gone: how OpenAI's
+    /// SDKs learn of a failure mid-stream.
+    pub fn sse_event(&self) -> Bytes {
+        sse_event(&self.body()).unwrap_or_else(|_| Bytes::from_static(b"data: {\"error\":{\"message\":\"Internal error.\",\"type\":\"api_error\",\"param\":null,\"code\":\"internal_error\"}}\n\n"))
+    }
 
-impl From<Box<pingora::Error>> for ProxyError {
-    /// Errors from writing the downstream response: the client is gone.
-    fn from(e: Box<pingora::Error>) -> Self {
-        ProxyError::ClientGone(e.etype().as_str().to_string())
+    /// A header the response must carry besides the usual ones.
+    pub fn extra_header(&self) -> Option<(HeaderName, HeaderValue)> {
+        match self {
+            ProxyError::MethodNotAllowed { allow, .. } => Some((http::header::ALLOW, HeaderValue::from_static(allow))),
+            ProxyError::AuthThrottled(secs) => Some((http::header::RETRY_AFTER, HeaderValue::from(*secs))),
+            _ => None,
+        }
+    }
+
+    /// Whether the connection must close after the answer (the rest of the request was not read).
+    pub fn closes_connection(&self) -> bool {
+        matches!(self, ProxyError::BodyTooLarge(_) | ProxyError::HeaderTooLarge(_))
     }
 }
 
@@ -143,12 +226,16 @@ impl From<Box<pingora::Error>> for ProxyError {
 mod tests {
     use super::*;
 
+    fn provider() -> Arc<str> {
+        Arc::from("up")
+    }
+
     #[test]
     fn statuses_and_shapes() {
         assert_eq!(ProxyError::MissingAuth.status(), 401);
         assert_eq!(ProxyError::BodyTooLarge(10).status(), 413);
+        assert_eq!(ProxyError::HeaderTooLarge("x".into()).status(), 431);
         assert_eq!(ProxyError::UnknownModel("x".into()).status(), 404);
-        assert_eq!(ProxyError::UpstreamBadResponse("x".into()).status(), 502);
         let b = ProxyError::UnknownModel("gpt-x".into()).body();
         assert_eq!(b.error.param.as_deref(), Some("model"));
         assert!(b.error.message.contains("gpt-x"));
@@ -156,5 +243,65 @@ mod tests {
         for f in ["message", "type", "param", "code"] {
             assert!(v["error"].as_object().is_some_and(|o| o.contains_key(f)), "{f}");
         }
+    }
+
+    #[test]
+    fn echoed_client_text_is_bounded() {
+        let huge = "m".repeat(3 << 20);
+        let msg = ProxyError::UnknownModel(huge).body().error.message;
+        assert!(msg.len() < 200, "{}", msg.len());
+    }
+
+    #[test]
+    fn upstream_words_reach_the_client_only_when_about_its_request() {
+        let secret = "org-acct-12345 quota exhausted";
+        for failure in [
+            UpstreamFailure::RateLimited,
+            UpstreamFailure::Unavailable { status: Some(503) },
+            UpstreamFailure::BadResponse,
+            UpstreamFailure::MidStream,
+        ] {
+            let e = ProxyError::upstream(&provider(), UpstreamError::new(failure, secret));
+            assert!(!e.body().error.message.contains("org-acct"), "{e}");
+            assert!(!String::from_utf8_lossy(&e.sse_event()).contains("org-acct"));
+        }
+        let rejected = UpstreamFailure::Rejected {
+            status: 400,
+            body: Box::new(ErrorBody::new(
+                "temperature is too hot",
+                "invalid_request_error",
+                None,
+                Some("temperature"),
+            )),
+        };
+        let e = ProxyError::upstream(&provider(), UpstreamError::new(rejected, secret));
+        assert_eq!(e.status(), 400);
+        assert_eq!(e.body().error.message, "temperature is too hot");
+    }
+
+    #[test]
+    fn retryable_errors() {
+        let up = |f| ProxyError::upstream(&provider(), UpstreamError::new(f, ""));
+        assert!(up(UpstreamFailure::RateLimited).retryable());
+        assert!(up(UpstreamFailure::Unavailable { status: Some(500) }).retryable());
+        assert!(up(UpstreamFailure::BadResponse).retryable());
+        assert!(!up(UpstreamFailure::MidStream).retryable());
+        assert!(ProxyError::UpstreamConnect { provider: provider(), why: "refused" }.retryable());
+        assert!(ProxyError::UpstreamTimeout { provider: provider() }.retryable());
+        assert!(!ProxyError::DeadlineExceeded(1).retryable());
+        assert!(!ProxyError::UnknownModel("m".into()).retryable());
+        assert!(!ProxyError::StreamBroken { provider: provider(), why: "ended early" }.retryable());
+    }
+
+    #[test]
+    fn extra_headers() {
+        let e = ProxyError::MethodNotAllowed { method: "GET".into(), path: "/v1/chat/completions", allow: "POST" };
+        assert_eq!(
+            e.extra_header().map(|(n, v)| (n, v.to_str().unwrap_or_default().to_string())),
+            Some((http::header::ALLOW, "POST".into()))
+        );
+        let e = ProxyError::AuthThrottled(42);
+        assert_eq!(e.status(), 429);
+        assert_eq!(e.extra_header().map(|(_, v)| v), Some(HeaderValue::from(42u64)));
     }
 }

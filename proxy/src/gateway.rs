@@ -1,151 +1,63 @@
 //! The Pingora `ProxyHttp` implementation. gw answers every request itself in `request_filter`
-//! (the upstream exchange happens there, through the pooled connector), then `logging` hands the
-//! audit record to the flusher.
+//! by running the pipeline (the upstream exchange happens there, through the pooled connector);
+//! `logging` hands the audit row, derived from the context, to the flusher.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gw_shared::db::{teams, DbPool};
-use gw_shared::headers;
 use gw_shared::routing::Router;
-use moka::future::Cache;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
-use uuid::Uuid;
 
-use crate::audit::AuditSink;
-use crate::auth::KeyCache;
+use crate::audit_flusher::AuditSink;
 use crate::ctx::RequestCtx;
 use crate::error::ProxyError;
+use crate::logline::RateLimitedLog;
+use crate::lookup::Lookup;
 use crate::metrics::Metrics;
-use crate::upstream::Upstreams;
-use crate::{chat, models, respond};
+use crate::pipeline::auth::KeySource;
+use crate::pipeline::team::TeamSource;
+use crate::pipeline::{self, respond};
+use crate::throttle::AuthThrottle;
+use crate::transport::Transport;
+
+/// Bounds on what a client may send.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_header_bytes: usize,
+    pub max_header_value_bytes: usize,
+}
 
 pub struct Gateway {
     pub router: Router,
-    pub keys: Arc<KeyCache>,
-    pub upstreams: Upstreams,
+    pub keys: Arc<Lookup<KeySource>>,
+    pub teams: Arc<Lookup<TeamSource>>,
+    pub throttle: AuthThrottle,
+    pub transport: Transport,
     pub audit: AuditSink,
     pub metrics: Arc<Metrics>,
-    pub max_body: usize,
+    pub limits: Limits,
+    pub request_timeout: Duration,
     /// Idle keep-alive limit for client connections, in seconds.
     pub keepalive_idle_secs: u64,
     /// Unix time the process started: the `created` of every listed model.
     pub started_at: i64,
-    db: DbPool,
-    /// (org, team) -> whether the team is live in that org.
-    team_cache: Cache<(Uuid, Uuid), bool>,
+    /// Per-request warnings (5xx answers, missing usage), at most a line a second.
+    pub warn_log: RateLimitedLog,
 }
 
 impl Gateway {
-    pub fn new(
-        router: Router,
-        keys: Arc<KeyCache>,
-        upstreams: Upstreams,
-        audit: AuditSink,
-        metrics: Arc<Metrics>,
-        db: DbPool,
-        max_body: usize,
-    ) -> Self {
-        Self {
-            router,
-            keys,
-            upstreams,
-            audit,
-            metrics,
-            max_body,
-            keepalive_idle_secs: 75,
-            started_at: chrono::Utc::now().timestamp(),
-            db,
-            team_cache: Cache::builder().max_capacity(100_000).time_to_live(Duration::from_secs(30)).build(),
-        }
-    }
-
-    async fn handle(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
-        let method = session.req_header().method.clone();
-        let path = session.req_header().uri.path().to_string();
-        let route = match path.trim_end_matches('/') {
-            "/v1/models" => Route::Models,
-            "/v1/chat/completions" => Route::Chat,
-            _ => return Err(ProxyError::NotFound { method: method.to_string(), path }),
+    /// A failed request or attempt, in the log: once a second at most, however many fail.
+    pub fn log_failure(&self, ctx: &RequestCtx, err: &ProxyError) {
+        let detail = match err {
+            ProxyError::Upstream { error, .. } => format!(" ({})", error.detail),
+            ProxyError::Internal(detail) => format!(" ({detail})"),
+            _ => String::new(),
         };
-        ctx.endpoint = route.endpoint();
-        let (allowed, allow) = match route {
-            Route::Models => (http::Method::GET, "GET"),
-            Route::Chat => (http::Method::POST, "POST"),
-        };
-        if method != allowed {
-            return Err(ProxyError::MethodNotAllowed { method: method.to_string(), path, allow });
-        }
-
-        let auth = session.req_header().headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-        let key = self.keys.authenticate(auth).await?;
-        ctx.key = Some(key.clone());
-        ctx.team_id = self.attribute_team(session, key.org_id, key.team_id).await?;
-
-        match route {
-            Route::Models => models::list(self, session, ctx).await,
-            Route::Chat => chat::completions(self, session, ctx).await,
-        }
-    }
-
-    /// The key's team, else the `x-gw-team` header's, which must be a live team of the key's org.
-    async fn attribute_team(
-        &self,
-        session: &Session,
-        org_id: Uuid,
-        key_team: Option<Uuid>,
-    ) -> Result<Option<Uuid>, ProxyError> {
-        let header = session.req_header().headers.get(headers::TEAM);
-        let Some(raw) = header else {
-            return Ok(key_team);
-        };
-        let team = raw
-            .to_str()
-            .ok()
-            .and_then(|s| Uuid::parse_str(s.trim()).ok())
-            .ok_or_else(|| ProxyError::InvalidTeam("x-gw-team must be a team id (UUID).".into()))?;
-        if let Some(bound) = key_team {
-            if bound != team {
-                return Err(ProxyError::InvalidTeam(
-                    "This API key is bound to another team; x-gw-team cannot override it.".into(),
-                ));
-            }
-            return Ok(Some(bound));
-        }
-        let db = self.db.clone();
-        let live = self
-            .team_cache
-            .try_get_with((org_id, team), async move {
-                let mut conn = db.get().await.map_err(|e| e.to_string())?;
-                teams::exists_in_org(&mut conn, org_id, team).await.map_err(|e| e.to_string())
-            })
-            .await
-            .map_err(|e: Arc<String>| {
-                log::error!("team lookup failed: {e}");
-                ProxyError::AuthBackend
-            })?;
-        if !live {
-            return Err(ProxyError::InvalidTeam(format!("No team {team} in this organization.")));
-        }
-        Ok(Some(team))
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Route {
-    Models,
-    Chat,
-}
-
-impl Route {
-    fn endpoint(self) -> &'static str {
-        match self {
-            Route::Models => "/v1/models",
-            Route::Chat => "/v1/chat/completions",
-        }
+        self.warn_log.warn(|| format!("request {}: {} {err}{detail}", ctx.request_id, err.status()));
     }
 }
 
@@ -154,7 +66,7 @@ impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
-        RequestCtx::new()
+        RequestCtx::new(self.request_timeout)
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> pingora::Result<bool> {
@@ -162,30 +74,20 @@ impl ProxyHttp for Gateway {
         if session.get_keepalive() == Some(0) {
             session.set_keepalive(Some(self.keepalive_idle_secs));
         }
-        if let Err(err) = self.handle(session, ctx).await {
-            ctx.error_type = Some(err.label());
-            match &err {
-                ProxyError::ClientGone(why) => {
-                    ctx.status = 499;
-                    log::debug!("request {}: client gone: {why}", ctx.request_id);
-                }
-                _ if ctx.header_sent => {
-                    log::warn!("request {}: failed after the response started: {err}", ctx.request_id);
-                    // Only a stream can still be told; the client sees an error event, not a clean end.
-                    if ctx.stream {
-                        let _ = respond::stream_error(session, &err.body()).await;
-                    }
-                }
-                _ => {
-                    if err.status() >= 500 {
-                        log::warn!("request {}: {} {err}", ctx.request_id, err.status());
-                    }
-                    if let Err(e) = respond::error(session, ctx, &err).await {
-                        ctx.status = 499;
-                        log::debug!("request {}: could not send the error: {e}", ctx.request_id);
-                    }
-                }
-            }
+        ctx.client_ip = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+        let Err(err) = pipeline::run(self, session, ctx).await else { return Ok(true) };
+        ctx.error = Some(err.label());
+        if let ProxyError::ClientGone(why) = err {
+            ctx.status = 499;
+            log::debug!("request {}: client gone: {why}", ctx.request_id);
+            return Ok(true);
+        }
+        if err.status() >= 500 {
+            self.log_failure(ctx, &err);
+        }
+        if let Err(e) = respond::error(session, ctx, &err).await {
+            ctx.status = 499;
+            log::debug!("request {}: could not send the error: {e}", ctx.request_id);
         }
         Ok(true)
     }
@@ -196,10 +98,11 @@ impl ProxyHttp for Gateway {
     }
 
     async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut RequestCtx) {
+        let endpoint = ctx.endpoint.map(|e| e.path()).unwrap_or("unknown");
         let status = ctx.status.to_string();
-        self.metrics.requests.with_label_values(&[ctx.endpoint, &status]).inc();
-        self.metrics.request_duration.with_label_values(&[ctx.endpoint]).observe(ctx.started.elapsed().as_secs_f64());
-        if let Some(rec) = ctx.audit_record() {
+        self.metrics.requests.with_label_values(&[endpoint, &status]).inc();
+        self.metrics.request_duration.with_label_values(&[endpoint]).observe(ctx.started.elapsed().as_secs_f64());
+        if let Some(rec) = pipeline::audit::record(ctx) {
             self.audit.record(rec);
         }
     }

@@ -1,5 +1,6 @@
-//! Listens on the Redis invalidation channel and evicts what the control plane changed. On every
-//! (re)connect the whole key cache is dropped, since messages sent while disconnected are lost.
+//! Listens on the Redis invalidation channel and evicts what the control plane changed, from
+//! every cache the data plane owns. On every (re)connect all of them are cleared, since messages
+//! sent while disconnected are lost.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,11 +11,35 @@ use gw_shared::redis::{Invalidation, INVALIDATION_CHANNEL};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use crate::auth::KeyCache;
+use crate::lookup::Lookup;
+use crate::pipeline::auth::KeySource;
+use crate::pipeline::team::TeamSource;
+
+/// Every cache filled from Postgres. Later lookups (policies, budgets, routes, provider keys)
+/// join here.
+pub struct Caches {
+    pub keys: Arc<Lookup<KeySource>>,
+    pub teams: Arc<Lookup<TeamSource>>,
+}
+
+impl Caches {
+    pub async fn apply(&self, inv: &Invalidation) {
+        match inv {
+            Invalidation::ApiKey(hash) => self.keys.invalidate(hash).await,
+            Invalidation::Team { org_id, team_id } => self.teams.invalidate(&(*org_id, *team_id)).await,
+            Invalidation::All => self.clear(),
+        }
+    }
+
+    pub fn clear(&self) {
+        self.keys.invalidate_all();
+        self.teams.invalidate_all();
+    }
+}
 
 pub struct InvalidationListener {
     pub redis_url: String,
-    pub keys: Arc<KeyCache>,
+    pub caches: Caches,
 }
 
 impl InvalidationListener {
@@ -22,7 +47,7 @@ impl InvalidationListener {
         let client = deadpool_redis::redis::Client::open(self.redis_url.as_str())?;
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(INVALIDATION_CHANNEL).await?;
-        self.keys.invalidate_all();
+        self.caches.clear();
         log::info!("subscribed to {INVALIDATION_CHANNEL}");
         let mut messages = pubsub.on_message();
         while let Some(msg) = messages.next().await {
@@ -34,9 +59,11 @@ impl InvalidationListener {
                 }
             };
             match Invalidation::decode(&payload) {
-                Some(Invalidation::ApiKey(hash)) => self.keys.invalidate(&hash).await,
-                Some(Invalidation::All) => self.keys.invalidate_all(),
-                None => log::warn!("unknown invalidation message {payload:?}"),
+                Some(inv) => self.caches.apply(&inv).await,
+                None => log::warn!(
+                    "unknown invalidation message {:?}",
+                    gw_shared::providers::log_snippet(payload.as_bytes())
+                ),
             }
         }
         Ok(())
@@ -56,7 +83,7 @@ impl BackgroundService for InvalidationListener {
                         Err(e) => log::warn!("invalidation subscription failed: {e}; retrying in {backoff:?}"),
                     }
                     // Whatever was published while we were away is lost: forget everything.
-                    self.keys.invalidate_all();
+                    self.caches.clear();
                 }
                 _ = shutdown.changed() => return,
             }

@@ -13,7 +13,13 @@ pub struct Metrics {
     pub request_duration: HistogramVec,
     pub upstream_duration: HistogramVec,
     pub upstream_attempts: IntCounterVec,
-    pub key_lookups: IntCounterVec,
+    /// Cached lookups that missed the in-process tier, by where they were answered.
+    pub lookups: IntCounterVec,
+    /// Queries the request path sent to Postgres, by lookup.
+    pub store_queries: IntCounterVec,
+    /// Entries served past their freshness because the store was unreachable.
+    pub cache_stale_served: IntCounterVec,
+    pub auth_throttled: IntCounter,
     pub audit_enqueued: IntCounter,
     pub audit_dropped: IntCounter,
     pub audit_written: IntCounter,
@@ -43,9 +49,21 @@ impl Metrics {
             Opts::new("gw_proxy_upstream_attempts_total", "Upstream attempts by outcome"),
             &["provider", "outcome"],
         )?;
-        let key_lookups = IntCounterVec::new(
-            Opts::new("gw_proxy_key_lookups_total", "API key lookups that reached Postgres"),
-            &["result"],
+        let lookups = IntCounterVec::new(
+            Opts::new("gw_proxy_lookups_total", "Cached lookups that missed the in-process tier, by outcome"),
+            &["lookup", "result"],
+        )?;
+        let store_queries = IntCounterVec::new(
+            Opts::new("gw_proxy_store_queries_total", "Postgres queries made on the request path"),
+            &["lookup"],
+        )?;
+        let cache_stale_served = IntCounterVec::new(
+            Opts::new("gw_proxy_cache_stale_served_total", "Entries served stale while Postgres was unreachable"),
+            &["lookup"],
+        )?;
+        let auth_throttled = IntCounter::new(
+            "gw_proxy_auth_throttled_total",
+            "Requests refused because their address failed authentication too often",
         )?;
         let audit_enqueued = IntCounter::new("gw_audit_enqueued_total", "Audit records queued")?;
         let audit_dropped =
@@ -57,7 +75,10 @@ impl Metrics {
         registry.register(Box::new(request_duration.clone()))?;
         registry.register(Box::new(upstream_duration.clone()))?;
         registry.register(Box::new(upstream_attempts.clone()))?;
-        registry.register(Box::new(key_lookups.clone()))?;
+        registry.register(Box::new(lookups.clone()))?;
+        registry.register(Box::new(store_queries.clone()))?;
+        registry.register(Box::new(cache_stale_served.clone()))?;
+        registry.register(Box::new(auth_throttled.clone()))?;
         registry.register(Box::new(audit_enqueued.clone()))?;
         registry.register(Box::new(audit_dropped.clone()))?;
         registry.register(Box::new(audit_written.clone()))?;
@@ -69,7 +90,10 @@ impl Metrics {
             request_duration,
             upstream_duration,
             upstream_attempts,
-            key_lookups,
+            lookups,
+            store_queries,
+            cache_stale_served,
+            auth_throttled,
             audit_enqueued,
             audit_dropped,
             audit_written,

@@ -35,6 +35,12 @@ pub struct AuditRecord {
     pub policy_action: Option<String>,
     pub attempts: i32,
     pub created_at: DateTime<Utc>,
+    pub cached_tokens: i32,
+    pub reasoning_tokens: i32,
+    /// Every upstream attempt: provider, model, outcome, status, latency.
+    pub routing: serde_json::Value,
+    /// Every policy decision: policy, guardrail, action, reason (never the matched values).
+    pub policy: serde_json::Value,
 }
 
 /// Milliseconds as the audit columns hold them, saturating rather than wrapping.

@@ -43,7 +43,7 @@ pub struct DatabaseConfig {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { url: "postgres://gw@127.0.0.1:55432/gw".into(), pool_size: 16 }
+        Self { url: "postgres://gw@127.0.0.1:15432/gw".into(), pool_size: 16 }
     }
 }
 
@@ -56,7 +56,7 @@ pub struct RedisConfig {
 
 impl Default for RedisConfig {
     fn default() -> Self {
-        Self { url: "redis://127.0.0.1:56379".into(), pool_size: 16 }
+        Self { url: "redis://127.0.0.1:16379".into(), pool_size: 16 }
     }
 }
 
@@ -74,11 +74,28 @@ pub struct ProxyConfig {
     pub upstream_read_timeout_ms: u64,
     /// Largest upstream response body we buffer (non-streaming).
     pub max_upstream_body_bytes: usize,
-    /// How long an authenticated key stays in the in-process cache without a re-read.
+    /// Longest a request may take, fallbacks included; past it the client gets 504.
+    pub request_timeout_ms: u64,
+    /// How long a looked-up key (or team) is used without a re-read. Revocations arrive sooner,
+    /// through Redis; this bounds staleness if such a message is ever lost.
     pub key_cache_ttl_secs: u64,
-    /// How long an unknown key is remembered as unknown.
+    /// How long an unknown key (or team) is remembered as unknown.
     pub key_negative_ttl_secs: u64,
+    /// While Postgres is unreachable, a key or team already known keeps being served from its
+    /// last good read for at most this long.
+    pub key_cache_max_stale_secs: u64,
     pub key_cache_capacity: u64,
+    /// Failed authentications allowed per client address per minute before gw stops looking
+    /// unknown keys up (cached keys keep working).
+    pub auth_failures_per_minute: u32,
+    /// Longest wait for Postgres or Redis on the request path before falling back.
+    pub store_timeout_ms: u64,
+    /// Largest request header block (all names and values), and largest single header value;
+    /// larger ones get 431.
+    pub max_header_bytes: usize,
+    pub max_header_value_bytes: usize,
+    /// How long a resolved upstream host name is reused.
+    pub dns_ttl_secs: u64,
     /// An idle keep-alive connection from a client is closed after this many seconds.
     pub keepalive_idle_secs: u64,
     pub audit_channel_capacity: usize,
@@ -96,13 +113,20 @@ impl Default for ProxyConfig {
             upstream_connect_timeout_ms: 5_000,
             upstream_read_timeout_ms: 120_000,
             max_upstream_body_bytes: 16 * 1024 * 1024,
+            request_timeout_ms: 600_000,
             key_cache_ttl_secs: 30,
-            key_negative_ttl_secs: 2,
+            key_negative_ttl_secs: 30,
+            key_cache_max_stale_secs: 3600,
             key_cache_capacity: 100_000,
+            auth_failures_per_minute: 60,
+            store_timeout_ms: 1_000,
+            max_header_bytes: 32 * 1024,
+            max_header_value_bytes: 8 * 1024,
+            dns_ttl_secs: 30,
             keepalive_idle_secs: 75,
             audit_channel_capacity: 50_000,
-            audit_batch_size: 500,
-            audit_flush_interval_ms: 200,
+            audit_batch_size: 256,
+            audit_flush_interval_ms: 50,
         }
     }
 }
@@ -129,20 +153,13 @@ impl Default for AdminConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    /// Answers in-process; needs no network and no key.
-    Mock,
-    /// Any OpenAI-compatible HTTP API.
-    Openai,
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     pub name: String,
-    pub kind: ProviderKind,
+    /// The adapter serving this provider, by its registry name: `mock` (in-process, no key, no
+    /// network) or `openai` (any OpenAI-compatible HTTP API), or one registered by an embedder.
+    pub kind: String,
     /// e.g. `https://api.openai.com/v1`; required for HTTP providers.
     #[serde(default)]
     pub base_url: Option<String>,
@@ -258,11 +275,8 @@ impl Config {
             if !names.insert(p.name.as_str()) {
                 return Err(Error::Config(format!("provider {:?} is defined twice", p.name)));
             }
-            if p.kind != ProviderKind::Mock {
-                let url = p
-                    .base_url
-                    .as_deref()
-                    .ok_or_else(|| Error::Config(format!("provider {:?} needs base_url", p.name)))?;
+            // Whether the kind needs a base_url is the adapter's to say (see `Router`).
+            if let Some(url) = p.base_url.as_deref() {
                 crate::providers::UpstreamUrl::parse(url)
                     .map_err(|e| Error::Config(format!("provider {:?}: {e}", p.name)))?;
             }
@@ -289,12 +303,17 @@ impl Config {
                 }
             }
         }
-        if self.proxy.max_body_bytes == 0 || self.proxy.audit_batch_size == 0 || self.proxy.keepalive_idle_secs == 0 {
-            return Err(Error::Config("proxy limits must be positive".into()));
+        let p = &self.proxy;
+        if [p.max_body_bytes, p.audit_batch_size, p.max_header_bytes, p.max_header_value_bytes].contains(&0)
+            || [p.keepalive_idle_secs, p.request_timeout_ms, p.key_cache_ttl_secs, p.store_timeout_ms].contains(&0)
+        {
+            return Err(Error::Config("proxy limits and timeouts must be positive".into()));
         }
-        // 22 bind parameters a row: Postgres allows 65 535 per statement.
-        if self.proxy.audit_batch_size > 2000 {
-            return Err(Error::Config("proxy.audit_batch_size must be at most 2000".into()));
+        if p.key_cache_max_stale_secs < p.key_cache_ttl_secs {
+            return Err(Error::Config("proxy.key_cache_max_stale_secs must be at least key_cache_ttl_secs".into()));
+        }
+        if p.audit_batch_size > 10_000 {
+            return Err(Error::Config("proxy.audit_batch_size must be at most 10000".into()));
         }
         Ok(())
     }

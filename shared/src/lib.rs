@@ -3,6 +3,7 @@
 
 pub mod accounts;
 pub mod audit;
+pub mod cache;
 pub mod config;
 pub mod crypto;
 pub mod db;
@@ -11,8 +12,10 @@ pub mod headers;
 pub mod ids;
 pub mod jwt;
 pub mod keys;
+pub mod limits;
 pub mod openai;
 pub mod password;
+pub mod policy;
 pub mod pricing;
 pub mod providers;
 pub mod redis;

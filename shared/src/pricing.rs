@@ -9,6 +9,10 @@ use crate::config::ModelPrice;
 pub struct TokenUsage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// Of the prompt tokens, how many the provider served from its prompt cache.
+    pub cached_tokens: u32,
+    /// Of the completion tokens, how many were spent on reasoning.
+    pub reasoning_tokens: u32,
 }
 
 impl TokenUsage {
@@ -48,7 +52,7 @@ mod tests {
     #[test]
     fn exact_cost() {
         let p = price("0.15", "0.60");
-        let u = TokenUsage { prompt_tokens: 100, completion_tokens: 150 };
+        let u = TokenUsage { prompt_tokens: 100, completion_tokens: 150, ..Default::default() };
         // 100 * 0.15 / 1e6 + 150 * 0.60 / 1e6 = 0.000015 + 0.00009
         assert_eq!(cost_usd(&p, u), Decimal::from_str("0.000105").unwrap());
         assert_eq!(format_cost(cost_usd(&p, u)), "0.000105");
@@ -58,7 +62,7 @@ mod tests {
     fn zero_and_large() {
         let p = price("2.5", "10");
         assert_eq!(format_cost(cost_usd(&p, TokenUsage::default())), "0");
-        let u = TokenUsage { prompt_tokens: u32::MAX, completion_tokens: u32::MAX };
+        let u = TokenUsage { prompt_tokens: u32::MAX, completion_tokens: u32::MAX, ..Default::default() };
         let c = cost_usd(&p, u);
         assert_eq!(c, Decimal::from(u32::MAX) * Decimal::from_str("12.5").unwrap() / PER);
         assert!(!format_cost(c).contains('e'));
@@ -67,7 +71,7 @@ mod tests {
     #[test]
     fn tiny_prices_keep_precision() {
         let p = price("0.0375", "0");
-        let u = TokenUsage { prompt_tokens: 1, completion_tokens: 0 };
+        let u = TokenUsage { prompt_tokens: 1, completion_tokens: 0, ..Default::default() };
         assert_eq!(format_cost(cost_usd(&p, u)), "0.0000000375");
     }
 
@@ -77,9 +81,9 @@ mod tests {
         let p = price("0.15", "0.6");
         for a in [0u32, 1, 7, 999, 123_456] {
             for b in [0u32, 3, 1000, 77_777] {
-                let ua = TokenUsage { prompt_tokens: a, completion_tokens: b };
-                let ub = TokenUsage { prompt_tokens: b, completion_tokens: a };
-                let sum = TokenUsage { prompt_tokens: a + b, completion_tokens: a + b };
+                let ua = TokenUsage { prompt_tokens: a, completion_tokens: b, ..Default::default() };
+                let ub = TokenUsage { prompt_tokens: b, completion_tokens: a, ..Default::default() };
+                let sum = TokenUsage { prompt_tokens: a + b, completion_tokens: a + b, ..Default::default() };
                 assert_eq!(cost_usd(&p, ua) + cost_usd(&p, ub), cost_usd(&p, sum));
             }
         }

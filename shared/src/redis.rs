@@ -3,6 +3,9 @@
 
 use deadpool_redis::redis::AsyncCommands;
 use deadpool_redis::{Config as PoolConfig, Pool, Runtime};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::keys::KeyHash;
@@ -19,8 +22,10 @@ pub fn pool(url: &str, size: usize) -> Result<Pool> {
 /// What a replica must forget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Invalidation {
-    /// One API key, by the hex of its SHA-256.
+    /// One API key, by its SHA-256.
     ApiKey(KeyHash),
+    /// One team of an organization.
+    Team { org_id: Uuid, team_id: Uuid },
     /// Everything cached from Postgres.
     All,
 }
@@ -29,6 +34,7 @@ impl Invalidation {
     pub fn encode(&self) -> String {
         match self {
             Invalidation::ApiKey(h) => format!("api_key:{}", hex::encode(h)),
+            Invalidation::Team { org_id, team_id } => format!("team:{org_id}:{team_id}"),
             Invalidation::All => "all".into(),
         }
     }
@@ -37,10 +43,70 @@ impl Invalidation {
         if msg == "all" {
             return Some(Invalidation::All);
         }
+        if let Some(rest) = msg.strip_prefix("team:") {
+            let (org, team) = rest.split_once(':')?;
+            return Some(Invalidation::Team { org_id: org.parse().ok()?, team_id: team.parse().ok()? });
+        }
         let hex_hash = msg.strip_prefix("api_key:")?;
         let bytes = hex::decode(hex_hash).ok()?;
         Some(Invalidation::ApiKey(bytes.try_into().ok()?))
     }
+
+    /// The Redis key of the shared cache copy this message makes stale, if any.
+    pub fn cache_key(&self) -> Option<String> {
+        match self {
+            Invalidation::ApiKey(h) => Some(api_key_cache_key(h)),
+            Invalidation::Team { org_id, team_id } => Some(team_cache_key(*org_id, *team_id)),
+            Invalidation::All => None,
+        }
+    }
+}
+
+/// Redis key of the shared cache copy of an API key's authorization record.
+pub fn api_key_cache_key(hash: &KeyHash) -> String {
+    format!("gw:cache:key:{}", hex::encode(hash))
+}
+
+pub fn team_cache_key(org_id: Uuid, team_id: Uuid) -> String {
+    format!("gw:cache:team:{org_id}:{team_id}")
+}
+
+/// A shared cache copy with the time it was read from Postgres, so a replica that picks it up
+/// ages it from the read, not from its own fetch.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Stamped<V> {
+    /// Unix milliseconds of the Postgres read.
+    pub at_ms: i64,
+    pub v: V,
+}
+
+impl<V> Stamped<V> {
+    pub fn now(v: V) -> Self {
+        Self { at_ms: chrono::Utc::now().timestamp_millis(), v }
+    }
+}
+
+pub async fn put_stamped<V: Serialize>(pool: &Pool, key: &str, value: &Stamped<V>, ttl_secs: u64) -> Result<()> {
+    let text = serde_json::to_string(value).map_err(|e| Error::Redis(e.to_string()))?;
+    let mut conn = pool.get().await?;
+    let _: () = conn.set_ex(key, text, ttl_secs.max(1)).await?;
+    Ok(())
+}
+
+/// The copy under `key`; one that no longer decodes (an older layout) counts as absent.
+pub async fn get_stamped<V: DeserializeOwned>(pool: &Pool, key: &str) -> Result<Option<Stamped<V>>> {
+    let mut conn = pool.get().await?;
+    let text: Option<String> = conn.get(key).await?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+}
+
+/// Drops the shared cache copy a change makes stale, then tells every replica to forget it.
+pub async fn invalidate(pool: &Pool, inv: &Invalidation) -> Result<()> {
+    if let Some(key) = inv.cache_key() {
+        let mut conn = pool.get().await?;
+        let _: i64 = conn.del(key).await?;
+    }
+    publish(pool, inv).await
 }
 
 pub async fn publish(pool: &Pool, inv: &Invalidation) -> Result<()> {
@@ -70,6 +136,10 @@ mod tests {
         assert_eq!(Invalidation::decode("all"), Some(Invalidation::All));
         assert_eq!(Invalidation::decode("api_key:zz"), None);
         assert_eq!(Invalidation::decode("api_key:0102"), None);
+        let team = Invalidation::Team { org_id: Uuid::now_v7(), team_id: Uuid::now_v7() };
+        assert_eq!(Invalidation::decode(&team.encode()), Some(team.clone()));
+        assert!(team.cache_key().unwrap().starts_with("gw:cache:team:"));
+        assert_eq!(Invalidation::decode("team:x:y"), None);
         assert_eq!(Invalidation::decode("other"), None);
     }
 }

@@ -4,22 +4,33 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::{Config, ModelPrice, ProviderKind};
+use crate::config::{Config, ModelPrice};
 use crate::error::{Error, Result};
-use crate::providers::UpstreamUrl;
+use crate::providers::{Adapter, Registry, UpstreamUrl};
 
-#[derive(Debug)]
 pub struct Provider {
-    pub name: String,
-    pub kind: ProviderKind,
+    pub name: Arc<str>,
+    pub kind: String,
+    pub adapter: Arc<dyn Adapter>,
     pub upstream: Option<UpstreamUrl>,
     pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provider")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("upstream", &self.upstream)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone)]
 pub struct Deployment {
     pub provider: Arc<Provider>,
-    pub upstream_model: String,
+    pub upstream_model: Arc<str>,
     pub price: ModelPrice,
 }
 
@@ -38,19 +49,31 @@ pub struct Router {
 }
 
 impl Router {
-    pub fn from_config(cfg: &Config) -> Result<Self> {
+    pub fn from_config(cfg: &Config, registry: &Registry) -> Result<Self> {
         let mut providers = HashMap::new();
         for p in &cfg.providers {
-            let upstream = match p.kind {
-                ProviderKind::Mock => None,
-                _ => Some(
-                    UpstreamUrl::parse(p.base_url.as_deref().unwrap_or_default())
-                        .map_err(|e| Error::Config(e.to_string()))?,
-                ),
+            let adapter = registry.get(&p.kind).ok_or_else(|| {
+                Error::Config(format!(
+                    "provider {:?}: unknown kind {:?} (known: {})",
+                    p.name,
+                    p.kind,
+                    registry.kinds().join(", ")
+                ))
+            })?;
+            let upstream = match (&p.base_url, adapter.needs_base_url()) {
+                (Some(url), _) => Some(UpstreamUrl::parse(url).map_err(|e| Error::Config(e.to_string()))?),
+                (None, false) => None,
+                (None, true) => return Err(Error::Config(format!("provider {:?} needs base_url", p.name))),
             };
             providers.insert(
                 p.name.clone(),
-                Arc::new(Provider { name: p.name.clone(), kind: p.kind, upstream, api_key: p.api_key.clone() }),
+                Arc::new(Provider {
+                    name: Arc::from(p.name.as_str()),
+                    kind: p.kind.clone(),
+                    adapter,
+                    upstream,
+                    api_key: p.api_key.clone(),
+                }),
             );
         }
         let mut router = Router::default();
@@ -61,10 +84,10 @@ impl Router {
                     .get(&d.provider)
                     .cloned()
                     .ok_or_else(|| Error::Config(format!("unknown provider {:?}", d.provider)))?;
-                let upstream_model = d.model.clone().unwrap_or_else(|| m.name.clone());
+                let upstream_model: Arc<str> = Arc::from(d.model.as_deref().unwrap_or(&m.name));
                 let price = *cfg
                     .pricing
-                    .get(&upstream_model)
+                    .get(&*upstream_model)
                     .ok_or_else(|| Error::Config(format!("no price for {upstream_model:?}")))?;
                 deployments.push(Deployment { provider, upstream_model, price });
             }
@@ -115,13 +138,24 @@ deployments = [{ provider = "mock" }]
             |_| None,
         )
         .unwrap();
-        let r = Router::from_config(&cfg).unwrap();
+        let r = Router::from_config(&cfg, &Registry::builtin()).unwrap();
         let names: Vec<_> = r.models().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["b", "a"]);
         let b = r.resolve("b").unwrap();
-        assert_eq!(b.deployments[0].upstream_model, "real-b");
+        assert_eq!(&*b.deployments[0].upstream_model, "real-b");
         assert_eq!(b.deployments[0].provider.upstream.as_ref().unwrap().port, 1);
-        assert_eq!(b.deployments[1].upstream_model, "b");
+        assert_eq!(&*b.deployments[1].upstream_model, "b");
         assert!(r.resolve("nope").is_none());
+    }
+
+    #[test]
+    fn kinds_come_from_the_registry() {
+        let text = "[[providers]]\nname = \"x\"\nkind = \"nope\"\n";
+        let cfg = Config::parse(text, |_| None).unwrap();
+        let err = Router::from_config(&cfg, &Registry::builtin()).unwrap_err();
+        assert!(err.to_string().contains("unknown kind"), "{err}");
+        let text = "[[providers]]\nname = \"x\"\nkind = \"openai\"\n";
+        let cfg = Config::parse(text, |_| None).unwrap();
+        assert!(Router::from_config(&cfg, &Registry::builtin()).unwrap_err().to_string().contains("base_url"));
     }
 }

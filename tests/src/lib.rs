@@ -1,24 +1,34 @@
 //! Test harness: starts the real binaries (mock upstream, gw-admin, gw-proxy) on free loopback
-//! ports against the real Postgres and Redis, and helpers to drive them over HTTP. Every test
-//! starts its own stack and registers its own organization, so tests run in parallel.
+//! ports against the real Postgres and Redis, and helpers to drive them over HTTP.
+//!
+//! Most tests use [`Stack::shared`]: one stack per test binary, started on first use and stopped
+//! when the binary exits. Tests stay apart by owning their data: each registers its own
+//! organization, and steers the shared mock upstream per request (a `"mock": {...}` object in the
+//! request body, with a unique `tag` when it reads `GET /_mock/stats`), never globally. A test
+//! that needs its own configuration, or to stop or signal a process, starts a private stack with
+//! [`Stack::start_with`], whose processes die with the handle.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use uuid::Uuid;
 
 pub const JWT_SECRET: &str = "gw-test-jwt-secret-0123456789abcdef0123456789";
 
+/// The password [`Stack::register`] gives every user.
+pub const PASSWORD: &str = "correct horse battery";
+
 pub fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://gw@127.0.0.1:55432/gw".into())
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://gw@127.0.0.1:15432/gw".into())
 }
 
 pub fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".into())
 }
 
 /// Directory holding the workspace's binaries: `$GW_BIN_DIR`, else the profile directory the
@@ -64,64 +74,128 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A child process killed when dropped.
+/// Runs `"$0" "$@"` in the background and stops it (SIGTERM, then waits) once its standard input
+/// reaches end of file, i.e. once the test process holding the pipe's other end has exited,
+/// however it exited. Then removes `$GW_TEST_REMOVE` if set (the shared stack's config file).
+/// A non-interactive shell gives background jobs `/dev/null` as stdin, so only `cat` reads the
+/// pipe. Ctrl-C is ignored here (and by `cat`), so the wrapper outlives the test process and
+/// still stops its child instead of orphaning it.
+const GUARD_SCRIPT: &str = r#"trap '' INT QUIT
+"$0" "$@" &
+pid=$!
+cat >/dev/null
+kill "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+if [ -n "${GW_TEST_REMOVE:-}" ]; then rm -f -- "$GW_TEST_REMOVE"; fi"#;
+
+/// A command running `program`: directly (stdin `/dev/null`), or, with `guard` (a file to
+/// remove at the end), under [`GUARD_SCRIPT`] with a stdin pipe from this process.
+fn command(program: &Path, guard: Option<&Path>) -> Command {
+    match guard {
+        None => {
+            let mut c = Command::new(program);
+            c.stdin(Stdio::null());
+            c
+        }
+        Some(remove) => {
+            let mut c = Command::new("sh");
+            c.arg("-c").arg(GUARD_SCRIPT).arg(program).env("GW_TEST_REMOVE", remove).stdin(Stdio::piped());
+            c
+        }
+    }
+}
+
+/// A child process stopped when dropped: killed, or, when it runs under the guard wrapper (it
+/// has a stdin pipe), told to stop by closing that pipe. Killing the wrapper instead would orphan
+/// the process it runs.
 pub struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if let Some(pipe) = self.0.stdin.take() {
+            drop(pipe);
+            return;
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
 
-/// Starts the mock upstream with `args`; returns it and its base URL (`http://addr`).
-pub fn start_mock(args: &[&str]) -> (Proc, String) {
-    let mut child = Command::new(bin("mock-upstream"))
+/// Spawns the mock upstream; returns it and its base URL (`http://addr`).
+fn spawn_mock(args: &[String], guard: Option<&Path>) -> (Proc, String) {
+    let child = command(&bin("mock-upstream"), guard)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn mock-upstream");
-    let stdout = child.stdout.take().expect("mock stdout");
+    let mut mock = Proc(child);
+    let stdout = mock.0.stdout.take().expect("mock stdout");
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).expect("read mock address");
-    let addr = line.trim().strip_prefix("listening on ").expect("mock prints its address").to_string();
-    (Proc(child), format!("http://{addr}"))
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("mock-upstream did not print its address: {line:?}"))
+        .to_string();
+    (mock, format!("http://{addr}"))
 }
 
-#[derive(Default)]
+/// Starts the mock upstream with `args`; returns it and its base URL (`http://addr`).
+pub fn start_mock(args: &[&str]) -> (Proc, String) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    spawn_mock(&args, None)
+}
+
+#[derive(Default, Clone)]
 pub struct StackOptions {
     /// Extra TOML appended to the generated config (more providers, models, prices).
     pub extra_config: String,
     /// Extra keys for the `[proxy]` table.
     pub proxy_config: String,
     pub mock_args: Vec<String>,
+    /// Postgres URL written into this stack's config instead of [`database_url`]. The harness
+    /// migrates only the default database; one named here is used as it is.
+    pub database_url: Option<String>,
+    /// Extra environment variables for gw-proxy and gw-admin, set after the harness's own (so
+    /// they can override them).
+    pub env: Vec<(String, String)>,
 }
 
+/// A handle to a running stack. From [`Stack::start`]/[`Stack::start_with`] it owns its
+/// processes (dropping it kills them); from [`Stack::shared`] it only points at the test
+/// binary's shared stack, which lives until the binary exits.
 pub struct Stack {
     pub proxy: String,
     pub admin: String,
     pub mock: String,
     pub proxy_metrics: String,
+    /// A client of this handle's own, built in the runtime of the test that made the handle.
     pub http: reqwest::Client,
-    /// Process id of gw-proxy, for signalling it.
-    pub proxy_pid: u32,
+    /// Process id of gw-proxy, for signalling it; `None` on the shared stack, which no test may
+    /// stop.
+    pub proxy_pid: Option<u32>,
+    shared: bool,
     _procs: Vec<Proc>,
-    config: PathBuf,
+    /// The generated config file, removed with a private stack.
+    config: Option<PathBuf>,
 }
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.config);
+        if let Some(config) = &self.config {
+            let _ = std::fs::remove_file(config);
+        }
     }
 }
 
-/// A dead address: a port that was free a moment ago and has nobody listening.
+/// A dead address: nobody listens on port 1 of the loopback interface (a privileged port no
+/// test can take), so connecting is refused at once, however long the stack lives.
 pub fn dead_url() -> String {
-    format!("http://127.0.0.1:{}/v1", free_port())
+    "http://127.0.0.1:1/v1".to_string()
 }
 
-pub fn config_text(mock: &str, ports: (u16, u16, u16), proxy_extra: &str, extra: &str) -> String {
+pub fn config_text(mock: &str, db: &str, ports: (u16, u16, u16), proxy_extra: &str, extra: &str) -> String {
     let (proxy_port, metrics_port, admin_port) = ports;
     format!(
         r#"
@@ -174,78 +248,183 @@ deployments = [{{ provider = "dead", model = "gpt-4o-mini" }}, {{ provider = "up
 "gpt-4o-mini" = {{ input_per_mtok = "0.15", output_per_mtok = "0.60" }}
 "gpt-4o-mini-2024-07-18" = {{ input_per_mtok = "0.15", output_per_mtok = "0.60" }}
 "#,
-        db = database_url(),
         redis = redis_url(),
         dead = dead_url(),
     )
 }
 
+/// The processes of a stack just spawned (not yet known to be up).
+struct Launched {
+    proxy: String,
+    admin: String,
+    mock: String,
+    proxy_metrics: String,
+    /// The pid of gw-proxy itself, or of its guard wrapper when `guarded`.
+    proxy_pid: u32,
+    procs: Vec<Proc>,
+    config: PathBuf,
+}
+
+/// Spawns mock-upstream, gw-admin and gw-proxy for `opts`. `guarded`: under the guard wrapper
+/// (see [`GUARD_SCRIPT`]), so they stop when this process exits even if nothing drops them.
+fn launch(opts: &StackOptions, guarded: bool) -> Launched {
+    let config = std::env::temp_dir().join(format!("gw-test-{}.toml", Uuid::new_v4()));
+    let guard = if guarded { Some(config.clone()) } else { None };
+    let (mock_proc, mock) = spawn_mock(&opts.mock_args, guard.as_deref());
+    let (proxy_port, metrics_port, admin_port) = (free_port(), free_port(), free_port());
+    let proxy_extra =
+        if opts.proxy_config.is_empty() { "audit_flush_interval_ms = 50" } else { opts.proxy_config.as_str() };
+    let db = opts.database_url.clone().unwrap_or_else(database_url);
+    let text = config_text(&mock, &db, (proxy_port, metrics_port, admin_port), proxy_extra, &opts.extra_config);
+    std::fs::write(&config, text).expect("write test config");
+    let spawn = |name: &str| -> Proc {
+        let mut cmd = command(&bin(name), guard.as_deref());
+        cmd.env("GW_CONFIG", &config)
+            .env("GW_JWT_SECRET", JWT_SECRET)
+            .env("GW_TEST_UPSTREAM_KEY", "sk-upstream-test")
+            .env("RUST_LOG", std::env::var("GW_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env_remove("DATABASE_URL")
+            .env_remove("REDIS_URL");
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
+        Proc(cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}")))
+    };
+    let admin_proc = spawn("gw-admin");
+    let proxy_proc = spawn("gw-proxy");
+    let proxy_pid = proxy_proc.0.id();
+    Launched {
+        proxy: format!("http://127.0.0.1:{proxy_port}"),
+        admin: format!("http://127.0.0.1:{admin_port}"),
+        mock,
+        proxy_metrics: format!("http://127.0.0.1:{metrics_port}"),
+        proxy_pid,
+        procs: vec![proxy_proc, admin_proc, mock_proc],
+        config,
+    }
+}
+
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client")
+}
+
+/// Waits (up to 20 s) until `url` answers at all.
+async fn wait_up(http: &reqwest::Client, url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if http.get(url).send().await.is_ok() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{url} did not come up");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The test binary's shared stack. Statics are never dropped: its processes run under the guard
+/// wrapper and stop when the binary exits and the pipes held here close.
+struct SharedStack {
+    proxy: String,
+    admin: String,
+    mock: String,
+    proxy_metrics: String,
+    _procs: Mutex<Vec<Proc>>,
+}
+
+static SHARED: OnceLock<Result<SharedStack, String>> = OnceLock::new();
+
+/// Starts the shared stack on a thread and runtime of its own, so it depends on no test's
+/// runtime. A failure is kept, so every test reports it instead of each starting another stack.
+fn start_shared() -> Result<SharedStack, String> {
+    let thread = std::thread::Builder::new()
+        .name("gw-shared-stack".into())
+        .spawn(|| {
+            migrate_once();
+            let launched = launch(&StackOptions::default(), true);
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+            rt.block_on(async {
+                let http = http_client();
+                wait_up(&http, &format!("{}/healthz", launched.admin)).await;
+                wait_up(&http, &format!("{}/v1/models", launched.proxy)).await;
+            });
+            SharedStack {
+                proxy: launched.proxy,
+                admin: launched.admin,
+                mock: launched.mock,
+                proxy_metrics: launched.proxy_metrics,
+                _procs: Mutex::new(launched.procs),
+            }
+        })
+        .map_err(|e| format!("cannot start a thread: {e}"))?;
+    thread.join().map_err(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "it panicked while starting".into())
+    })
+}
+
 impl Stack {
+    /// A private stack with the default configuration.
     pub async fn start() -> Stack {
         Self::start_with(StackOptions::default()).await
     }
 
+    /// A private stack: its own processes and config, killed when the handle is dropped.
     pub async fn start_with(opts: StackOptions) -> Stack {
-        migrate_once();
-        let mock_args: Vec<&str> = opts.mock_args.iter().map(String::as_str).collect();
-        let (mock_proc, mock) = start_mock(&mock_args);
-        let (proxy_port, metrics_port, admin_port) = (free_port(), free_port(), free_port());
-        let config = std::env::temp_dir().join(format!("gw-test-{}.toml", uuid::Uuid::new_v4()));
-        let proxy_extra =
-            if opts.proxy_config.is_empty() { "audit_flush_interval_ms = 50" } else { &opts.proxy_config };
-        let text = config_text(&mock, (proxy_port, metrics_port, admin_port), proxy_extra, &opts.extra_config);
-        std::fs::write(&config, text).expect("write test config");
-        let spawn = |name: &str| {
-            Command::new(bin(name))
-                .env("GW_CONFIG", &config)
-                .env("GW_JWT_SECRET", JWT_SECRET)
-                .env("GW_TEST_UPSTREAM_KEY", "sk-upstream-test")
-                .env("RUST_LOG", std::env::var("GW_TEST_LOG").unwrap_or_else(|_| "warn".into()))
-                .env_remove("DATABASE_URL")
-                .env_remove("REDIS_URL")
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .map(Proc)
-                .expect("spawn gw binary")
-        };
-        let admin_proc = spawn("gw-admin");
-        let proxy_proc = spawn("gw-proxy");
-        let proxy_pid = proxy_proc.0.id();
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client");
+        if opts.database_url.is_none() {
+            migrate_once();
+        }
+        let l = launch(&opts, false);
         let stack = Stack {
-            proxy: format!("http://127.0.0.1:{proxy_port}"),
-            admin: format!("http://127.0.0.1:{admin_port}"),
-            mock,
-            proxy_metrics: format!("http://127.0.0.1:{metrics_port}"),
-            http,
-            proxy_pid,
-            _procs: vec![proxy_proc, admin_proc, mock_proc],
-            config,
+            proxy: l.proxy,
+            admin: l.admin,
+            mock: l.mock,
+            proxy_metrics: l.proxy_metrics,
+            http: http_client(),
+            proxy_pid: Some(l.proxy_pid),
+            shared: false,
+            _procs: l.procs,
+            config: Some(l.config),
         };
-        stack.wait_up(&format!("{}/healthz", stack.admin)).await;
-        stack.wait_up(&format!("{}/v1/models", stack.proxy)).await;
+        wait_up(&stack.http, &format!("{}/healthz", stack.admin)).await;
+        wait_up(&stack.http, &format!("{}/v1/models", stack.proxy)).await;
         stack
     }
 
-    async fn wait_up(&self, url: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if self.http.get(url).send().await.is_ok() {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{url} did not come up");
-            tokio::time::sleep(Duration::from_millis(25)).await;
+    /// A handle to the test binary's shared stack (default configuration), started by the first
+    /// caller. Dropping the handle leaves the stack running for the other tests.
+    pub async fn shared() -> Stack {
+        let s = match SHARED.get_or_init(start_shared) {
+            Ok(s) => s,
+            Err(e) => panic!("the shared test stack did not start: {e}"),
+        };
+        Stack {
+            proxy: s.proxy.clone(),
+            admin: s.admin.clone(),
+            mock: s.mock.clone(),
+            proxy_metrics: s.proxy_metrics.clone(),
+            http: http_client(),
+            proxy_pid: None,
+            shared: true,
+            _procs: Vec::new(),
+            config: None,
         }
+    }
+
+    /// Whether this handle points at the shared stack.
+    pub fn is_shared(&self) -> bool {
+        self.shared
     }
 
     /// Registers a fresh organization; returns its session.
     pub async fn register(&self) -> Session {
-        let email = format!("user-{}@test.gw", uuid::Uuid::new_v4());
+        let email = format!("user-{}@test.gw", Uuid::new_v4());
         let resp = self
             .http
             .post(format!("{}/api/v1/auth/register", self.admin))
-            .json(&json!({"email": email, "password": "correct horse battery", "name": "Test User", "org_name": "Test Org"}))
+            .json(&json!({"email": email, "password": PASSWORD, "name": "Test User", "org_name": "Test Org"}))
             .send()
             .await
             .expect("register");
@@ -256,18 +435,13 @@ impl Stack {
             access_token: body["access_token"].as_str().expect("access_token").to_string(),
             refresh_token: body["refresh_token"].as_str().expect("refresh_token").to_string(),
             org_id: body["organization"]["id"].as_str().and_then(|s| s.parse().ok()).expect("org id"),
+            user_id: body["user"]["id"].as_str().and_then(|s| s.parse().ok()).expect("user id"),
         }
     }
 
     /// Creates an API key in the session's org; returns the creation response.
     pub async fn create_key(&self, s: &Session, body: Value) -> reqwest::Response {
-        self.http
-            .post(format!("{}/api/v1/api-keys", self.admin))
-            .bearer_auth(&s.access_token)
-            .json(&body)
-            .send()
-            .await
-            .expect("create key")
+        self.admin_post("/api-keys", &s.access_token, &body).await
     }
 
     /// A new org with a `proxy:llm` key: (session, key secret, key id).
@@ -281,9 +455,10 @@ impl Stack {
         (s, key, id)
     }
 
-    /// Sends SIGTERM to gw-proxy and waits (up to 30 s) until it has exited.
+    /// Sends SIGTERM to gw-proxy and waits (up to 30 s) until it has exited. Private stacks only.
     pub async fn terminate_proxy(&self) {
-        let pid = self.proxy_pid.to_string();
+        let pid = self.proxy_pid.expect("the shared stack's proxy cannot be stopped: use Stack::start_with");
+        let pid = pid.to_string();
         let status = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
         assert!(status.success(), "kill -TERM {pid} failed");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -301,6 +476,17 @@ impl Stack {
     /// `GET {admin}/api/v1{path}` with a session token.
     pub async fn admin_get(&self, path: &str, token: &str) -> reqwest::Response {
         self.http.get(format!("{}/api/v1{path}", self.admin)).bearer_auth(token).send().await.expect("admin GET")
+    }
+
+    /// `POST {admin}/api/v1{path}` with a session token and a JSON body.
+    pub async fn admin_post(&self, path: &str, token: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}/api/v1{path}", self.admin))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("admin POST")
     }
 
     /// `DELETE {admin}/api/v1{path}` with a session token.
@@ -325,13 +511,33 @@ impl Stack {
             .expect("chat request")
     }
 
+    /// Sets the mock upstream's global knobs. Private stacks only: on the shared stack they would
+    /// reach every other test; send a `"mock": {...}` object in the request body instead.
     pub async fn mock_config(&self, knobs: Value) {
+        assert!(!self.shared, "mock_config on the shared stack leaks into other tests: use per-request \"mock\" knobs");
         let r = self.http.post(format!("{}/_mock/config", self.mock)).json(&knobs).send().await.expect("mock config");
         assert!(r.status().is_success());
     }
 
+    /// The mock upstream's global numbers. Private stacks only: on the shared stack other tests'
+    /// requests are counted too; use [`Stack::mock_stats_for`] with a tag.
     pub async fn mock_stats(&self) -> Value {
+        assert!(!self.shared, "global mock stats on the shared stack count other tests: use mock_stats_for(tag)");
         self.http.get(format!("{}/_mock/stats", self.mock)).send().await.expect("stats").json().await.expect("json")
+    }
+
+    /// What the mock upstream saw of the chat requests whose `"mock"` knobs carry `tag`:
+    /// `{"requests": n, "last_body": ...}`.
+    pub async fn mock_stats_for(&self, tag: &str) -> Value {
+        self.http
+            .get(format!("{}/_mock/stats", self.mock))
+            .query(&[("tag", tag)])
+            .send()
+            .await
+            .expect("stats")
+            .json()
+            .await
+            .expect("json")
     }
 }
 
@@ -340,7 +546,29 @@ pub struct Session {
     pub email: String,
     pub access_token: String,
     pub refresh_token: String,
-    pub org_id: uuid::Uuid,
+    pub org_id: Uuid,
+    pub user_id: Uuid,
+}
+
+/// A unique tag for per-request mock knobs (`"mock": {"tag": ...}`) and [`Stack::mock_stats_for`].
+pub fn unique_tag() -> String {
+    Uuid::new_v4().simple().to_string()
+}
+
+/// A session access token signed with the test stacks' secret, for roles or lifetimes that
+/// registration does not hand out (e.g. `member`, or an already expired token).
+pub fn session_token(user: Uuid, org: Uuid, role: &str, ttl_secs: i64) -> String {
+    gw_shared::jwt::issue_access_token(JWT_SECRET, user, org, role, ttl_secs).expect("issue access token").0
+}
+
+/// `[{"role": "user", "content": text}]`.
+pub fn user_message(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+/// The `data:` payloads of an SSE body, in order.
+pub fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n").filter_map(|ev| ev.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_string)).collect()
 }
 
 pub const GW_HEADERS: [&str; 9] = [
@@ -357,6 +585,32 @@ pub const GW_HEADERS: [&str; 9] = [
 
 pub fn header<'a>(resp: &'a reqwest::Response, name: &str) -> &'a str {
     resp.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_else(|| panic!("missing header {name}"))
+}
+
+/// Asserts a `/v1` error: `status`, every `x-gw-*` header, and OpenAI's error object with
+/// `message` (not empty), `type`, `param` and `code`. Returns the body.
+pub async fn expect_openai_error(resp: reqwest::Response, status: u16) -> Value {
+    assert_eq!(resp.status(), status);
+    for h in GW_HEADERS {
+        assert!(resp.headers().contains_key(h), "missing {h} on a {status}");
+    }
+    let body: Value = resp.json().await.expect("error body is JSON");
+    let err = body["error"].as_object().unwrap_or_else(|| panic!("no error object: {body}"));
+    for f in ["message", "type", "param", "code"] {
+        assert!(err.contains_key(f), "error lacks {f}: {body}");
+    }
+    assert!(!err["message"].as_str().expect("message is a string").is_empty());
+    body
+}
+
+/// Asserts an `/api/v1` error: `status`, an `x-request-id` header, and
+/// `{"error":{"code","message"}}` with both strings. Returns the body.
+pub async fn expect_api_error(resp: reqwest::Response, status: u16) -> Value {
+    assert_eq!(resp.status(), status);
+    assert!(resp.headers().contains_key("x-request-id"), "no x-request-id on a {status}");
+    let body: Value = resp.json().await.expect("error body is JSON");
+    assert!(body["error"]["code"].is_string() && body["error"]["message"].is_string(), "{body}");
+    body
 }
 
 /// Database access for checking what the services wrote.

@@ -1,12 +1,15 @@
-//! API key lifecycle: create (shown once), list (never the secret), revoke (effective on the
-//! proxy within a second), tenant isolation.
+//! `/api/v1/api-keys`: create (`POST`, the secret shown once), list (`GET`, never the secret),
+//! revoke (`DELETE /{id}`, effective on the proxy within a second), each with the ways it is
+//! refused: no credentials, the wrong kind of credential, a missing role, another tenant's key,
+//! unknown ids, invalid input, a wrong method. All on the test binary's shared stack, each test
+//! with its own organization(s).
 
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use gw_shared::db::schema::api_keys;
-use gw_tests::{db, header, Stack};
+use gw_tests::{db, expect_api_error, header, session_token, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -14,9 +17,34 @@ fn chat_body() -> Value {
     json!({"model": "mock-model", "messages": [{"role": "user", "content": "hi"}]})
 }
 
+fn keys_url(stack: &Stack) -> String {
+    format!("{}/api/v1/api-keys", stack.admin)
+}
+
+/// A `member` session in `s`'s organization (registration makes owners only).
+fn member_token(s: &Session) -> String {
+    session_token(s.user_id, s.org_id, "member", 300)
+}
+
+/// 401 `unauthorized` with `WWW-Authenticate: Bearer`.
+async fn expect_unauthorized(resp: reqwest::Response) -> Value {
+    assert_eq!(header(&resp, "www-authenticate"), "Bearer");
+    let b = expect_api_error(resp, 401).await;
+    assert_eq!(b["error"]["code"], "unauthorized");
+    b
+}
+
+async fn expect_validation_error(resp: reqwest::Response, what: &str) {
+    assert_eq!(resp.status(), 400, "{what}");
+    let b = expect_api_error(resp, 400).await;
+    assert_eq!(b["error"]["code"], "validation_error", "{what}");
+}
+
+// ---- POST /api-keys ----
+
 #[tokio::test]
 async fn create_returns_the_secret_once_and_stores_only_its_hash() {
-    let stack = Stack::start().await;
+    let stack = Stack::shared().await;
     let s = stack.register().await;
     let resp = stack.create_key(&s, json!({"name": "ci key", "permissions": ["proxy:llm"]})).await;
     assert_eq!(resp.status(), 201);
@@ -32,6 +60,12 @@ async fn create_returns_the_secret_once_and_stores_only_its_hash() {
     assert!(key.starts_with(body["key_prefix"].as_str().unwrap()));
     assert_eq!(body["permissions"], json!(["proxy:llm"]));
     assert!(body["warning"].as_str().unwrap().contains("once"));
+    insta::assert_json_snapshot!("api_key_created", &body, {
+        ".id" => "[uuid]",
+        ".key" => "[secret]",
+        ".key_prefix" => "[prefix]",
+        ".created_at" => "[timestamp]",
+    });
 
     let id = Uuid::parse_str(body["id"].as_str().unwrap()).unwrap();
     let mut conn = db::connect().await;
@@ -51,31 +85,112 @@ async fn create_returns_the_secret_once_and_stores_only_its_hash() {
 }
 
 #[tokio::test]
-async fn create_validates_input() {
-    let stack = Stack::start().await;
+async fn create_without_credentials_is_401() {
+    let stack = Stack::shared().await;
+    let r = stack.http.post(keys_url(&stack)).json(&json!({"name": "x"})).send().await.unwrap();
+    expect_unauthorized(r).await;
+}
+
+#[tokio::test]
+async fn create_with_an_api_key_is_401() {
+    let stack = Stack::shared().await;
+    let (_, key, _) = stack.org_with_key().await;
+    let b = expect_unauthorized(stack.admin_post("/api-keys", &key, &json!({"name": "x"})).await).await;
+    assert!(b["error"]["message"].as_str().unwrap().contains("API keys are not accepted"));
+}
+
+#[tokio::test]
+async fn create_as_member_is_403() {
+    let stack = Stack::shared().await;
     let s = stack.register().await;
-    let other = stack.register().await;
-    let foreign_team = Uuid::now_v7();
-    let mut conn = db::connect().await;
-    gw_shared::db::teams::insert(&mut conn, other.org_id, foreign_team, "theirs").await.unwrap();
+    let r = stack.admin_post("/api-keys", &member_token(&s), &json!({"name": "x"})).await;
+    let b = expect_api_error(r, 403).await;
+    assert_eq!(b["error"]["code"], "forbidden");
+    assert_eq!(stack.list_keys(&s.access_token, "").await["data"], json!([]));
+}
+
+#[tokio::test]
+async fn create_with_invalid_fields_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
     for bad in [
         json!({"name": ""}),
         json!({"name": "x", "permissions": []}),
         json!({"name": "x", "permissions": ["admin:everything"]}),
         json!({"name": "x", "team_id": "not-a-uuid"}),
-        json!({"name": "x", "team_id": Uuid::now_v7()}),
-        json!({"name": "x", "team_id": foreign_team}),
-        json!({"name": "x", "expires_at": "2001-01-01T00:00:00Z"}),
-        json!({"name": "x", "colour": "blue"}),
     ] {
-        let r = stack.create_key(&s, bad.clone()).await;
-        assert_eq!(r.status(), 400, "{bad}");
+        expect_validation_error(stack.create_key(&s, bad.clone()).await, &bad.to_string()).await;
     }
 }
 
 #[tokio::test]
+async fn create_with_an_unknown_field_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    expect_validation_error(stack.create_key(&s, json!({"name": "x", "colour": "blue"})).await, "colour").await;
+}
+
+#[tokio::test]
+async fn create_with_a_past_expiry_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r = stack.create_key(&s, json!({"name": "x", "expires_at": "2001-01-01T00:00:00Z"})).await;
+    expect_validation_error(r, "expires_at in the past").await;
+}
+
+#[tokio::test]
+async fn create_with_a_team_of_another_org_or_none_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let other = stack.register().await;
+    let foreign_team = Uuid::now_v7();
+    let mut conn = db::connect().await;
+    gw_shared::db::teams::insert(&mut conn, other.org_id, foreign_team, "theirs").await.unwrap();
+    // Another org's team looks exactly like a team that does not exist.
+    for team in [foreign_team, Uuid::now_v7()] {
+        let r = stack.create_key(&s, json!({"name": "x", "team_id": team})).await;
+        expect_validation_error(r, &team.to_string()).await;
+    }
+}
+
+#[tokio::test]
+async fn create_with_malformed_json_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r = stack
+        .http
+        .post(keys_url(&stack))
+        .bearer_auth(&s.access_token)
+        .header("content-type", "application/json")
+        .body("{\"name\": ")
+        .send()
+        .await
+        .unwrap();
+    expect_validation_error(r, "malformed JSON").await;
+}
+
+// ---- GET /api-keys ----
+
+#[tokio::test]
+async fn list_shows_keys_without_their_secret() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let created: Value = stack.create_key(&s, json!({"name": "listed"})).await.json().await.unwrap();
+    let list = stack.list_keys(&s.access_token, "").await;
+    assert!(!list.to_string().contains(created["key"].as_str().unwrap()), "listing leaked the secret");
+    assert_eq!(list["data"][0]["id"], created["id"]);
+    assert_eq!(list["data"][0]["created_by"], s.user_id.to_string());
+    insta::assert_json_snapshot!("api_key_list", &list, {
+        ".data[].id" => "[uuid]",
+        ".data[].key_prefix" => "[prefix]",
+        ".data[].created_by" => "[uuid]",
+        ".data[].created_at" => "[timestamp]",
+    });
+}
+
+#[tokio::test]
 async fn list_paginates_newest_first() {
-    let stack = Stack::start().await;
+    let stack = Stack::shared().await;
     let s = stack.register().await;
     let mut ids = Vec::new();
     for i in 0..5 {
@@ -98,15 +213,69 @@ async fn list_paginates_newest_first() {
         }
     }
     assert_eq!(seen, ids);
+}
+
+#[tokio::test]
+async fn list_marks_expired_keys() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let expires = chrono::Utc::now() + chrono::Duration::seconds(2);
+    let r = stack.create_key(&s, json!({"name": "short-lived", "expires_at": expires})).await;
+    assert_eq!(r.status(), 201);
+    assert_eq!(stack.list_keys(&s.access_token, "").await["data"][0]["status"], "active");
+    let left = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_millis(200)).await;
+    assert_eq!(stack.list_keys(&s.access_token, "").await["data"][0]["status"], "expired");
+}
+
+#[tokio::test]
+async fn list_with_an_invalid_query_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
     for bad in ["limit=0", "limit=1000", "cursor=nope"] {
         let r = stack.admin_get(&format!("/api-keys?{bad}"), &s.access_token).await;
-        assert_eq!(r.status(), 400, "{bad}");
+        expect_validation_error(r, bad).await;
     }
 }
 
 #[tokio::test]
+async fn list_without_credentials_is_401() {
+    let stack = Stack::shared().await;
+    expect_unauthorized(stack.http.get(keys_url(&stack)).send().await.unwrap()).await;
+}
+
+#[tokio::test]
+async fn list_with_an_api_key_is_401() {
+    let stack = Stack::shared().await;
+    let (_, key, _) = stack.org_with_key().await;
+    let b = expect_unauthorized(stack.admin_get("/api-keys", &key).await).await;
+    assert!(b["error"]["message"].as_str().unwrap().contains("API keys are not accepted"));
+}
+
+#[tokio::test]
+async fn list_is_open_to_members() {
+    let stack = Stack::shared().await;
+    let (s, _, id) = stack.org_with_key().await;
+    let list = stack.list_keys(&member_token(&s), "").await;
+    assert_eq!(list["data"][0]["id"], id);
+}
+
+#[tokio::test]
+async fn list_shows_nothing_of_other_tenants() {
+    let stack = Stack::shared().await;
+    let _ = stack.org_with_key().await;
+    let b = stack.register().await;
+    let list = stack.list_keys(&b.access_token, "").await;
+    assert_eq!(list["data"], json!([]));
+    let list = stack.list_keys(&b.access_token, "?cursor=ffffffff-ffff-7fff-bfff-ffffffffffff").await;
+    assert_eq!(list["data"], json!([]));
+}
+
+// ---- DELETE /api-keys/{id} ----
+
+#[tokio::test]
 async fn revoked_key_stops_working_within_a_second() {
-    let stack = Stack::start().await;
+    let stack = Stack::shared().await;
     let (s, key, id) = stack.org_with_key().await;
     // Warm the proxy's key cache: from here only the invalidation message can end the key fast.
     assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
@@ -131,61 +300,79 @@ async fn revoked_key_stops_working_within_a_second() {
 }
 
 #[tokio::test]
-async fn other_tenants_cannot_see_or_revoke_keys() {
-    let stack = Stack::start().await;
+async fn revoke_without_credentials_is_401() {
+    let stack = Stack::shared().await;
+    let (_, _, id) = stack.org_with_key().await;
+    let r = stack.http.delete(format!("{}/{id}", keys_url(&stack))).send().await.unwrap();
+    expect_unauthorized(r).await;
+}
+
+#[tokio::test]
+async fn revoke_with_an_api_key_is_401() {
+    let stack = Stack::shared().await;
+    let (_, key, id) = stack.org_with_key().await;
+    let b = expect_unauthorized(stack.admin_delete(&format!("/api-keys/{id}"), &key).await).await;
+    assert!(b["error"]["message"].as_str().unwrap().contains("API keys are not accepted"));
+    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+}
+
+#[tokio::test]
+async fn revoke_as_member_is_403() {
+    let stack = Stack::shared().await;
+    let (s, key, id) = stack.org_with_key().await;
+    let b = expect_api_error(stack.admin_delete(&format!("/api-keys/{id}"), &member_token(&s)).await, 403).await;
+    assert_eq!(b["error"]["code"], "forbidden");
+    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+}
+
+#[tokio::test]
+async fn revoke_of_another_tenants_key_is_404() {
+    let stack = Stack::shared().await;
     let (_, key_a, id_a) = stack.org_with_key().await;
     let b = stack.register().await;
     let r = stack.admin_delete(&format!("/api-keys/{id_a}"), &b.access_token).await;
-    assert_eq!(r.status(), 404);
-    let list = stack.list_keys(&b.access_token, "").await;
-    assert_eq!(list["data"], json!([]));
-    let list = stack.list_keys(&b.access_token, "?cursor=ffffffff-ffff-7fff-bfff-ffffffffffff").await;
-    assert_eq!(list["data"], json!([]));
+    let body = expect_api_error(r, 404).await;
+    assert_eq!(body["error"]["code"], "not_found");
     // A's key still works.
     assert_eq!(stack.chat(&key_a, chat_body()).await.status(), 200);
 }
 
 #[tokio::test]
-async fn team_attribution_from_key_or_header_stays_in_the_org() {
-    let stack = Stack::start().await;
-    let (s, key, _) = stack.org_with_key().await;
-    let other = stack.register().await;
-    let (mine, theirs) = (Uuid::now_v7(), Uuid::now_v7());
-    let mut conn = db::connect().await;
-    gw_shared::db::teams::insert(&mut conn, s.org_id, mine, "mine").await.unwrap();
-    gw_shared::db::teams::insert(&mut conn, other.org_id, theirs, "theirs").await.unwrap();
+async fn revoke_of_an_unknown_key_is_404() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r = stack.admin_delete(&format!("/api-keys/{}", Uuid::now_v7()), &s.access_token).await;
+    let b = expect_api_error(r, 404).await;
+    assert_eq!(b["error"]["code"], "not_found");
+}
 
-    let send = |team: Option<String>| {
-        let mut req =
-            stack.http.post(format!("{}/v1/chat/completions", stack.proxy)).bearer_auth(&key).json(&chat_body());
-        if let Some(t) = team {
-            req = req.header("x-gw-team", t);
-        }
-        req.send()
-    };
-    let r = send(Some(mine.to_string())).await.unwrap();
-    assert_eq!(r.status(), 200);
-    let rid = Uuid::parse_str(header(&r, "x-gw-request-id")).unwrap();
-    assert_eq!(db::audit_row(s.org_id, rid).await.team_id, Some(mine));
+#[tokio::test]
+async fn revoke_with_an_invalid_id_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    expect_validation_error(stack.admin_delete("/api-keys/not-a-uuid", &s.access_token).await, "not-a-uuid").await;
+}
 
-    assert_eq!(send(Some(theirs.to_string())).await.unwrap().status(), 400);
-    assert_eq!(send(Some("not-a-uuid".into())).await.unwrap().status(), 400);
+// ---- methods ----
 
-    // A key bound to a team attributes to it without the header, and the header cannot override.
-    let body: Value = stack.create_key(&s, json!({"name": "team key", "team_id": mine})).await.json().await.unwrap();
-    assert_eq!(body["team_id"], mine.to_string());
-    let team_key = body["key"].as_str().unwrap().to_string();
-    let r = stack.chat(&team_key, chat_body()).await;
-    let rid = Uuid::parse_str(header(&r, "x-gw-request-id")).unwrap();
-    assert_eq!(db::audit_row(s.org_id, rid).await.team_id, Some(mine));
-    let r = stack
-        .http
-        .post(format!("{}/v1/chat/completions", stack.proxy))
-        .bearer_auth(&team_key)
-        .header("x-gw-team", Uuid::now_v7().to_string())
-        .json(&chat_body())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
+#[tokio::test]
+async fn put_on_the_collection_is_405_with_allow() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r =
+        stack.http.put(keys_url(&stack)).bearer_auth(&s.access_token).json(&json!({"name": "x"})).send().await.unwrap();
+    let allow = header(&r, "allow").to_string();
+    assert!(allow.contains("GET") && allow.contains("POST"), "Allow: {allow}");
+    let b = expect_api_error(r, 405).await;
+    assert_eq!(b["error"]["code"], "method_not_allowed");
+}
+
+#[tokio::test]
+async fn patch_on_a_key_is_405_with_allow() {
+    let stack = Stack::shared().await;
+    let (s, _, id) = stack.org_with_key().await;
+    let r = stack.http.patch(format!("{}/{id}", keys_url(&stack))).bearer_auth(&s.access_token).send().await.unwrap();
+    assert_eq!(header(&r, "allow"), "DELETE");
+    let b = expect_api_error(r, 405).await;
+    assert_eq!(b["error"]["code"], "method_not_allowed");
 }

@@ -1,31 +1,56 @@
-//! Registration, login, refresh rotation, and the wall between session tokens and API keys.
+//! `/api/v1/auth`: register, login, refresh-token rotation, each with the ways it is refused. All
+//! on the test binary's shared stack, each test with its own organization.
 
-use gw_tests::Stack;
+use gw_tests::{expect_api_error, header, Stack, PASSWORD};
 use serde_json::{json, Value};
 
 async fn post(stack: &Stack, path: &str, body: Value) -> reqwest::Response {
     stack.http.post(format!("{}/api/v1{path}", stack.admin)).json(&body).send().await.unwrap()
 }
 
-async fn api_error(resp: reqwest::Response, status: u16) -> Value {
-    assert_eq!(resp.status(), status);
-    let body: Value = resp.json().await.unwrap();
-    assert!(body["error"]["code"].is_string() && body["error"]["message"].is_string(), "{body}");
-    body
+// ---- POST /auth/register ----
+
+#[tokio::test]
+async fn register_creates_an_org_and_returns_tokens() {
+    let stack = Stack::shared().await;
+    let email = format!("reg-{}@test.gw", uuid::Uuid::new_v4());
+    let r = post(
+        &stack,
+        "/auth/register",
+        json!({"email": email, "password": PASSWORD, "name": "New Owner", "org_name": "New Org"}),
+    )
+    .await;
+    assert_eq!(r.status(), 201);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["user"]["email"], email);
+    assert_eq!(body["role"], "owner");
+    insta::assert_json_snapshot!("register_response", &body, {
+        ".access_token" => "[jwt]",
+        ".refresh_token" => "[refresh token]",
+        ".user.id" => "[uuid]",
+        ".user.email" => "[email]",
+        ".organization.id" => "[uuid]",
+    });
 }
 
 #[tokio::test]
-async fn register_validates_and_rejects_duplicates() {
-    let stack = Stack::start().await;
+async fn register_with_a_taken_email_is_409() {
+    let stack = Stack::shared().await;
     let s = stack.register().await;
+    // E-mail addresses compare case-insensitively.
     let dup = post(
         &stack,
         "/auth/register",
         json!({"email": s.email.to_uppercase(), "password": "another password", "name": "X", "org_name": "Y"}),
     )
     .await;
-    api_error(dup, 409).await;
+    let b = expect_api_error(dup, 409).await;
+    assert_eq!(b["error"]["code"], "conflict");
+}
 
+#[tokio::test]
+async fn register_with_invalid_fields_is_400() {
+    let stack = Stack::shared().await;
     for bad in [
         json!({"email": "not-an-email", "password": "long enough pw", "name": "X", "org_name": "Y"}),
         json!({"email": "a@b.co", "password": "short", "name": "X", "org_name": "Y"}),
@@ -33,8 +58,16 @@ async fn register_validates_and_rejects_duplicates() {
         json!({"email": "a@b.co", "password": "long enough pw", "name": "X"}),
         json!({"email": "a@b.co", "password": "long enough pw", "name": "X", "org_name": "Y", "plan": "enterprise"}),
     ] {
-        api_error(post(&stack, "/auth/register", bad).await, 400).await;
+        let r = post(&stack, "/auth/register", bad.clone()).await;
+        assert_eq!(r.status(), 400, "{bad}");
+        let b = expect_api_error(r, 400).await;
+        assert_eq!(b["error"]["code"], "validation_error", "{bad}");
     }
+}
+
+#[tokio::test]
+async fn register_with_malformed_json_is_400() {
+    let stack = Stack::shared().await;
     let r = stack
         .http
         .post(format!("{}/api/v1/auth/register", stack.admin))
@@ -43,34 +76,35 @@ async fn register_validates_and_rejects_duplicates() {
         .send()
         .await
         .unwrap();
-    api_error(r, 400).await;
+    expect_api_error(r, 400).await;
 }
 
 #[tokio::test]
-async fn login_and_current_organization() {
-    let stack = Stack::start().await;
+async fn register_with_a_wrong_method_is_405_with_allow() {
+    let stack = Stack::shared().await;
+    let r = stack.http.get(format!("{}/api/v1/auth/register", stack.admin)).send().await.unwrap();
+    assert_eq!(header(&r, "allow"), "POST");
+    let b = expect_api_error(r, 405).await;
+    assert_eq!(b["error"]["code"], "method_not_allowed");
+}
+
+// ---- POST /auth/login ----
+
+#[tokio::test]
+async fn login_returns_tokens_for_the_users_org() {
+    let stack = Stack::shared().await;
     let s = stack.register().await;
-    let ok = post(&stack, "/auth/login", json!({"email": s.email, "password": "correct horse battery"})).await;
+    let ok = post(&stack, "/auth/login", json!({"email": s.email, "password": PASSWORD})).await;
     assert_eq!(ok.status(), 200);
     let tokens: Value = ok.json().await.unwrap();
     assert_eq!(tokens["token_type"], "Bearer");
     assert_eq!(tokens["role"], "owner");
     assert!(tokens["expires_in"].as_i64().unwrap() > 0);
 
-    api_error(post(&stack, "/auth/login", json!({"email": s.email, "password": "wrong password!"})).await, 401).await;
-    api_error(post(&stack, "/auth/login", json!({"email": "nobody@test.gw", "password": "whatever123"})).await, 401)
-        .await;
-
-    let org: Value = stack
-        .http
-        .get(format!("{}/api/v1/organizations/current", stack.admin))
-        .bearer_auth(tokens["access_token"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    // The access token acts in the user's organization.
+    let r = stack.admin_get("/organizations/current", tokens["access_token"].as_str().unwrap()).await;
+    assert_eq!(r.status(), 200);
+    let org: Value = r.json().await.unwrap();
     assert_eq!(org["id"], s.org_id.to_string());
     assert_eq!(org["name"], "Test Org");
     assert_eq!(org["plan"], "free");
@@ -79,8 +113,27 @@ async fn login_and_current_organization() {
 }
 
 #[tokio::test]
-async fn refresh_rotates_and_reuse_revokes_the_family() {
-    let stack = Stack::start().await;
+async fn login_with_a_wrong_password_is_401() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r = post(&stack, "/auth/login", json!({"email": s.email, "password": "wrong password!"})).await;
+    let b = expect_api_error(r, 401).await;
+    assert_eq!(b["error"]["code"], "unauthorized");
+}
+
+#[tokio::test]
+async fn login_with_an_unknown_email_is_401() {
+    let stack = Stack::shared().await;
+    let r = post(&stack, "/auth/login", json!({"email": "nobody@test.gw", "password": "whatever123"})).await;
+    let b = expect_api_error(r, 401).await;
+    assert_eq!(b["error"]["code"], "unauthorized");
+}
+
+// ---- POST /auth/refresh ----
+
+#[tokio::test]
+async fn refresh_rotates_the_refresh_token() {
+    let stack = Stack::shared().await;
     let s = stack.register().await;
     let r1 = post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await;
     assert_eq!(r1.status(), 200);
@@ -88,46 +141,25 @@ async fn refresh_rotates_and_reuse_revokes_the_family() {
     let next = t1["refresh_token"].as_str().unwrap().to_string();
     assert_ne!(next, s.refresh_token);
     assert!(t1["access_token"].is_string());
+    // The new one works in turn.
+    let r2 = post(&stack, "/auth/refresh", json!({"refresh_token": next})).await;
+    assert_eq!(r2.status(), 200);
+}
 
+#[tokio::test]
+async fn refresh_token_reuse_revokes_the_family() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r1 = post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await;
+    assert_eq!(r1.status(), 200);
+    let next = r1.json::<Value>().await.unwrap()["refresh_token"].as_str().unwrap().to_string();
     // Presenting the already-rotated token again is reuse: the whole family dies.
-    api_error(post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await, 401).await;
-    api_error(post(&stack, "/auth/refresh", json!({"refresh_token": next})).await, 401).await;
-
-    api_error(post(&stack, "/auth/refresh", json!({"refresh_token": "rt_garbage"})).await, 401).await;
+    expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await, 401).await;
+    expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": next})).await, 401).await;
 }
 
 #[tokio::test]
-async fn api_keys_and_bad_tokens_are_refused_on_the_management_api() {
-    let stack = Stack::start().await;
-    let (_, key, _) = stack.org_with_key().await;
-    let url = format!("{}/api/v1/organizations/current", stack.admin);
-    let b = api_error(stack.http.get(&url).bearer_auth(&key).send().await.unwrap(), 401).await;
-    assert!(b["error"]["message"].as_str().unwrap().contains("API keys are not accepted"));
-    api_error(stack.http.get(&url).send().await.unwrap(), 401).await;
-    api_error(stack.http.get(&url).bearer_auth("eyJhbGciOiJIUzI1NiJ9.e30.bad").send().await.unwrap(), 401).await;
-    // A token signed with another secret.
-    let (forged, _) = gw_shared::jwt::issue_access_token(
-        "not-the-secret-not-the-secret-xx",
-        uuid::Uuid::new_v4(),
-        uuid::Uuid::new_v4(),
-        "owner",
-        60,
-    )
-    .unwrap();
-    api_error(stack.http.get(&url).bearer_auth(forged).send().await.unwrap(), 401).await;
-}
-
-#[tokio::test]
-async fn health_readiness_and_metrics() {
-    let stack = Stack::start().await;
-    let r = stack.http.get(format!("{}/healthz", stack.admin)).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let r = stack.http.get(format!("{}/readyz", stack.admin)).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["checks"], json!({"postgres": "ok", "redis": "ok"}));
-    let text = stack.http.get(format!("{}/metrics", stack.admin)).send().await.unwrap().text().await.unwrap();
-    assert!(text.contains("gw_admin_requests_total"), "{text}");
-    let r = stack.http.get(format!("{}/api/v1/nope", stack.admin)).send().await.unwrap();
-    api_error(r, 404).await;
+async fn refresh_with_an_unknown_token_is_401() {
+    let stack = Stack::shared().await;
+    expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": "rt_garbage"})).await, 401).await;
 }

@@ -1,10 +1,10 @@
 //! API keys: create (the secret is shown once), list (never the secret), revoke.
 
-use actix_web::{delete, get, post, web, HttpResponse};
+use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use gw_shared::accounts::{issue_api_key, DEFAULT_PERMISSION, KNOWN_PERMISSIONS};
 use gw_shared::db::{api_keys, teams};
-use gw_shared::redis::{publish, Invalidation};
+use gw_shared::redis::{invalidate, publish, Invalidation};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -112,7 +112,6 @@ fn permissions(requested: Option<Vec<String>>) -> ApiResult<Vec<String>> {
     Ok(perms)
 }
 
-#[post("/api-keys")]
 pub async fn create(
     state: web::Data<AppState>,
     session: Session,
@@ -139,6 +138,10 @@ pub async fn create(
     let (row, secret) =
         issue_api_key(&mut conn, session.org_id, team_id, &name, &perms, Some(session.user_id), b.expires_at).await?;
     log::info!("api key {} ({}) created in org {}", row.id, row.key_prefix, row.org_id);
+    // Proxies may remember this hash as unknown (someone tried it before it existed).
+    if let Err(e) = publish(&state.redis, &Invalidation::ApiKey(gw_shared::keys::hash_secret(&secret))).await {
+        log::warn!("could not publish creation of key {}: {e}", row.id);
+    }
     Ok(HttpResponse::Created().json(Created {
         id: row.id,
         name: row.name,
@@ -152,7 +155,6 @@ pub async fn create(
     }))
 }
 
-#[get("/api-keys")]
 pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ListQuery>) -> ApiResult<HttpResponse> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
@@ -167,7 +169,6 @@ pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<Li
     Ok(HttpResponse::Ok().json(Page { data: rows.into_iter().map(KeyOut::from).collect(), next_cursor }))
 }
 
-#[delete("/api-keys/{id}")]
 pub async fn revoke(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
     session.require_admin()?;
     let id = id.into_inner();
@@ -179,7 +180,7 @@ pub async fn revoke(state: web::Data<AppState>, session: Session, id: web::Path<
                 hash.try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
             // The revoke is committed; if this publish fails the proxies' cache TTL still ends
             // the key's life, so it is logged rather than failing the request.
-            if let Err(e) = publish(&state.redis, &Invalidation::ApiKey(hash)).await {
+            if let Err(e) = invalidate(&state.redis, &Invalidation::ApiKey(hash)).await {
                 log::warn!("could not publish revocation of key {id}: {e}");
             }
             Ok(HttpResponse::NoContent().finish())

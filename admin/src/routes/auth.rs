@@ -1,6 +1,6 @@
 //! Registration, login and refresh-token rotation.
 
-use actix_web::{post, web, HttpResponse};
+use actix_web::{web, HttpResponse};
 use chrono::{Duration, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::accounts::{create_org_with_owner, ROLE_OWNER};
@@ -112,7 +112,6 @@ fn check_password_shape(password: &str) -> ApiResult<()> {
     Ok(())
 }
 
-#[post("/auth/register")]
 pub async fn register(state: web::Data<AppState>, body: web::Json<RegisterBody>) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let email = validate::email(&b.email)?;
@@ -133,7 +132,6 @@ pub async fn register(state: web::Data<AppState>, body: web::Json<RegisterBody>)
     Ok(HttpResponse::Created().json(tokens))
 }
 
-#[post("/auth/login")]
 pub async fn login(state: web::Data<AppState>, body: web::Json<LoginBody>) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let invalid = || ApiError::Unauthorized("invalid email or password".into());
@@ -160,7 +158,6 @@ enum Rotation {
     Rejected(&'static str),
 }
 
-#[post("/auth/refresh")]
 pub async fn refresh(state: web::Data<AppState>, body: web::Json<RefreshBody>) -> ApiResult<HttpResponse> {
     let token = body.into_inner().refresh_token;
     if token.is_empty() || token.len() > MAX_BEARER_LEN {

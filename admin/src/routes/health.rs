@@ -1,18 +1,16 @@
 //! Liveness, readiness and metrics.
 
-use actix_web::{get, web, HttpResponse};
+use actix_web::{web, HttpResponse};
 use prometheus::{Encoder, TextEncoder};
 use serde_json::json;
 
 use crate::state::AppState;
 
-#[get("/healthz")]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
 /// Ready when both stores answer.
-#[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let db = gw_shared::db::ping(&state.db).await;
     let redis = gw_shared::redis::ping(&state.redis).await;
@@ -26,7 +24,6 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-#[get("/metrics")]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let encoder = TextEncoder::new();
     let mut buf = Vec::new();

@@ -1,21 +1,37 @@
-//! The route table, in one place.
+//! The route table, in one place: every path with the methods it answers. Any other method on a
+//! known path gets 405 with an `Allow` header and the usual error body.
 
-use actix_web::web;
+use actix_web::{web, HttpResponse, Resource};
+
+use crate::error::ApiError;
 
 pub mod api_keys;
 pub mod auth;
 pub mod health;
 pub mod organizations;
 
+/// A path answering the methods in `allow` (the routes are added by the caller); any other
+/// method gets 405 `method_not_allowed` with `Allow: <allow>`.
+fn resource(path: &str, allow: &'static str) -> Resource {
+    web::resource(path)
+        .default_service(web::to(move || async move { HttpResponse::from_error(ApiError::MethodNotAllowed(allow)) }))
+}
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(health::healthz).service(health::readyz).service(health::metrics).service(
-        web::scope("/api/v1")
-            .service(auth::register)
-            .service(auth::login)
-            .service(auth::refresh)
-            .service(organizations::current)
-            .service(api_keys::create)
-            .service(api_keys::list)
-            .service(api_keys::revoke),
-    );
+    cfg.service(resource("/healthz", "GET").route(web::get().to(health::healthz)))
+        .service(resource("/readyz", "GET").route(web::get().to(health::readyz)))
+        .service(resource("/metrics", "GET").route(web::get().to(health::metrics)))
+        .service(
+            web::scope("/api/v1")
+                .service(resource("/auth/register", "POST").route(web::post().to(auth::register)))
+                .service(resource("/auth/login", "POST").route(web::post().to(auth::login)))
+                .service(resource("/auth/refresh", "POST").route(web::post().to(auth::refresh)))
+                .service(resource("/organizations/current", "GET").route(web::get().to(organizations::current)))
+                .service(
+                    resource("/api-keys", "GET, POST")
+                        .route(web::get().to(api_keys::list))
+                        .route(web::post().to(api_keys::create)),
+                )
+                .service(resource("/api-keys/{id}", "DELETE").route(web::delete().to(api_keys::revoke))),
+        );
 }

@@ -1,6 +1,6 @@
 //! The caller's organization.
 
-use actix_web::{get, web, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -27,7 +27,6 @@ struct OrganizationOut {
     updated_at: chrono::DateTime<chrono::Utc>,
 }
 
-#[get("/organizations/current")]
 pub async fn current(state: web::Data<AppState>, session: Session) -> ApiResult<HttpResponse> {
     let mut conn = state.conn().await?;
     let org = orgs::find(&mut conn, session.org_id).await?.ok_or(ApiError::NotFound("organization"))?;

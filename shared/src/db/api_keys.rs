@@ -77,8 +77,8 @@ pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Res
     .optional()?)
 }
 
-/// What the proxy needs to authorize a request made with a key.
-#[derive(Debug, Clone, Queryable, Selectable)]
+/// What the proxy needs to authorize a request made with a key (also what Redis caches of it).
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, serde::Serialize, serde::Deserialize)]
 #[diesel(table_name = api_keys)]
 pub struct KeyAuth {
     pub id: Uuid,

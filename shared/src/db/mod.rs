@@ -2,6 +2,7 @@
 //! Every query that touches tenant data takes the `org_id` and filters on it.
 
 pub mod api_keys;
+pub mod audit_copy;
 pub mod audit_logs;
 pub mod orgs;
 pub mod refresh_tokens;

@@ -123,6 +123,10 @@ diesel::table! {
         policy_action -> Nullable<Text>,
         attempts -> Int4,
         created_at -> Timestamptz,
+        cached_tokens -> Int4,
+        reasoning_tokens -> Int4,
+        routing -> Jsonb,
+        policy -> Jsonb,
     }
 }
 

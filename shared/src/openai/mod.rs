@@ -5,9 +5,12 @@
 pub mod chat;
 pub mod error;
 pub mod models;
+pub mod request;
 pub mod stream;
+pub mod validate;
 
 pub use chat::*;
 pub use error::*;
 pub use models::*;
+pub use request::*;
 pub use stream::*;

@@ -5,9 +5,18 @@
 //! Usage: `mock-upstream [--listen 127.0.0.1:0] [--latency-ms N] [--ttft-ms N] [--chunk-delay-ms N]
 //!         [--status CODE] [--malformed] [--no-usage] [--fail-first N]`
 //! Prints `listening on <addr>` once bound. Knobs can also be changed at run time with
-//! `POST /_mock/config` (same names, snake_case JSON) and per request with `x-mock-*` headers.
-//! `GET /_mock/stats` returns the number of chat requests and the last request body.
+//! `POST /_mock/config` (same names, snake_case JSON), and per request with `x-mock-*` headers or
+//! a top-level `"mock": {...}` object in the request body (the same names as `/_mock/config`; gw
+//! forwards unknown body fields unchanged, so tests steer the mock through gw this way). Body
+//! knobs override header knobs, which override the global ones.
+//!
+//! `GET /_mock/stats` returns the number of chat requests since the last `POST /_mock/config` and
+//! the last request body; `GET /_mock/stats?tag=T` the same for the chat requests whose knobs
+//! carry `"tag": "T"` (counted since start). Tests sharing one mock use tags to stay apart.
+//!
+//! `/v1/embeddings` honours the body's `"mock"` object only (`latency_ms`, `status`, `malformed`).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -30,14 +39,29 @@ struct Knobs {
     malformed: bool,
     /// Leave `usage` out of answers.
     no_usage: bool,
-    /// Fail (503) the first N chat requests, then behave.
+    /// Fail (503) the first N chat requests, then behave. With a `tag`, the first N requests
+    /// carrying that tag; without, the first N since start or the last `POST /_mock/config`.
     fail_first: u64,
+    /// Streams: send a couple of content chunks, then an error event, and end (no `[DONE]`).
+    error_mid_stream: bool,
+    /// Streams: send a couple of content chunks and end without `[DONE]`.
+    truncate_stream: bool,
+    /// Groups requests for `fail_first` and `GET /_mock/stats?tag=`; meant for the body's `mock`.
+    tag: Option<String>,
+}
+
+/// What the mock saw of the chat requests with one tag.
+#[derive(Default)]
+struct TagStats {
+    requests: u64,
+    last_body: Value,
 }
 
 struct State {
     knobs: Mutex<Knobs>,
     requests: AtomicU64,
     last_body: Mutex<Value>,
+    tags: Mutex<HashMap<String, TagStats>>,
 }
 
 fn knobs(state: &State, req: &HttpRequest) -> Knobs {
@@ -56,6 +80,28 @@ fn knobs(state: &State, req: &HttpRequest) -> Knobs {
         k.malformed = true;
     }
     k
+}
+
+/// `k` overridden by the request body's `"mock"` object, if it has one: only the knobs that
+/// object names change.
+fn with_body_knobs(k: Knobs, body: &Value) -> Result<Knobs, String> {
+    let over = match body.get("mock") {
+        None | Some(Value::Null) => return Ok(k),
+        Some(Value::Object(over)) => over,
+        Some(_) => return Err("'mock' must be an object of mock-upstream knobs".into()),
+    };
+    let mut merged = serde_json::to_value(&k).map_err(|e| e.to_string())?;
+    if let Value::Object(m) = &mut merged {
+        for (name, v) in over {
+            m.insert(name.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(merged).map_err(|e| format!("invalid 'mock' knobs: {e}"))
+}
+
+fn bad_knobs(message: String) -> HttpResponse {
+    HttpResponse::BadRequest()
+        .json(json!({"error": {"message": message, "type": "invalid_request_error", "param": "mock", "code": null}}))
 }
 
 fn words(v: &Value) -> u64 {
@@ -103,10 +149,24 @@ async fn chat(state: web::Data<State>, req: HttpRequest, body: web::Bytes) -> Ht
     if let Ok(mut last) = state.last_body.lock() {
         *last = body.clone();
     }
+    let k = match with_body_knobs(k, &body) {
+        Ok(k) => k,
+        Err(e) => return bad_knobs(e),
+    };
+    // The position of this request among those with its tag, else among all.
+    let mut seen = n;
+    if let Some(tag) = &k.tag {
+        if let Ok(mut tags) = state.tags.lock() {
+            let t = tags.entry(tag.clone()).or_default();
+            t.requests += 1;
+            t.last_body = body.clone();
+            seen = t.requests;
+        }
+    }
     if k.latency_ms > 0 {
         tokio::time::sleep(Duration::from_millis(k.latency_ms)).await;
     }
-    if n <= k.fail_first {
+    if seen <= k.fail_first {
         return HttpResponse::ServiceUnavailable().json(error_body(503));
     }
     if let Some(status) = k.status {
@@ -154,6 +214,16 @@ async fn chat(state: web::Data<State>, req: HttpRequest, body: web::Bytes) -> Ht
     let sse = |v: &Value| Bytes::from(format!("data: {v}\n\n"));
     if k.malformed {
         events.push(Bytes::from_static(b"data: {not json at all\n\n"));
+    } else if k.error_mid_stream || k.truncate_stream {
+        events.push(sse(&chunk(json!({"role": "assistant", "content": ""}), Value::Null)));
+        for (i, w) in reply.split(' ').take(2).enumerate() {
+            let piece = if i == 0 { w.to_string() } else { format!(" {w}") };
+            events.push(sse(&chunk(json!({"content": piece}), Value::Null)));
+        }
+        if k.error_mid_stream {
+            events.push(sse(&json!({"error": {"message": "mock upstream failed mid-stream", "type": "server_error",
+                                             "param": null, "code": null}})));
+        }
     } else {
         events.push(sse(&chunk(json!({"role": "assistant", "content": ""}), Value::Null)));
         for (i, w) in reply.split(' ').enumerate() {
@@ -181,6 +251,21 @@ async fn chat(state: web::Data<State>, req: HttpRequest, body: web::Bytes) -> Ht
 
 #[post("/v1/embeddings")]
 async fn embeddings(body: web::Json<Value>) -> HttpResponse {
+    let k = match with_body_knobs(Knobs::default(), &body) {
+        Ok(k) => k,
+        Err(e) => return bad_knobs(e),
+    };
+    if k.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(k.latency_ms)).await;
+    }
+    if let Some(status) = k.status {
+        let code =
+            actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+        return HttpResponse::build(code).json(error_body(status));
+    }
+    if k.malformed {
+        return HttpResponse::Ok().content_type("application/json").body("{\"this is\": not json");
+    }
     let inputs: Vec<String> = match body.get("input") {
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => a.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect(),
@@ -223,8 +308,25 @@ async fn set_config(state: web::Data<State>, body: web::Json<Knobs>) -> HttpResp
     HttpResponse::NoContent().finish()
 }
 
+#[derive(Deserialize)]
+struct StatsQuery {
+    tag: Option<String>,
+}
+
 #[get("/_mock/stats")]
-async fn stats(state: web::Data<State>) -> HttpResponse {
+async fn stats(state: web::Data<State>, q: web::Query<StatsQuery>) -> HttpResponse {
+    if let Some(tag) = &q.tag {
+        let (requests, last) = state
+            .tags
+            .lock()
+            .ok()
+            .and_then(|tags| {
+                let t = tags.get(tag)?;
+                Some((t.requests, t.last_body.clone()))
+            })
+            .unwrap_or((0, Value::Null));
+        return HttpResponse::Ok().json(json!({"requests": requests, "last_body": last}));
+    }
     let last = state.last_body.lock().map(|v| v.clone()).unwrap_or(Value::Null);
     HttpResponse::Ok().json(json!({"requests": state.requests.load(Ordering::SeqCst), "last_body": last}))
 }
@@ -266,6 +368,7 @@ async fn main() -> std::io::Result<()> {
         knobs: Mutex::new(knobs),
         requests: AtomicU64::new(0),
         last_body: Mutex::new(Value::Null),
+        tags: Mutex::new(HashMap::new()),
     });
     let workers = std::env::var("MOCK_WORKERS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     let server = HttpServer::new(move || {

@@ -1,16 +1,20 @@
 //! Audit records leave the request path through a bounded channel; a background flusher writes
-//! them to Postgres in batches. A request never waits for Postgres.
+//! them to Postgres in small binary-`COPY` batches (small, so a batch never holds a shared core
+//! for long). A request never waits for Postgres.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use gw_shared::audit::AuditRecord;
-use gw_shared::db::{api_keys, audit_logs, DbPool};
+use gw_shared::db::audit_copy::{AuditCopier, CopyError};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::sync::{mpsc, Mutex, Semaphore};
+use uuid::Uuid;
 
+use crate::logline::RateLimitedLog;
 use crate::metrics::Metrics;
 
 /// The request path's end of the audit channel.
@@ -18,6 +22,7 @@ use crate::metrics::Metrics;
 pub struct AuditSink {
     tx: mpsc::Sender<AuditRecord>,
     metrics: Arc<Metrics>,
+    dropped_log: Arc<RateLimitedLog>,
 }
 
 impl AuditSink {
@@ -31,7 +36,8 @@ impl AuditSink {
             }
             Err(mpsc::error::TrySendError::Full(rec)) | Err(mpsc::error::TrySendError::Closed(rec)) => {
                 self.metrics.audit_dropped.inc();
-                log::error!("audit queue full: dropped audit record {} (org {})", rec.id, rec.org_id);
+                self.dropped_log
+                    .error(|| format!("audit queue full: dropped audit record {} (org {})", rec.id, rec.org_id));
             }
         }
     }
@@ -51,43 +57,58 @@ pub struct AuditFlusher {
 
 pub fn channel(
     capacity: usize,
-    db: DbPool,
+    database_url: &str,
     metrics: Arc<Metrics>,
     batch_size: usize,
     interval: Duration,
     drain_for: Duration,
 ) -> (AuditSink, AuditFlusher) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    let sink = AuditSink { tx, metrics: metrics.clone() };
-    let writer = Arc::new(BatchWriter { db, metrics });
+    let dropped_log = Arc::new(RateLimitedLog::new(Duration::from_secs(1)));
+    let sink = AuditSink { tx, metrics: metrics.clone(), dropped_log };
+    let writer = Arc::new(BatchWriter {
+        copier: AuditCopier::new(database_url),
+        metrics,
+        touched: std::sync::Mutex::new(HashMap::new()),
+        log: RateLimitedLog::new(Duration::from_secs(5)),
+    });
     let flusher = AuditFlusher { rx: Mutex::new(rx), writer, batch_size, interval, drain_for };
     (sink, flusher)
 }
 
+/// How often one key's `last_used_at` is moved forward at most.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
 struct BatchWriter {
-    db: DbPool,
+    copier: AuditCopier,
     metrics: Arc<Metrics>,
+    /// When each key's `last_used_at` was last written.
+    touched: std::sync::Mutex<HashMap<Uuid, Instant>>,
+    log: RateLimitedLog,
 }
 
 impl BatchWriter {
     /// Writes one batch, retrying with backoff until it lands; past the shutdown deadline it gives
-    /// up after a few tries. The insert is idempotent (`ON CONFLICT DO NOTHING` on the request
-    /// id), so a retry never duplicates. A batch Postgres refuses as data (not as an outage) is
-    /// written row by row so one bad row cannot hold back the rest.
+    /// up after a few tries. A retry after an unknown outcome skips rows already written, so it
+    /// never duplicates. A batch Postgres refuses as data (not as an outage) is written row by
+    /// row so one bad row cannot hold back the rest.
     async fn write(&self, batch: &[AuditRecord], shutdown: &ShutdownWatch) {
         let mut delay = Duration::from_millis(100);
         let mut tries = 0u32;
+        let mut maybe_written = false;
         loop {
             tries += 1;
-            match self.try_write(batch).await {
+            match self.copier.write(batch, maybe_written).await {
                 Ok(()) => {
                     self.written(batch.len());
+                    self.touch(batch).await;
                     return;
                 }
-                Err(e) if is_data_error(&e) => {
+                Err(CopyError::Duplicate(_)) if !maybe_written => maybe_written = true,
+                Err(e @ (CopyError::Data(_) | CopyError::Duplicate(_))) => {
                     log::error!("audit batch of {} rows refused ({e}); writing rows one by one", batch.len());
                     for rec in batch {
-                        match self.try_write(std::slice::from_ref(rec)).await {
+                        match self.copier.write(std::slice::from_ref(rec), true).await {
                             Ok(()) => self.written(1),
                             Err(e) => {
                                 log::error!("dropping audit row {} (org {}): {e}", rec.id, rec.org_id);
@@ -98,9 +119,10 @@ impl BatchWriter {
                     }
                     return;
                 }
-                Err(e) => {
+                Err(e @ CopyError::Unavailable(_)) => {
+                    maybe_written = true;
                     self.metrics.audit_flush_errors.inc();
-                    log::warn!("audit batch of {} rows failed (try {tries}): {e}", batch.len());
+                    self.log.warn(|| format!("audit batch of {} rows failed (try {tries}): {e}", batch.len()));
                     if *shutdown.borrow() && tries >= 5 {
                         log::error!("giving up on {} audit rows at shutdown", batch.len());
                         self.metrics.audit_dropped.inc_by(batch.len() as u64);
@@ -118,27 +140,28 @@ impl BatchWriter {
         self.metrics.audit_queue.sub(n as i64);
     }
 
-    async fn try_write(&self, batch: &[AuditRecord]) -> gw_shared::Result<()> {
-        let mut conn = self.db.get().await?;
-        audit_logs::insert_batch(&mut conn, batch).await?;
-        let uses: Vec<_> = batch.iter().filter_map(|r| r.api_key_id.map(|k| (k, r.created_at))).collect();
-        if let Err(e) = api_keys::touch_last_used(&mut conn, &uses).await {
-            // last_used_at is informational; the audit rows are what must not be lost.
-            log::warn!("updating api_keys.last_used_at failed: {e}");
+    /// `last_used_at` is informational: each key is moved forward at most once a minute, and a
+    /// failure is logged, never retried (the audit rows are what must not be lost).
+    async fn touch(&self, batch: &[AuditRecord]) {
+        let uses: Vec<_> = {
+            let Ok(mut touched) = self.touched.lock() else { return };
+            let now = Instant::now();
+            let mut uses = Vec::new();
+            for r in batch {
+                let Some(key) = r.api_key_id else { continue };
+                if touched.get(&key).is_none_or(|t| now.duration_since(*t) >= TOUCH_EVERY) {
+                    touched.insert(key, now);
+                    uses.push((key, r.created_at));
+                }
+            }
+            if touched.len() > 100_000 {
+                touched.retain(|_, t| now.duration_since(*t) < TOUCH_EVERY);
+            }
+            uses
+        };
+        if let Err(e) = self.copier.touch_keys(&uses).await {
+            self.log.warn(|| format!("updating api_keys.last_used_at failed: {e}"));
         }
-        Ok(())
-    }
-}
-
-/// Postgres refused the data itself (bad encoding, constraint): retrying the same batch is futile.
-fn is_data_error(e: &gw_shared::Error) -> bool {
-    use diesel::result::{DatabaseErrorKind, Error as D};
-    match e {
-        gw_shared::Error::Database(D::DatabaseError(kind, _)) => {
-            !matches!(kind, DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::SerializationFailure)
-        }
-        gw_shared::Error::Database(D::SerializationError(_)) => true,
-        _ => false,
     }
 }
 

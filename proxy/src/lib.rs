@@ -1,0 +1,18 @@
+//! gw-proxy: the data plane. One Pingora server answering `/v1`, plus the audit flusher, the
+//! invalidation listener and a Prometheus endpoint. A library so an embedder (or a test) can
+//! run it with provider adapters of its own: `run(config, registry)`.
+
+mod audit_flusher;
+mod ctx;
+mod error;
+mod gateway;
+mod invalidation;
+mod logline;
+mod lookup;
+mod metrics;
+mod pipeline;
+mod server;
+mod throttle;
+mod transport;
+
+pub use server::run;

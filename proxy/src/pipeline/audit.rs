@@ -1,0 +1,82 @@
+//! The audit step: the request's audit row, derived from the context like the headers are.
+
+use gw_shared::audit::{ms_i32, tokens_i32, AuditRecord};
+use serde_json::{json, Value};
+
+use crate::ctx::{AttemptOutcome, RequestCtx};
+
+/// Longest client-supplied string kept in the audit row.
+const MAX_AUDIT_TEXT: usize = 256;
+
+/// Client text as the audit row may hold it: no NUL (Postgres TEXT refuses it), bounded length.
+pub fn audit_text(s: &str) -> String {
+    s.chars().filter(|c| *c != '\0').take(MAX_AUDIT_TEXT).collect()
+}
+
+/// The audit row, for requests that authenticated (others belong to no tenant).
+pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
+    let key = ctx.key.as_ref()?;
+    let last = ctx.last_attempt().filter(|_| !ctx.answered_by_gw);
+    let routing: Vec<Value> = ctx
+        .attempts
+        .iter()
+        .map(|a| {
+            let error = match a.outcome {
+                AttemptOutcome::Answered => None,
+                AttemptOutcome::Retryable(e) | AttemptOutcome::Failed(e) => Some(e),
+            };
+            json!({
+                "provider": &*a.provider,
+                "model": &*a.upstream_model,
+                "outcome": a.outcome.label(),
+                "error": error,
+                "status": a.status,
+                "latency_ms": a.latency.map(ms_i32),
+            })
+        })
+        .collect();
+    let policy: Vec<Value> = ctx
+        .policy
+        .iter()
+        .map(|d| json!({"policy": d.policy, "guardrail": d.guardrail, "action": d.action.label(), "reason": d.reason}))
+        .collect();
+    Some(AuditRecord {
+        id: ctx.request_id,
+        org_id: key.org_id,
+        team_id: ctx.team_id,
+        api_key_id: Some(key.id),
+        endpoint: ctx.endpoint.map(|e| e.path()).unwrap_or("unknown").to_string(),
+        model: ctx.model.as_deref().map(audit_text),
+        provider: last.map(|a| a.provider.to_string()),
+        upstream_model: last.map(|a| a.upstream_model.to_string()),
+        status_code: i32::from(ctx.status),
+        error_type: ctx.error.map(str::to_string),
+        stream: ctx.stream,
+        prompt_tokens: tokens_i32(ctx.usage.prompt_tokens),
+        completion_tokens: tokens_i32(ctx.usage.completion_tokens),
+        total_tokens: tokens_i32(ctx.usage.total()),
+        cost_usd: ctx.cost,
+        latency_ms: ms_i32(ctx.started.elapsed()),
+        upstream_latency_ms: last.and_then(|a| a.latency).map(ms_i32),
+        ttft_ms: ctx.ttft.map(ms_i32),
+        cache_status: ctx.cache.label().to_string(),
+        policy_action: ctx.policy_verdict().map(|d| d.action.label().to_string()),
+        attempts: i32::try_from(ctx.attempts.len()).unwrap_or(i32::MAX),
+        created_at: ctx.created_at,
+        cached_tokens: tokens_i32(ctx.usage.cached_tokens),
+        reasoning_tokens: tokens_i32(ctx.usage.reasoning_tokens),
+        routing: Value::Array(routing),
+        policy: Value::Array(policy),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_text_strips_nul_and_bounds_length() {
+        assert_eq!(audit_text("a\0b"), "ab");
+        assert_eq!(audit_text(&"x".repeat(10_000)).len(), MAX_AUDIT_TEXT);
+    }
+}

@@ -1,0 +1,96 @@
+//! Authentication: the SHA-256 of the bearer key, looked up in the cached key lookup (in-process,
+//! then Redis, then Postgres; revocations arrive over Redis). Addresses that fail too often stop
+//! causing Postgres lookups for unknown keys.
+
+use async_trait::async_trait;
+use chrono::Utc;
+use gw_shared::db::api_keys::{self, KeyAuth};
+use gw_shared::db::DbPool;
+use gw_shared::keys::{self, KeyHash};
+use pingora::proxy::Session;
+
+use crate::ctx::RequestCtx;
+use crate::error::ProxyError;
+use crate::gateway::Gateway;
+use crate::lookup::{LookupError, Source};
+
+/// The permission every `/v1` call needs.
+pub const PROXY_PERMISSION: &str = "proxy:llm";
+
+pub struct KeySource {
+    pub db: DbPool,
+}
+
+#[async_trait]
+impl Source for KeySource {
+    type Key = KeyHash;
+    type Value = KeyAuth;
+
+    fn name(&self) -> &'static str {
+        "api_key"
+    }
+
+    fn redis_key(&self, key: &KeyHash) -> String {
+        gw_shared::redis::api_key_cache_key(key)
+    }
+
+    async fn load(&self, key: &KeyHash) -> Result<Option<KeyAuth>, String> {
+        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
+        api_keys::find_by_hash(&mut conn, key).await.map_err(|e| e.to_string())
+    }
+}
+
+pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    let header = session.req_header().headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+    let header = header.ok_or(ProxyError::MissingAuth)?;
+    let token = keys::parse_bearer(header).ok_or(ProxyError::MalformedAuth)?;
+    if keys::looks_like_jwt(token) {
+        return Err(ProxyError::SessionTokenOnProxy);
+    }
+    let ip = ctx.client_ip;
+    let found = gw.keys.get(&keys::hash_secret(token), gw.throttle.allows(ip)).await;
+    let key = match found {
+        Ok(Some(key)) => key,
+        Ok(None) => {
+            gw.throttle.failed(ip);
+            return Err(ProxyError::InvalidKey(redacted(token)));
+        }
+        Err(LookupError::NotAllowed) => {
+            gw.metrics.auth_throttled.inc();
+            return Err(ProxyError::AuthThrottled(gw.throttle.retry_after(ip)));
+        }
+        Err(LookupError::Unavailable) => return Err(ProxyError::StoreUnavailable),
+    };
+    if key.revoked_at.is_some() {
+        gw.throttle.failed(ip);
+        return Err(ProxyError::RevokedKey(redacted(token)));
+    }
+    if key.expires_at.is_some_and(|t| t <= Utc::now()) {
+        return Err(ProxyError::ExpiredKey(redacted(token)));
+    }
+    if !key.permissions.iter().any(|p| p == PROXY_PERMISSION) {
+        return Err(ProxyError::PermissionDenied(PROXY_PERMISSION));
+    }
+    ctx.key = Some(key);
+    Ok(())
+}
+
+/// What of a presented key may appear in an error message or a log: its first characters only.
+fn redacted(token: &str) -> String {
+    let shown: String = token.chars().take(keys::DISPLAY_PREFIX_LEN.min(token.len() / 2)).collect();
+    format!("{shown}****")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_never_shows_the_secret() {
+        let k = keys::generate_api_key();
+        let r = redacted(&k.secret);
+        assert!(r.starts_with(&k.prefix));
+        assert!(!r.contains(&k.secret[keys::DISPLAY_PREFIX_LEN..]));
+        assert_eq!(redacted("abcd"), "ab****");
+    }
+}

@@ -1,0 +1,35 @@
+//! The request pipeline, run from `request_filter`: one module per step, in the order of
+//! ARCHITECTURE.md, each filling the one `RequestCtx` and either continuing or answering.
+//! Steps without behaviour yet (limits, policy, cache) arrive with their issues, between `parse`
+//! and `route`.
+
+pub mod audit;
+pub mod auth;
+pub mod edge;
+pub mod models;
+pub mod parse;
+pub mod relay;
+pub mod respond;
+pub mod route;
+pub mod team;
+
+use pingora::proxy::Session;
+
+use crate::ctx::{Endpoint, RequestCtx};
+use crate::error::ProxyError;
+use crate::gateway::Gateway;
+
+pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    edge::check_headers(gw, session)?;
+    let endpoint = edge::endpoint(session)?;
+    ctx.endpoint = Some(endpoint);
+    auth::run(gw, session, ctx).await?;
+    team::run(gw, session, ctx).await?;
+    match endpoint {
+        Endpoint::Models => models::run(gw, session, ctx).await,
+        Endpoint::ChatCompletions => {
+            parse::run(gw, session, ctx).await?;
+            route::run(gw, session, ctx).await
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Reads the body once (bounded: a declared or actual size over the limit is a 413 before more
+//! than the limit is buffered) and parses and validates it into the context.
+
+use bytes::{Bytes, BytesMut};
+use gw_shared::openai::ChatRequest;
+use pingora::proxy::Session;
+
+use crate::ctx::RequestCtx;
+use crate::error::ProxyError;
+use crate::gateway::Gateway;
+
+pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    let body = read_bounded(session, gw.limits.max_body_bytes).await?;
+    let req = ChatRequest::parse(&body).map_err(|p| ProxyError::BadRequest { message: p.message, param: p.param })?;
+    ctx.model = Some(req.model.clone());
+    ctx.stream = req.stream;
+    ctx.request = Some(req);
+    Ok(())
+}
+
+async fn read_bounded(session: &mut Session, max: usize) -> Result<Bytes, ProxyError> {
+    let declared = session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(ProxyError::BodyTooLarge(max));
+    }
+    let mut buf = BytesMut::with_capacity(declared.map_or(4096, |n| n as usize));
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if buf.len() + chunk.len() > max {
+                    return Err(ProxyError::BodyTooLarge(max));
+                }
+                if buf.is_empty() && declared.is_none_or(|n| n as usize == chunk.len()) {
+                    // The whole body in one piece: keep it without a copy.
+                    buf = BytesMut::from(&chunk[..]);
+                } else {
+                    buf.extend_from_slice(&chunk);
+                }
+            }
+            Ok(None) => return Ok(buf.freeze()),
+            Err(e) => {
+                return Err(match e.etype() {
+                    pingora::ErrorType::ReadError | pingora::ErrorType::ConnectionClosed => ProxyError::client_gone(&e),
+                    _ => ProxyError::BadRequest {
+                        message: format!("Could not read the request body: {}", e.etype().as_str()),
+                        param: None,
+                    },
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The stream loop: upstream bytes → SSE events → the adapter's translator → the client. Every
+//! event that arrived in one upstream read leaves in one downstream write. The loop knows no
+//! provider format: a new adapter brings its translator and this stays as it is.
+
+use std::time::Instant;
+
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::{FutureExt, StreamExt};
+use gw_shared::providers::{Flow, StreamSink, StreamTranslator, UpstreamError};
+use gw_shared::routing::Deployment;
+use pingora::proxy::Session;
+
+use super::{respond, route};
+use crate::ctx::RequestCtx;
+use crate::error::ProxyError;
+use crate::gateway::Gateway;
+use crate::transport::Body;
+
+pub async fn run(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    dep: &Deployment,
+    mut translator: Box<dyn StreamTranslator>,
+    body: &mut Body,
+) -> Result<(), ProxyError> {
+    let provider = &dep.provider.name;
+    let mut sink = StreamSink::new();
+    let transport = &gw.transport;
+    let deadline = ctx.deadline;
+    let ended: Result<bool, ProxyError> = {
+        let chunks = futures::stream::unfold(body, move |b| async move {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match transport.next_chunk(b, remaining).await {
+                Ok(Some(c)) => Some((Ok(c), b)),
+                Ok(None) => None,
+                Err(e) => Some((Err(e), b)),
+            }
+        });
+        let mut events = std::pin::pin!(chunks.eventsource());
+        loop {
+            // Gather what is already here; write it out before waiting for more.
+            let next = match events.next().now_or_never() {
+                Some(next) => next,
+                None => {
+                    flush(session, ctx, &mut sink).await?;
+                    events.next().await
+                }
+            };
+            match next {
+                None => break Ok(false),
+                Some(Ok(ev)) => match translator.event(&ev.event, &ev.data, &mut sink) {
+                    Ok(Flow::Continue) => {}
+                    Ok(Flow::Done) => break Ok(true),
+                    Err(e) => break Err(ProxyError::upstream(provider, e)),
+                },
+                Some(Err(EventStreamError::Transport(e))) => break Err(e),
+                Some(Err(e)) => {
+                    break Err(ProxyError::upstream(
+                        provider,
+                        UpstreamError::bad_response(format!("bad event stream: {e}")),
+                    ))
+                }
+            }
+        }
+    };
+    flush(session, ctx, &mut sink).await?;
+    if sink.usage.is_some() || ended.as_ref().is_ok_and(|done| *done) {
+        route::settle(gw, ctx, dep, sink.usage);
+    }
+    match ended {
+        // Nothing reached the client yet: the error is the attempt's, and may be retried.
+        Err(e) if !ctx.header_sent => Err(e),
+        Err(ProxyError::Upstream { provider, error }) => Err(ProxyError::Upstream { provider, error }),
+        Err(ProxyError::ClientGone(why)) => Err(ProxyError::ClientGone(why)),
+        Err(_) => Err(ProxyError::StreamBroken { provider: provider.clone(), why: "broke off" }),
+        Ok(_) if !ctx.header_sent => {
+            Err(ProxyError::upstream(provider, UpstreamError::bad_response("the stream ended without data")))
+        }
+        Ok(false) => Err(ProxyError::StreamBroken { provider: provider.clone(), why: "ended early" }),
+        Ok(true) => respond::finish_stream(session, ctx).await,
+    }
+}
+
+/// Writes what the sink gathered; the first write starts the response (that moment is the TTFT).
+async fn flush(session: &mut Session, ctx: &mut RequestCtx, sink: &mut StreamSink) -> Result<(), ProxyError> {
+    let Some(bytes) = sink.take() else { return Ok(()) };
+    if !ctx.header_sent {
+        ctx.ttft = Some(ctx.started.elapsed());
+        respond::start_stream(session, ctx).await?;
+    }
+    respond::stream_bytes(session, bytes).await
+}

@@ -1,0 +1,157 @@
+//! Writing responses downstream. Every response, success or error, carries the `x-gw-*` headers,
+//! derived here from the request context and nowhere else.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use gw_shared::headers;
+use gw_shared::openai::SSE_DONE;
+use gw_shared::pricing::format_cost;
+use http::{HeaderName, HeaderValue};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use crate::ctx::RequestCtx;
+use crate::error::ProxyError;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static(headers::REQUEST_ID);
+const PROVIDER: HeaderName = HeaderName::from_static(headers::PROVIDER);
+const MODEL: HeaderName = HeaderName::from_static(headers::MODEL);
+const COST_USD: HeaderName = HeaderName::from_static(headers::COST_USD);
+const LATENCY_MS: HeaderName = HeaderName::from_static(headers::LATENCY_MS);
+const TTFT_MS: HeaderName = HeaderName::from_static(headers::TTFT_MS);
+const CACHE: HeaderName = HeaderName::from_static(headers::CACHE);
+const POLICY_ACTION: HeaderName = HeaderName::from_static(headers::POLICY_ACTION);
+const POLICY_REASON: HeaderName = HeaderName::from_static(headers::POLICY_REASON);
+const LIMIT_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
+const REMAINING_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
+const RESET_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
+const LIMIT_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-limit-tokens");
+const REMAINING_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-tokens");
+const RESET_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-reset-tokens");
+
+const NONE: HeaderValue = HeaderValue::from_static(headers::POLICY_NONE);
+const GW: HeaderValue = HeaderValue::from_static("gw");
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+const EVENT_STREAM: HeaderValue = HeaderValue::from_static("text/event-stream; charset=utf-8");
+const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
+const CHUNKED: HeaderValue = HeaderValue::from_static("chunked");
+const NO: HeaderValue = HeaderValue::from_static("no");
+
+fn ms(d: Duration) -> HeaderValue {
+    HeaderValue::from(d.as_millis() as u64)
+}
+
+fn text(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or(NONE)
+}
+
+/// A response header with every gateway header, as the context says now. `ttft` becomes the
+/// latency when nothing set it (the first token arrives with the whole body).
+pub fn header(ctx: &mut RequestCtx, status: u16, content_type: HeaderValue) -> Result<ResponseHeader, ProxyError> {
+    let latency = ctx.started.elapsed();
+    let ttft = *ctx.ttft.get_or_insert(latency);
+    let build = |e| ProxyError::internal("response header", e);
+    let mut h = ResponseHeader::build_no_case(status, Some(20)).map_err(build)?;
+    let mut id = [0u8; 36];
+    let attempt = ctx.last_attempt();
+    let (provider, model) = match attempt {
+        _ if ctx.answered_by_gw => (GW, NONE),
+        Some(a) => (text(&a.provider), text(&a.upstream_model)),
+        None => (NONE, NONE),
+    };
+    let (action, reason) = match ctx.policy_verdict() {
+        Some(d) => (HeaderValue::from_static(d.action.label()), text(&d.reason)),
+        None => (NONE, NONE),
+    };
+    let fields = [
+        (http::header::CONTENT_TYPE, content_type),
+        (REQUEST_ID, text(ctx.request_id.hyphenated().encode_lower(&mut id))),
+        (PROVIDER, provider),
+        (MODEL, model),
+        (COST_USD, text(&format_cost(ctx.cost))),
+        (LATENCY_MS, ms(latency)),
+        (TTFT_MS, ms(ttft)),
+        (CACHE, HeaderValue::from_static(ctx.cache.label())),
+        (POLICY_ACTION, action),
+        (POLICY_REASON, reason),
+    ];
+    for (name, value) in fields {
+        h.append_header(name, value).map_err(build)?;
+    }
+    if let Some(limits) = ctx.limits {
+        let windows = [
+            (limits.requests, [LIMIT_REQUESTS, REMAINING_REQUESTS, RESET_REQUESTS]),
+            (limits.tokens, [LIMIT_TOKENS, REMAINING_TOKENS, RESET_TOKENS]),
+        ];
+        for (window, [limit, remaining, reset]) in windows {
+            if let Some(w) = window {
+                h.append_header(limit, HeaderValue::from(w.limit)).map_err(build)?;
+                h.append_header(remaining, HeaderValue::from(w.remaining)).map_err(build)?;
+                h.append_header(reset, text(&format!("{}ms", w.reset.as_millis()))).map_err(build)?;
+            }
+        }
+    }
+    Ok(h)
+}
+
+/// Writes a complete JSON response.
+pub async fn json(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    status: u16,
+    body: Bytes,
+    extra: Option<(HeaderName, HeaderValue)>,
+) -> Result<(), ProxyError> {
+    let mut h = header(ctx, status, JSON)?;
+    let build = |e| ProxyError::internal("response header", e);
+    h.append_header(http::header::CONTENT_LENGTH, HeaderValue::from(body.len())).map_err(build)?;
+    if let Some((name, value)) = extra {
+        h.append_header(name, value).map_err(build)?;
+    }
+    ctx.status = status;
+    ctx.header_sent = true;
+    session.write_response_header(Box::new(h), false).await.map_err(|e| ProxyError::client_gone(&e))?;
+    session.write_response_body(Some(body), true).await.map_err(|e| ProxyError::client_gone(&e))?;
+    Ok(())
+}
+
+/// Starts an SSE response; the body follows in pieces.
+pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    let mut h = header(ctx, 200, EVENT_STREAM)?;
+    let build = |e| ProxyError::internal("response header", e);
+    h.append_header(http::header::CACHE_CONTROL, NO_CACHE).map_err(build)?;
+    h.append_header(http::header::TRANSFER_ENCODING, CHUNKED).map_err(build)?;
+    h.append_header(HeaderName::from_static("x-accel-buffering"), NO).map_err(build)?;
+    ctx.status = 200;
+    ctx.header_sent = true;
+    session.write_response_header(Box::new(h), false).await.map_err(|e| ProxyError::client_gone(&e))
+}
+
+pub async fn stream_bytes(session: &mut Session, bytes: Bytes) -> Result<(), ProxyError> {
+    session.write_response_body(Some(bytes), false).await.map_err(|e| ProxyError::client_gone(&e))
+}
+
+/// Ends a stream: a comment carrying the exact cost (SSE clients ignore comments), then `[DONE]`.
+pub async fn finish_stream(session: &mut Session, ctx: &RequestCtx) -> Result<(), ProxyError> {
+    let mut tail = format!(": x-gw-cost-usd={}\n\n", format_cost(ctx.cost)).into_bytes();
+    tail.extend_from_slice(SSE_DONE);
+    session.write_response_body(Some(Bytes::from(tail)), true).await.map_err(|e| ProxyError::client_gone(&e))
+}
+
+/// Answers with the error: the OpenAI error object and its status, or, once a stream has
+/// started, its error event.
+pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError) -> Result<(), ProxyError> {
+    if ctx.header_sent {
+        if !ctx.stream {
+            return Ok(()); // a complete body went out; nothing can be added
+        }
+        return session.write_response_body(Some(err.sse_event()), true).await.map_err(|e| ProxyError::client_gone(&e));
+    }
+    if err.closes_connection() {
+        // The rest of the request was not read: the connection cannot carry another one.
+        session.set_keepalive(None);
+    }
+    let body = serde_json::to_vec(&err.body()).map_err(|e| ProxyError::internal("error body", e))?;
+    json(session, ctx, err.status(), Bytes::from(body), err.extra_header()).await
+}

@@ -1,0 +1,83 @@
+//! Team attribution: the key's team, else the `x-gw-team` header's, which must be a live team of
+//! the key's organization (a cached lookup like keys, with unknown teams remembered as unknown).
+
+use async_trait::async_trait;
+use gw_shared::db::{teams, DbPool};
+use gw_shared::headers;
+use pingora::proxy::Session;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::ctx::RequestCtx;
+use crate::error::ProxyError;
+use crate::gateway::Gateway;
+use crate::lookup::{LookupError, Source};
+
+/// A team that exists and is not deleted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LiveTeam {
+    pub org_id: Uuid,
+    pub team_id: Uuid,
+}
+
+pub struct TeamSource {
+    pub db: DbPool,
+}
+
+#[async_trait]
+impl Source for TeamSource {
+    type Key = (Uuid, Uuid);
+    type Value = LiveTeam;
+
+    fn name(&self) -> &'static str {
+        "team"
+    }
+
+    fn redis_key(&self, (org_id, team_id): &(Uuid, Uuid)) -> String {
+        gw_shared::redis::team_cache_key(*org_id, *team_id)
+    }
+
+    async fn load(&self, &(org_id, team_id): &(Uuid, Uuid)) -> Result<Option<LiveTeam>, String> {
+        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
+        let live = teams::exists_in_org(&mut conn, org_id, team_id).await.map_err(|e| e.to_string())?;
+        Ok(live.then_some(LiveTeam { org_id, team_id }))
+    }
+}
+
+pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    let Some(key) = ctx.key.clone() else { return Err(ProxyError::MissingAuth) };
+    let Some(raw) = session.req_header().headers.get(headers::TEAM) else {
+        ctx.team_id = key.team_id;
+        return Ok(());
+    };
+    let team = raw
+        .to_str()
+        .ok()
+        .and_then(|s| Uuid::parse_str(s.trim()).ok())
+        .ok_or_else(|| ProxyError::InvalidTeam("x-gw-team must be a team id (UUID).".into()))?;
+    if let Some(bound) = key.team_id {
+        if bound != team {
+            return Err(ProxyError::InvalidTeam(
+                "This API key is bound to another team; x-gw-team cannot override it.".into(),
+            ));
+        }
+        ctx.team_id = Some(bound);
+        return Ok(());
+    }
+    let ip = ctx.client_ip;
+    match gw.teams.get(&(key.org_id, team), gw.throttle.allows(ip)).await {
+        Ok(Some(_)) => {
+            ctx.team_id = Some(team);
+            Ok(())
+        }
+        Ok(None) => {
+            gw.throttle.failed(ip);
+            Err(ProxyError::InvalidTeam(format!("No team {team} in this organization.")))
+        }
+        Err(LookupError::NotAllowed) => {
+            gw.metrics.auth_throttled.inc();
+            Err(ProxyError::AuthThrottled(gw.throttle.retry_after(ip)))
+        }
+        Err(LookupError::Unavailable) => Err(ProxyError::StoreUnavailable),
+    }
+}

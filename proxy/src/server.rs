@@ -1,0 +1,101 @@
+//! Assembling the data plane: the Pingora server, its services, and the shared state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gw_shared::config::Config;
+use gw_shared::providers::Registry;
+use gw_shared::routing::Router;
+use pingora::server::configuration::ServerConf;
+use pingora::server::Server;
+use pingora::services::background::background_service;
+use pingora::services::listening::Service;
+
+use crate::audit_flusher;
+use crate::gateway::{Gateway, Limits};
+use crate::invalidation::{Caches, InvalidationListener};
+use crate::logline::RateLimitedLog;
+use crate::lookup::{Lookup, LookupConfig};
+use crate::metrics::{Metrics, MetricsApp};
+use crate::pipeline::auth::KeySource;
+use crate::pipeline::team::TeamSource;
+use crate::throttle::AuthThrottle;
+use crate::transport::Transport;
+
+/// Seconds between SIGTERM and the end of the process: in-flight requests finish and the audit
+/// flusher drains in this window.
+const GRACE_SECS: u64 = 3;
+
+/// Runs the proxy until the process is told to stop; returns only on a start-up error.
+pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Error>> {
+    let p = &cfg.proxy;
+    let metrics = Arc::new(Metrics::new()?);
+    let db = gw_shared::db::pool(&cfg.database.url, cfg.database.pool_size)?;
+    let redis = gw_shared::redis::pool(&cfg.redis.url, cfg.redis.pool_size)?;
+    let router = Router::from_config(&cfg, &registry)?;
+    let lookups = LookupConfig {
+        capacity: p.key_cache_capacity,
+        fresh_for: Duration::from_secs(p.key_cache_ttl_secs),
+        negative_for: Duration::from_secs(p.key_negative_ttl_secs),
+        stale_for: Duration::from_secs(p.key_cache_max_stale_secs),
+        store_timeout: Duration::from_millis(p.store_timeout_ms),
+    };
+    let keys = Arc::new(Lookup::new(KeySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
+    let teams = Arc::new(Lookup::new(TeamSource { db }, redis, lookups, metrics.clone()));
+    let (sink, flusher) = audit_flusher::channel(
+        p.audit_channel_capacity,
+        &cfg.database.url,
+        metrics.clone(),
+        p.audit_batch_size,
+        Duration::from_millis(p.audit_flush_interval_ms),
+        Duration::from_secs(GRACE_SECS),
+    );
+    let gateway = Gateway {
+        router,
+        keys: keys.clone(),
+        teams: teams.clone(),
+        throttle: AuthThrottle::new(p.auth_failures_per_minute, Duration::from_secs(60)),
+        transport: Transport::new(
+            Duration::from_millis(p.upstream_connect_timeout_ms),
+            Duration::from_millis(p.upstream_read_timeout_ms),
+            p.max_upstream_body_bytes,
+            Duration::from_secs(p.dns_ttl_secs),
+        ),
+        audit: sink,
+        metrics: metrics.clone(),
+        limits: Limits {
+            max_body_bytes: p.max_body_bytes,
+            max_header_bytes: p.max_header_bytes,
+            max_header_value_bytes: p.max_header_value_bytes,
+        },
+        request_timeout: Duration::from_millis(p.request_timeout_ms),
+        keepalive_idle_secs: p.keepalive_idle_secs,
+        started_at: chrono::Utc::now().timestamp(),
+        warn_log: RateLimitedLog::new(Duration::from_secs(1)),
+    };
+
+    let conf = ServerConf {
+        threads: p.threads.max(1),
+        grace_period_seconds: Some(GRACE_SECS),
+        graceful_shutdown_timeout_seconds: Some(5),
+        ..Default::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let mut proxy = pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "gw-proxy");
+    proxy.add_tcp(&p.listen);
+    server.add_service(proxy);
+    server.add_service(background_service("audit-flusher", flusher));
+    server.add_service(background_service(
+        "invalidation-listener",
+        InvalidationListener { redis_url: cfg.redis.url.clone(), caches: Caches { keys, teams } },
+    ));
+    let mut metrics_svc = Service::new("metrics".into(), MetricsApp(metrics));
+    metrics_svc.add_tcp(&p.metrics_listen);
+    metrics_svc.threads = Some(1);
+    server.add_service(metrics_svc);
+
+    log::info!("gw-proxy listening on {} (metrics on {})", p.listen, p.metrics_listen);
+    server.run_forever();
+}

@@ -1,0 +1,195 @@
+//! `POST /v1/chat/completions` request: parsed once at the edge into a JSON map that keeps every
+//! field the client sent (so nothing is lost on the way upstream), checked against OpenAI's
+//! parameter rules, with the few fields gw itself needs pulled out as typed values.
+
+use std::sync::OnceLock;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
+
+use super::validate;
+
+/// Why a request body is not acceptable, with the offending parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestProblem {
+    pub message: String,
+    pub param: Option<String>,
+}
+
+impl RequestProblem {
+    pub fn new(message: impl Into<String>, param: impl Into<String>) -> Self {
+        Self { message: message.into(), param: Some(param.into()) }
+    }
+}
+
+#[derive(Debug)]
+pub struct ChatRequest {
+    /// The body as the client sent it (unknown fields included).
+    body: Map<String, Value>,
+    pub model: String,
+    pub stream: bool,
+    /// The client asked for the final usage chunk (`stream_options.include_usage`).
+    pub include_usage: bool,
+    /// The OpenAI-shaped upstream body without `model`, serialized once however many
+    /// OpenAI-compatible deployments the request is tried on.
+    openai_tail: OnceLock<Bytes>,
+}
+
+impl ChatRequest {
+    /// Parses and validates a request body.
+    pub fn parse(bytes: &[u8]) -> Result<Self, RequestProblem> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| RequestProblem {
+            message: format!("We could not parse the JSON body of your request: {e}"),
+            param: None,
+        })?;
+        let Value::Object(body) = value else {
+            return Err(RequestProblem { message: "The request body must be a JSON object.".into(), param: None });
+        };
+        Self::from_map(body)
+    }
+
+    pub fn from_map(body: Map<String, Value>) -> Result<Self, RequestProblem> {
+        validate::chat_request(&body)?;
+        let model = body.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let include_usage = stream
+            && body
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+        Ok(Self { body, model, stream, include_usage, openai_tail: OnceLock::new() })
+    }
+
+    pub fn body(&self) -> &Map<String, Value> {
+        &self.body
+    }
+
+    pub fn messages(&self) -> &[Value] {
+        self.body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// The body for an OpenAI-compatible upstream serving `upstream_model`: the client's body
+    /// with the deployment's model name and, on streams, usage requested (cost needs it; the
+    /// usage chunk is dropped again on the way down when the client did not ask for it).
+    pub fn openai_body(&self, upstream_model: &str) -> serde_json::Result<Bytes> {
+        let tail = match self.openai_tail.get() {
+            Some(t) => t,
+            None => {
+                let t = Bytes::from(serde_json::to_vec(&UpstreamFields { req: self })?);
+                self.openai_tail.get_or_init(|| t)
+            }
+        };
+        let mut out = BytesMut::with_capacity(tail.len() + upstream_model.len() + 16);
+        out.put_slice(b"{\"model\":");
+        serde_json::to_writer((&mut out).writer(), upstream_model)?;
+        // `tail` is a JSON object: `{}` or `{"a":...}`; splice its members after the model.
+        if tail.len() > 2 {
+            out.put_u8(b',');
+            out.put_slice(&tail[1..]);
+        } else {
+            out.put_u8(b'}');
+        }
+        Ok(out.freeze())
+    }
+}
+
+/// Every field but `model`, with `stream_options.include_usage` forced on streams.
+struct UpstreamFields<'a> {
+    req: &'a ChatRequest,
+}
+
+impl Serialize for UpstreamFields<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in &self.req.body {
+            match k.as_str() {
+                "model" => {}
+                "stream_options" if self.req.stream => {}
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        if self.req.stream {
+            let mut opts = match self.req.body.get("stream_options") {
+                Some(Value::Object(o)) => o.clone(),
+                _ => Map::new(),
+            };
+            opts.insert("include_usage".into(), Value::Bool(true));
+            map.serialize_entry("stream_options", &opts)?;
+        }
+        map.end()
+    }
+}
+
+/// A message's text: its string content, or the `text` of its text parts.
+pub fn message_text(message: &Value) -> String {
+    match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(" ")
+        }
+        _ => String::new(),
+    }
+}
+
+pub fn message_role(message: &Value) -> &str {
+    message.get("role").and_then(Value::as_str).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<ChatRequest, RequestProblem> {
+        ChatRequest::parse(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn keeps_unknown_fields_and_rewrites_model() {
+        let req = parse(json!({"model":"m","messages":[{"role":"user","content":"hi","name":"bob"}],
+            "temperature":0.2,"x_custom":{"a":1}}))
+        .unwrap();
+        let up: Value = serde_json::from_slice(&req.openai_body("real").unwrap()).unwrap();
+        assert_eq!(up["model"], "real");
+        assert_eq!(up["temperature"], json!(0.2));
+        assert_eq!(up["x_custom"], json!({"a":1}));
+        assert_eq!(up["messages"][0]["name"], json!("bob"));
+        assert!(up.get("stream_options").is_none());
+        // Serialized once: a second deployment reuses the tail.
+        let again: Value = serde_json::from_slice(&req.openai_body("other").unwrap()).unwrap();
+        assert_eq!(again["model"], "other");
+        assert_eq!(again["messages"], up["messages"]);
+    }
+
+    #[test]
+    fn streams_force_usage_upstream() {
+        let req = parse(
+            json!({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"foo":1}}),
+        )
+        .unwrap();
+        assert!(req.stream && !req.include_usage);
+        let up: Value = serde_json::from_slice(&req.openai_body("m").unwrap()).unwrap();
+        assert_eq!(up["stream_options"], json!({"foo":1,"include_usage":true}));
+        let req = parse(json!({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,
+            "stream_options":{"include_usage":true}}))
+        .unwrap();
+        assert!(req.include_usage);
+    }
+
+    #[test]
+    fn body_must_be_an_object() {
+        assert!(ChatRequest::parse(b"[1,2]").unwrap_err().message.contains("JSON object"));
+        let e = ChatRequest::parse(b"{not json").unwrap_err();
+        assert!(e.message.contains("parse the JSON"), "{}", e.message);
+        assert_eq!(e.param, None);
+    }
+
+    #[test]
+    fn text_of_parts() {
+        let m = json!({"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"},{"type":"text","text":"b"}]});
+        assert_eq!(message_text(&m), "a b");
+        assert_eq!(message_role(&m), "user");
+    }
+}
