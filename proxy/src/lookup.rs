@@ -98,6 +98,9 @@ pub enum LookupError {
     NotAllowed,
 }
 
+/// Asked before a store query for an unknown key (see `Lookup::get`).
+pub type Admit<'a> = &'a (dyn Fn() -> bool + Sync);
+
 /// Pause after a store failure during which lookups serve stale entries without trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -148,27 +151,28 @@ impl<S: Source> Lookup<S> {
         self.down_until.store(until, Ordering::Relaxed);
     }
 
-    /// The value for `key`; `Ok(None)` when it does not exist. With `may_query_store` false the
+    /// The value for `key`; `Ok(None)` when it does not exist. `admit` is asked just before
+    /// Postgres would be queried for a key this process does not know; when it says no, the
     /// in-process and Redis tiers still answer, but Postgres is not asked.
-    pub async fn get(&self, key: &S::Key, may_query_store: bool) -> Result<Option<Arc<S::Value>>, LookupError> {
+    pub async fn get(&self, key: &S::Key, admit: Admit<'_>) -> Result<Option<Arc<S::Value>>, LookupError> {
         if let Some(slot) = self.cache.get(key).await {
             if self.fresh(&slot) {
                 return Ok(slot.value);
             }
         }
         let epoch = self.epoch.load(Ordering::Acquire);
-        let found = self.refresh(key, may_query_store).await?;
+        let found = self.refresh(key, admit).await?;
         if self.epoch.load(Ordering::Acquire) != epoch {
             // An invalidation landed while this load was in flight, so what it read may predate
             // a revocation; the invalidation is published after the change commits, so a second
             // read sees the change.
             self.cache.invalidate(key).await;
-            return self.refresh(key, may_query_store).await;
+            return self.refresh(key, admit).await;
         }
         Ok(found)
     }
 
-    async fn refresh(&self, key: &S::Key, may_query_store: bool) -> Result<Option<Arc<S::Value>>, LookupError> {
+    async fn refresh(&self, key: &S::Key, admit: Admit<'_>) -> Result<Option<Arc<S::Value>>, LookupError> {
         let result = self
             .cache
             .entry_by_ref(key)
@@ -179,8 +183,8 @@ impl<S: Source> Lookup<S> {
                     return Ok(Op::Nop);
                 }
                 // Throttling is for keys nobody knows; one this process knew may always be re-read.
-                let may_query_store = may_query_store || existing.as_ref().is_some_and(|s| s.value.is_some());
-                match self.fetch(key, may_query_store).await {
+                let known = existing.as_ref().is_some_and(|s| s.value.is_some());
+                match self.fetch(key, if known { None } else { Some(admit) }).await {
                     Ok(slot) => Ok(Op::Put(slot)),
                     Err(e) => match existing {
                         // The last good value, within `stale_for` (older entries have expired).
@@ -200,7 +204,7 @@ impl<S: Source> Lookup<S> {
     }
 
     /// Redis, then Postgres (writing the result back to Redis).
-    async fn fetch(&self, key: &S::Key, may_query_store: bool) -> Result<Slot<S::Value>, LookupError> {
+    async fn fetch(&self, key: &S::Key, admit: Option<Admit<'_>>) -> Result<Slot<S::Value>, LookupError> {
         let name = self.source.name();
         let redis_key = self.source.redis_key(key);
         let shared =
@@ -218,7 +222,7 @@ impl<S: Source> Lookup<S> {
             Ok(Err(e)) => self.log.warn(|| format!("{name} lookup: Redis unavailable ({e}); asking Postgres")),
             Err(_) => self.log.warn(|| format!("{name} lookup: Redis timed out; asking Postgres")),
         }
-        if !may_query_store {
+        if admit.is_some_and(|admit| !admit()) {
             return Err(LookupError::NotAllowed);
         }
         if self.store_down() {

@@ -1,10 +1,14 @@
 //! Failed authentications per client address: past the limit within a window, gw stops looking
 //! unknown keys (and teams) up in Postgres for that address until the window ends, so a spray of
 //! random keys cannot become a Postgres query per request. Keys already cached keep working.
+//!
+//! A store lookup reserves one unit of the address's budget before it runs and gives it back if
+//! the key turns out to exist, so however many lookups run at once, an address causes at most
+//! `limit` failed lookups per window.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use moka::sync::Cache;
@@ -12,12 +16,14 @@ use moka::sync::Cache;
 struct Window {
     opened: Instant,
     failures: AtomicU32,
+    /// Lookups under way whose outcome is not known yet.
+    pending: AtomicU32,
 }
 
 pub struct AuthThrottle {
     limit: u32,
     window: Duration,
-    // Entries expire `window` after the first failure: a fixed window per address.
+    // Entries expire `window` after they were created: a fixed window per address.
     windows: Cache<IpAddr, Arc<Window>>,
 }
 
@@ -30,18 +36,15 @@ impl AuthThrottle {
         }
     }
 
-    /// Whether requests from `ip` may still cause store lookups of unknown credentials.
-    pub fn allows(&self, ip: Option<IpAddr>) -> bool {
-        let Some(ip) = ip else { return true };
-        self.windows.get(&ip).is_none_or(|w| w.failures.load(Ordering::Relaxed) < self.limit)
+    fn window(&self, ip: IpAddr) -> Arc<Window> {
+        self.windows.get_with(ip, || {
+            Arc::new(Window { opened: Instant::now(), failures: AtomicU32::new(0), pending: AtomicU32::new(0) })
+        })
     }
 
-    pub fn failed(&self, ip: Option<IpAddr>) {
-        if let Some(ip) = ip {
-            let w =
-                self.windows.get_with(ip, || Arc::new(Window { opened: Instant::now(), failures: AtomicU32::new(0) }));
-            w.failures.fetch_add(1, Ordering::Relaxed);
-        }
+    /// The budget of one request from `ip`.
+    pub fn pass(&self, ip: Option<IpAddr>) -> Pass<'_> {
+        Pass { throttle: self, ip, reserved: OnceLock::new(), settled: AtomicU32::new(0) }
     }
 
     /// Seconds until `ip`'s window ends (at least 1).
@@ -54,33 +57,115 @@ impl AuthThrottle {
     }
 }
 
+/// One request's standing with the throttle. Dropping it releases an unsettled reservation.
+pub struct Pass<'a> {
+    throttle: &'a AuthThrottle,
+    ip: Option<IpAddr>,
+    reserved: OnceLock<Arc<Window>>,
+    settled: AtomicU32,
+}
+
+impl Pass<'_> {
+    /// Whether this request may look an unknown credential up in the store; if so, one unit of
+    /// the address's budget is held until the outcome is known.
+    pub fn admit(&self) -> bool {
+        let Some(ip) = self.ip else { return true };
+        if self.reserved.get().is_some() {
+            return true;
+        }
+        let w = self.throttle.window(ip);
+        let mut pending = w.pending.load(Ordering::Acquire);
+        loop {
+            if w.failures.load(Ordering::Acquire).saturating_add(pending) >= self.throttle.limit {
+                return false;
+            }
+            match w.pending.compare_exchange_weak(pending, pending + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => pending = now,
+            }
+        }
+        let _ = self.reserved.set(w);
+        true
+    }
+
+    /// The credential was refused: it counts against the address.
+    pub fn failed(&self) {
+        let Some(ip) = self.ip else { return };
+        let w = self.reserved.get().cloned().unwrap_or_else(|| self.throttle.window(ip));
+        w.failures.fetch_add(1, Ordering::AcqRel);
+        self.release();
+    }
+
+    fn release(&self) {
+        if let Some(w) = self.reserved.get() {
+            if self.settled.swap(1, Ordering::AcqRel) == 0 {
+                w.pending.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn ip(last: u8) -> Option<IpAddr> {
+        Some(IpAddr::from([10, 0, 0, last]))
+    }
+
     #[test]
     fn throttles_per_address() {
         let t = AuthThrottle::new(3, Duration::from_secs(60));
-        let a = Some(IpAddr::from([10, 0, 0, 1]));
-        let b = Some(IpAddr::from([10, 0, 0, 2]));
         for _ in 0..3 {
-            assert!(t.allows(a));
-            t.failed(a);
+            let p = t.pass(ip(1));
+            assert!(p.admit());
+            p.failed();
         }
-        assert!(!t.allows(a));
-        assert!(t.allows(b));
-        assert!(t.allows(None));
-        assert!((1..=60).contains(&t.retry_after(a)));
+        assert!(!t.pass(ip(1)).admit());
+        assert!(t.pass(ip(2)).admit());
+        assert!(t.pass(None).admit());
+        assert!((1..=60).contains(&t.retry_after(ip(1))));
+    }
+
+    #[test]
+    fn concurrent_lookups_cannot_overshoot() {
+        let t = AuthThrottle::new(3, Duration::from_secs(60));
+        let passes: Vec<_> = (0..10).map(|_| t.pass(ip(1))).collect();
+        let admitted = passes.iter().filter(|p| p.admit()).count();
+        assert_eq!(admitted, 3);
+        for p in &passes {
+            p.failed();
+        }
+        assert!(!t.pass(ip(1)).admit());
+    }
+
+    #[test]
+    fn a_known_key_gives_its_reservation_back() {
+        let t = AuthThrottle::new(1, Duration::from_secs(60));
+        for _ in 0..5 {
+            let p = t.pass(ip(1));
+            assert!(p.admit());
+            // dropped without failing: the key existed
+        }
+        let p = t.pass(ip(1));
+        assert!(p.admit());
+        p.failed();
+        assert!(!t.pass(ip(1)).admit());
     }
 
     #[test]
     fn windows_end() {
         let t = AuthThrottle::new(1, Duration::from_millis(50));
-        let a = Some(IpAddr::from([10, 0, 0, 1]));
-        t.failed(a);
-        assert!(!t.allows(a));
+        t.pass(ip(1)).failed();
+        assert!(!t.pass(ip(1)).admit());
         std::thread::sleep(Duration::from_millis(120));
         t.windows.run_pending_tasks();
-        assert!(t.allows(a));
+        assert!(t.pass(ip(1)).admit());
     }
 }

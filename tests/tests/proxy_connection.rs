@@ -92,3 +92,22 @@ async fn proxy_exposes_prometheus_metrics() {
     let text = stack.http.get(format!("{}/metrics", stack.proxy_metrics)).send().await.unwrap().text().await.unwrap();
     assert!(text.contains("gw_proxy_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1"), "{text}");
 }
+
+#[tokio::test]
+async fn a_one_megabyte_header_is_431_and_the_proxy_still_serves() {
+    let stack = Stack::shared().await;
+    let (_, key, _) = stack.org_with_key().await;
+    let url = format!("{}/v1/models", stack.proxy);
+    let r = stack.http.get(&url).bearer_auth(&key).header("x-big", "a".repeat(1_000_000)).send().await.unwrap();
+    let body = gw_tests::expect_openai_error(r, 431).await;
+    assert_eq!(body["error"]["code"], "request_header_too_large");
+    assert!(body["error"]["message"].as_str().unwrap().len() < 200);
+    // Many headers, each small, over the block limit (32 KiB).
+    let mut req = stack.http.get(&url).bearer_auth(&key);
+    for i in 0..10 {
+        req = req.header(format!("x-pad-{i}"), "b".repeat(4000));
+    }
+    gw_tests::expect_openai_error(req.send().await.unwrap(), 431).await;
+    let r = stack.http.get(&url).bearer_auth(&key).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}

@@ -47,22 +47,22 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
     if keys::looks_like_jwt(token) {
         return Err(ProxyError::SessionTokenOnProxy);
     }
-    let ip = ctx.client_ip;
-    let found = gw.keys.get(&keys::hash_secret(token), gw.throttle.allows(ip)).await;
+    let pass = gw.throttle.pass(ctx.client_ip);
+    let found = gw.keys.get(&keys::hash_secret(token), &|| pass.admit()).await;
     let key = match found {
         Ok(Some(key)) => key,
         Ok(None) => {
-            gw.throttle.failed(ip);
+            pass.failed();
             return Err(ProxyError::InvalidKey(redacted(token)));
         }
         Err(LookupError::NotAllowed) => {
             gw.metrics.auth_throttled.inc();
-            return Err(ProxyError::AuthThrottled(gw.throttle.retry_after(ip)));
+            return Err(ProxyError::AuthThrottled(gw.throttle.retry_after(ctx.client_ip)));
         }
         Err(LookupError::Unavailable) => return Err(ProxyError::StoreUnavailable),
     };
     if key.revoked_at.is_some() {
-        gw.throttle.failed(ip);
+        pass.failed();
         return Err(ProxyError::RevokedKey(redacted(token)));
     }
     if key.expires_at.is_some_and(|t| t <= Utc::now()) {

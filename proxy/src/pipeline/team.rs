@@ -64,19 +64,19 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
         ctx.team_id = Some(bound);
         return Ok(());
     }
-    let ip = ctx.client_ip;
-    match gw.teams.get(&(key.org_id, team), gw.throttle.allows(ip)).await {
+    let pass = gw.throttle.pass(ctx.client_ip);
+    match gw.teams.get(&(key.org_id, team), &|| pass.admit()).await {
         Ok(Some(_)) => {
             ctx.team_id = Some(team);
             Ok(())
         }
         Ok(None) => {
-            gw.throttle.failed(ip);
+            pass.failed();
             Err(ProxyError::InvalidTeam(format!("No team {team} in this organization.")))
         }
         Err(LookupError::NotAllowed) => {
             gw.metrics.auth_throttled.inc();
-            Err(ProxyError::AuthThrottled(gw.throttle.retry_after(ip)))
+            Err(ProxyError::AuthThrottled(gw.throttle.retry_after(ctx.client_ip)))
         }
         Err(LookupError::Unavailable) => Err(ProxyError::StoreUnavailable),
     }

@@ -1,0 +1,174 @@
+//! The request path under attack and under outage: a spray of random keys does not become a
+//! Postgres query per request, unknown teams are remembered, and a Postgres outage longer than
+//! the key cache's lifetime fails no request for keys already known.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gw_tests::{user_message, PrivatePostgres, Stack, StackOptions};
+use serde_json::json;
+
+/// A counter from the proxy's `/metrics`, 0 when absent.
+async fn metric(stack: &Stack, series: &str) -> u64 {
+    let text = stack.http.get(format!("{}/metrics", stack.proxy_metrics)).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()))
+        .map(|v| v as u64)
+        .unwrap_or(0)
+}
+
+const KEY_QUERIES: &str = "gw_proxy_store_queries_total{lookup=\"api_key\"}";
+const TEAM_QUERIES: &str = "gw_proxy_store_queries_total{lookup=\"team\"}";
+
+fn random_key() -> String {
+    format!("sk_live_{}", uuid::Uuid::new_v4().simple()) + "abcdefgh"
+}
+
+#[tokio::test]
+async fn ten_thousand_random_keys_cost_a_bounded_number_of_postgres_queries() {
+    // A private proxy: the spray throttles its client address (127.0.0.1) for a minute.
+    let stack = Stack::start_with(StackOptions::default()).await;
+    let (_, key, _) = stack.org_with_key().await;
+    let models = format!("{}/v1/models", stack.proxy);
+    assert_eq!(stack.http.get(&models).bearer_auth(&key).send().await.unwrap().status(), 200);
+    let before = metric(&stack, KEY_QUERIES).await;
+
+    let valid_ok = Arc::new(AtomicU64::new(0));
+    let statuses = futures::stream::iter(0..10_000u32)
+        .map(|i| {
+            let (http, url, key, valid_ok) = (stack.http.clone(), models.clone(), key.clone(), valid_ok.clone());
+            async move {
+                // Every 100th request uses the real key: it must keep working throughout.
+                if i % 100 == 0 {
+                    let r = http.get(&url).bearer_auth(&key).send().await.unwrap();
+                    assert_eq!(r.status(), 200, "the valid key stopped working during the spray");
+                    valid_ok.fetch_add(1, Ordering::Relaxed);
+                }
+                http.get(&url).bearer_auth(random_key()).send().await.unwrap().status().as_u16()
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<u16>>()
+        .await;
+    let queries = metric(&stack, KEY_QUERIES).await - before;
+    let unauthorized = statuses.iter().filter(|s| **s == 401).count();
+    let throttled = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(unauthorized + throttled, 10_000, "every random key is refused");
+    assert_eq!(valid_ok.load(Ordering::Relaxed), 100);
+    // The documented bound: `auth_failures_per_minute` (60) lookups per client address per
+    // minute reach Postgres; the rest are refused with 429 without one.
+    assert!(queries <= 60, "{queries} Postgres queries for 10,000 random keys");
+    assert!(throttled >= 9_900, "only {throttled} throttled");
+    let r = stack.http.get(&models).bearer_auth(random_key()).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "auth_throttled");
+}
+
+#[tokio::test]
+async fn an_unknown_team_is_remembered_as_unknown() {
+    let stack = Stack::start_with(StackOptions::default()).await;
+    let (_, key, _) = stack.org_with_key().await;
+    let team = uuid::Uuid::new_v4().to_string();
+    let before = metric(&stack, TEAM_QUERIES).await;
+    for _ in 0..50 {
+        let r = stack
+            .http
+            .get(format!("{}/v1/models", stack.proxy))
+            .bearer_auth(&key)
+            .header("x-gw-team", &team)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+    }
+    assert_eq!(metric(&stack, TEAM_QUERIES).await - before, 1, "one query, then the negative cache");
+}
+
+#[tokio::test]
+async fn postgres_outage_longer_than_the_key_cache_fails_no_request() {
+    let pg = PrivatePostgres::start();
+    // Key entries are fresh for 2 s: the outage below lasts more than twice that.
+    let stack = Stack::start_with(StackOptions {
+        database_url: Some(pg.url()),
+        proxy_config: "audit_flush_interval_ms = 50\nkey_cache_ttl_secs = 2\nkey_cache_max_stale_secs = 300".into(),
+        ..Default::default()
+    })
+    .await;
+    let (session, key, _) = stack.org_with_key().await;
+    let body = json!({"model": "mock-model", "messages": user_message("still there?")});
+    assert_eq!(stack.chat(&key, body.clone()).await.status(), 200);
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let (stack_http, url, key, body) = (stack.http.clone(), stack.proxy.clone(), key.clone(), body.clone());
+        let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+        load.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let r =
+                    stack_http.post(format!("{url}/v1/chat/completions")).bearer_auth(&key).json(&body).send().await;
+                match r {
+                    Ok(r) if r.status() == 200 => ok.fetch_add(1, Ordering::Relaxed),
+                    Ok(r) => {
+                        eprintln!("failed during the outage: {} {}", r.status(), r.text().await.unwrap_or_default());
+                        failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                    Err(e) => {
+                        eprintln!("failed during the outage: {e}");
+                        failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pg.stop_server();
+    let during = ok.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let served_in_outage = ok.load(Ordering::Relaxed) - during;
+    // Back on the same port at once: nothing holds it.
+    let restarted = Instant::now();
+    assert!(pg.start_server(), "Postgres did not start again on port {}: {}", pg.port, pg.log());
+    assert!(restarted.elapsed() < Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.await.unwrap();
+    }
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "requests failed because of the outage");
+    assert!(served_in_outage > 50, "only {served_in_outage} requests served during the outage");
+    let stale = metric(&stack, "gw_proxy_cache_stale_served_total{lookup=\"api_key\"}").await;
+    assert!(stale > 0, "the outage never needed a stale entry: the test did not outlast the cache");
+
+    // The audit rows written behind those requests land once Postgres is back.
+    let answered = ok.load(Ordering::Relaxed) + 1;
+    let mut conn = {
+        use diesel_async::AsyncConnection;
+        diesel_async::AsyncPgConnection::establish(&pg.url()).await.unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        use diesel::prelude::*;
+        use diesel_async::RunQueryDsl;
+        use gw_shared::db::schema::audit_logs;
+        let rows: i64 = audit_logs::table
+            .filter(audit_logs::org_id.eq(session.org_id))
+            .filter(audit_logs::status_code.eq(200))
+            .count()
+            .get_result(&mut conn)
+            .await
+            .unwrap();
+        if rows as u64 >= answered {
+            assert_eq!(rows as u64, answered, "duplicate audit rows");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{rows} audit rows for {answered} answered requests");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
