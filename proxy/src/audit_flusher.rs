@@ -43,6 +43,20 @@ impl AuditSink {
     }
 }
 
+/// Largest batch, written when records queue up faster than small batches drain them.
+const BACKLOG_BATCH: usize = 1024;
+
+/// Small batches while the queue is short: a `COPY` of a few dozen rows costs Postgres well under
+/// a millisecond, so it never holds a core it shares with the proxy for long (the c=1 tail). A
+/// backlog means the writers are busy: then batches grow, and fewer, larger writes catch up.
+fn batch_limit(small: usize, queued: usize) -> usize {
+    if queued >= small {
+        BACKLOG_BATCH.max(small)
+    } else {
+        small
+    }
+}
+
 /// Batches in flight at once: one writer would cap the flusher at one batch per round trip.
 const CONCURRENT_WRITES: usize = 4;
 
@@ -188,13 +202,14 @@ impl BackgroundService for AuditFlusher {
         let mut tick = tokio::time::interval(self.interval);
         let mut deadline: Option<tokio::time::Instant> = None;
         loop {
-            let room = self.batch_size.saturating_sub(batch.len());
+            let limit = batch_limit(self.batch_size, rx.len());
+            let room = limit.saturating_sub(batch.len());
             tokio::select! {
                 n = rx.recv_many(&mut batch, room), if room > 0 => {
                     if n == 0 {
                         break; // every sender is gone
                     }
-                    if batch.len() >= self.batch_size {
+                    if batch.len() >= limit {
                         self.dispatch(&slots, std::mem::take(&mut batch), &shutdown).await;
                     }
                 }
@@ -223,12 +238,25 @@ impl BackgroundService for AuditFlusher {
             batch.push(rec);
         }
         while !batch.is_empty() {
-            let rest = batch.split_off(batch.len().min(self.batch_size));
+            let rest = batch.split_off(batch.len().min(BACKLOG_BATCH));
             self.dispatch(&slots, batch, &shutdown).await;
             batch = rest;
         }
         // Every write slot back means every batch has landed (or been given up on).
         let _ = slots.acquire_many(CONCURRENT_WRITES as u32).await;
         log::info!("audit flusher stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_grow_only_with_a_backlog() {
+        assert_eq!(batch_limit(32, 0), 32);
+        assert_eq!(batch_limit(32, 31), 32);
+        assert_eq!(batch_limit(32, 32), BACKLOG_BATCH);
+        assert_eq!(batch_limit(5000, 6000), 5000);
     }
 }

@@ -164,10 +164,14 @@ impl<S: Source> Lookup<S> {
         let found = self.refresh(key, admit).await?;
         if self.epoch.load(Ordering::Acquire) != epoch {
             // An invalidation landed while this load was in flight, so what it read may predate
-            // a revocation; the invalidation is published after the change commits, so a second
-            // read sees the change.
+            // the change (a revocation, a creation); the invalidation is published after the
+            // change commits. A value found is read again; "unknown" is answered but not
+            // remembered, so the next request looks again (a second read here would let every
+            // invalidation multiply a spray of unknown keys).
             self.cache.invalidate(key).await;
-            return self.refresh(key, admit).await;
+            if found.is_some() {
+                return self.refresh(key, admit).await;
+            }
         }
         Ok(found)
     }

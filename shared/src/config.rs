@@ -125,8 +125,8 @@ impl Default for ProxyConfig {
             dns_ttl_secs: 30,
             keepalive_idle_secs: 75,
             audit_channel_capacity: 50_000,
-            audit_batch_size: 256,
-            audit_flush_interval_ms: 50,
+            audit_batch_size: 32,
+            audit_flush_interval_ms: 5,
         }
     }
 }

@@ -89,8 +89,18 @@ async fn proxy_exposes_prometheus_metrics() {
     let (_, key, _) = stack.org_with_key().await;
     let r = stack.chat(&key, json!({"model": "mock-model", "messages": user_message("x")})).await;
     assert_eq!(r.status(), 200);
-    let text = stack.http.get(format!("{}/metrics", stack.proxy_metrics)).send().await.unwrap().text().await.unwrap();
-    assert!(text.contains("gw_proxy_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1"), "{text}");
+    // The request is counted in Pingora's logging phase, just after the response went out.
+    let series = "gw_proxy_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1";
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let text =
+            stack.http.get(format!("{}/metrics", stack.proxy_metrics)).send().await.unwrap().text().await.unwrap();
+        if text.contains(series) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]

@@ -95,6 +95,10 @@ const RULES: &[(&str, Rule)] = &[
     ("function_call", Rule::ModeOrObject(FUNCTION_CALL_MODES)),
 ];
 
+fn rule_for(param: &str) -> Option<Rule> {
+    RULES.iter().find(|(name, _)| *name == param).map(|(_, rule)| *rule)
+}
+
 /// Longest piece of client input quoted back in an error message.
 const MAX_ECHO: usize = 64;
 
@@ -284,10 +288,13 @@ pub fn chat_request(body: &Map<String, Value>) -> Result<(), RequestProblem> {
     for (i, m) in messages.iter().enumerate() {
         check_message(i, m)?;
     }
-    for (param, rule) in RULES {
-        match body.get(*param) {
-            None | Some(Value::Null) => {}
-            Some(v) => check(param, *rule, v)?,
+    // The body holds a handful of fields; look each one's rule up rather than every rule's field.
+    for (param, v) in body {
+        if v.is_null() {
+            continue;
+        }
+        if let Some(rule) = rule_for(param) {
+            check(param, rule, v)?;
         }
     }
     check_nested(body)
