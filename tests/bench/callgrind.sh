@@ -13,53 +13,14 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 command -v valgrind >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
-command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-scripts/services.sh start
-eval "$(scripts/services.sh env)"
-cargo build --release -q -p gw-proxy -p gw-admin -p gw-tests --bins
-REL=${CARGO_TARGET_DIR:-target}/release
-BIN=${GW_BENCH_BIN:-$REL}
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-MOCK_PORT=$(free_port); ADMIN_PORT=$(free_port)
+source tests/bench/common.sh
 MOCK_WORKERS=1 "$REL/mock-upstream" --listen "127.0.0.1:$MOCK_PORT" >/dev/null & PIDS+=($!)
-config() { # proxy-port metrics-port
-  cat > "$WORK/gw.toml" <<TOML
-[database]
-url = "$DATABASE_URL"
-[redis]
-url = "$REDIS_URL"
-[proxy]
-listen = "127.0.0.1:$1"
-metrics_listen = "127.0.0.1:$2"
-threads = 1
-[admin]
-listen = "127.0.0.1:$ADMIN_PORT"
-workers = 1
-[[providers]]
-name = "bench-upstream"
-kind = "openai"
-base_url = "http://127.0.0.1:$MOCK_PORT/v1"
-[[models]]
-name = "bench"
-deployments = [{ provider = "bench-upstream" }]
-[pricing]
-"bench" = { input_per_mtok = "0.15", output_per_mtok = "0.60" }
-TOML
-}
-config 1 2
-export GW_CONFIG="$WORK/gw.toml" GW_JWT_SECRET=bench-secret-bench-secret-bench-secret RUST_LOG=warn
-"$REL/gw-admin" migrate
-"$BIN/gw-admin" serve & PIDS+=($!)
-for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$ADMIN_PORT/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
-TOKEN=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/auth/register" -H 'content-type: application/json' \
-  -d "{\"email\":\"cg-$RANDOM$RANDOM@bench.gw\",\"password\":\"benchmark-pass\",\"name\":\"b\",\"org_name\":\"bench\"}" |
-  python3 -c 'import sys,json;print(json.load(sys.stdin)["access_token"])')
-KEY=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/api-keys" -H "authorization: Bearer $TOKEN" \
-  -H 'content-type: application/json' -d '{"name":"bench"}' | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')
+bench_config 1 2 1
+start_admin
 
 measure() { # label stream(true|false)
   local port metrics out
-  port=$(free_port); metrics=$(free_port); config "$port" "$metrics"
+  port=$(free_port); metrics=$(free_port); bench_config "$port" "$metrics" 1
   out="$WORK/callgrind.$1"
   valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN/gw-proxy" 2>"$WORK/vg.$1.log" & local vg=$!
   for _ in $(seq 1 600); do curl -s -o /dev/null "http://127.0.0.1:$port/v1/models" && break; sleep 0.2; done

@@ -20,56 +20,19 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-scripts/services.sh start
-eval "$(scripts/services.sh env)"
-cargo build --release -q -p gw-proxy -p gw-admin -p gw-tests --bins
-REL=${CARGO_TARGET_DIR:-target}/release
-BIN=${GW_BENCH_BIN:-$REL}
+source tests/bench/common.sh
 THREADS=${GW_BENCH_THREADS:-1}
-
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-MOCK_PORT=$(free_port); PROXY_PORT=$(free_port); ADMIN_PORT=$(free_port); METRICS_PORT=$(free_port)
+PROXY_PORT=$(free_port); METRICS_PORT=$(free_port)
 
 [ "$(nproc)" -ge 2 ] || { echo "the one-core cell needs 2 CPUs" >&2; exit 1; }
 LOAD=(taskset -c 0); SUT=(taskset -c 1)
 for p in $(pgrep -f 'postgres|redis-server'); do taskset -a -p -c 1 "$p" >/dev/null 2>&1 || true; done
 
 MOCK_WORKERS=1 "${LOAD[@]}" "$REL/mock-upstream" --listen "127.0.0.1:$MOCK_PORT" >/dev/null & PIDS+=($!)
-cat > "$WORK/gw.toml" <<TOML
-[database]
-url = "$DATABASE_URL"
-[redis]
-url = "$REDIS_URL"
-[proxy]
-listen = "127.0.0.1:$PROXY_PORT"
-metrics_listen = "127.0.0.1:$METRICS_PORT"
-threads = $THREADS
-${GW_BENCH_PROXY_EXTRA:-}
-[admin]
-listen = "127.0.0.1:$ADMIN_PORT"
-workers = 1
-[[providers]]
-name = "bench-upstream"
-kind = "openai"
-base_url = "http://127.0.0.1:$MOCK_PORT/v1"
-[[models]]
-name = "bench"
-deployments = [{ provider = "bench-upstream" }]
-[pricing]
-"bench" = { input_per_mtok = "0.15", output_per_mtok = "0.60" }
-TOML
-export GW_CONFIG="$WORK/gw.toml" GW_JWT_SECRET=bench-secret-bench-secret-bench-secret RUST_LOG=warn
-"$REL/gw-admin" migrate
-"${SUT[@]}" "$BIN/gw-admin" serve & PIDS+=($!)
+bench_config "$PROXY_PORT" "$METRICS_PORT" "$THREADS" "${GW_BENCH_PROXY_EXTRA:-}"
+start_admin "${SUT[@]}"
 "${SUT[@]}" "$BIN/gw-proxy" & PIDS+=($!)
-for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$ADMIN_PORT/healthz" >/dev/null 2>&1 && curl -s -o /dev/null "http://127.0.0.1:$PROXY_PORT/v1/models" && break; sleep 0.1; done
-
-TOKEN=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/auth/register" -H 'content-type: application/json' \
-  -d "{\"email\":\"bench-$RANDOM$RANDOM@bench.gw\",\"password\":\"benchmark-pass\",\"name\":\"b\",\"org_name\":\"bench\"}" |
-  python3 -c 'import sys,json;print(json.load(sys.stdin)["access_token"])')
-KEY=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/api-keys" -H "authorization: Bearer $TOKEN" \
-  -H 'content-type: application/json' -d '{"name":"bench"}' | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')
+for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$PROXY_PORT/v1/models" && break; sleep 0.1; done
 
 PLAIN='{"model":"bench","messages":[{"role":"user","content":"Say something about gateways and latency, please."}]}'
 SSE='{"model":"bench","stream":true,"messages":[{"role":"user","content":"Say something about gateways and latency, please."}]}'

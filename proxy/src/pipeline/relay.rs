@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use eventsource_stream::{EventStreamError, Eventsource};
+use eventsource_stream2::Eventsource;
 use futures::{FutureExt, StreamExt};
 use gw_shared::providers::{Flow, StreamSink, StreamTranslator, UpstreamError};
 use gw_shared::routing::Deployment;
@@ -54,7 +54,10 @@ pub async fn run(
                     Ok(Flow::Done) => break Ok(true),
                     Err(e) => break Err(ProxyError::upstream(provider, e)),
                 },
-                Some(Err(EventStreamError::Transport(e))) => break Err(e),
+                Some(Err(e)) if e.is_transport() => match e.into_transport() {
+                    Some(e) => break Err(e),
+                    None => break Err(ProxyError::Internal("event stream error lost its cause".into())),
+                },
                 Some(Err(e)) => {
                     break Err(ProxyError::upstream(
                         provider,

@@ -1,0 +1,55 @@
+# Shared set-up of the benchmark scripts (sourced): services, a release build, a config, gw-admin,
+# and an organization with an API key. Callers set WORK (a scratch directory) and PIDS (an array
+# of processes to stop on exit) before sourcing.
+command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+scripts/services.sh start
+eval "$(scripts/services.sh env)"
+cargo build --release -q -p gw-proxy -p gw-admin -p gw-tests --bins
+REL=${CARGO_TARGET_DIR:-target}/release
+BIN=${GW_BENCH_BIN:-$REL}
+export GW_CONFIG="$WORK/gw.toml" GW_JWT_SECRET=bench-secret-bench-secret-bench-secret RUST_LOG=warn
+
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+MOCK_PORT=$(free_port); ADMIN_PORT=$(free_port)
+
+# bench_config PROXY_PORT METRICS_PORT THREADS [EXTRA_PROXY_SETTINGS]: one OpenAI-compatible
+# provider pointing at the mock, and a model `bench` served by it.
+bench_config() {
+  cat > "$GW_CONFIG" <<TOML
+[database]
+url = "$DATABASE_URL"
+[redis]
+url = "$REDIS_URL"
+[proxy]
+listen = "127.0.0.1:$1"
+metrics_listen = "127.0.0.1:$2"
+threads = $3
+${4:-}
+[admin]
+listen = "127.0.0.1:$ADMIN_PORT"
+workers = 1
+[[providers]]
+name = "bench-upstream"
+kind = "openai"
+base_url = "http://127.0.0.1:$MOCK_PORT/v1"
+[[models]]
+name = "bench"
+deployments = [{ provider = "bench-upstream" }]
+[pricing]
+"bench" = { input_per_mtok = "0.15", output_per_mtok = "0.60" }
+TOML
+}
+
+# start_admin [PREFIX...]: migrates, starts gw-admin (under PREFIX, e.g. taskset), waits for it,
+# registers an organization and sets KEY to a new API key.
+start_admin() {
+  "$REL/gw-admin" migrate
+  "$@" "$BIN/gw-admin" serve & PIDS+=($!)
+  for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$ADMIN_PORT/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+  local token
+  token=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/auth/register" -H 'content-type: application/json' \
+    -d "{\"email\":\"bench-$RANDOM$RANDOM@bench.gw\",\"password\":\"benchmark-pass\",\"name\":\"b\",\"org_name\":\"bench\"}" |
+    python3 -c 'import sys,json;print(json.load(sys.stdin)["access_token"])')
+  KEY=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/api-keys" -H "authorization: Bearer $token" \
+    -H 'content-type: application/json' -d '{"name":"bench"}' | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')
+}
