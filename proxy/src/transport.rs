@@ -198,20 +198,24 @@ impl Transport {
     }
 }
 
+/// The upstream request header, built as plain `http` parts (Pingora's `insert_header` parses
+/// every static name again).
 fn request_header(req: &UpstreamRequest, host: HeaderValue, stream: bool) -> Result<RequestHeader, ProxyError> {
-    let build = |e| ProxyError::internal("upstream request header", e);
-    let mut h =
-        RequestHeader::build_no_case("POST", req.path.as_bytes(), Some(8 + req.headers.len())).map_err(build)?;
-    h.insert_header(HOST, host).map_err(build)?;
-    h.insert_header(CONTENT_TYPE, JSON).map_err(build)?;
-    h.insert_header(CONTENT_LENGTH, HeaderValue::from(req.body.len())).map_err(build)?;
-    h.insert_header(ACCEPT, if stream { EVENT_STREAM } else { JSON }).map_err(build)?;
-    h.insert_header(ACCEPT_ENCODING, IDENTITY).map_err(build)?;
-    h.insert_header(USER_AGENT, GW_AGENT).map_err(build)?;
+    let (mut parts, ()) = http::Request::new(()).into_parts();
+    parts.method = http::Method::POST;
+    parts.uri = req.path.parse().map_err(|e| ProxyError::internal("upstream request path", e))?;
+    let h = &mut parts.headers;
+    h.reserve(8 + req.headers.len());
+    h.insert(HOST, host);
+    h.insert(CONTENT_TYPE, JSON);
+    h.insert(CONTENT_LENGTH, HeaderValue::from(req.body.len()));
+    h.insert(ACCEPT, if stream { EVENT_STREAM } else { JSON });
+    h.insert(ACCEPT_ENCODING, IDENTITY);
+    h.insert(USER_AGENT, GW_AGENT);
     for (name, value) in &req.headers {
-        h.insert_header(name.clone(), value.clone()).map_err(build)?;
+        h.insert(name.clone(), value.clone());
     }
-    Ok(h)
+    Ok(RequestHeader::from(parts))
 }
 
 async fn exchange(session: &mut HttpSession, req: RequestHeader, body: Bytes) -> pingora::Result<()> {

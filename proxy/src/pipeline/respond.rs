@@ -7,7 +7,8 @@ use bytes::Bytes;
 use gw_shared::headers;
 use gw_shared::openai::SSE_DONE;
 use gw_shared::pricing::format_cost;
-use http::{HeaderName, HeaderValue};
+use http::response::Parts;
+use http::{HeaderName, HeaderValue, StatusCode};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
@@ -47,15 +48,17 @@ fn text(s: &str) -> HeaderValue {
 }
 
 /// A response header with every gateway header, as the context says now. `ttft` becomes the
-/// latency when nothing set it (the first token arrives with the whole body).
-pub fn header(ctx: &mut RequestCtx, status: u16, content_type: HeaderValue) -> Result<ResponseHeader, ProxyError> {
+/// latency when nothing set it (the first token arrives with the whole body). Built as plain
+/// `http` parts: Pingora's own `append_header` parses every (static) name again.
+pub fn header(ctx: &mut RequestCtx, status: u16, content_type: HeaderValue) -> Result<Parts, ProxyError> {
     let latency = ctx.started.elapsed();
     let ttft = *ctx.ttft.get_or_insert(latency);
-    let build = |e| ProxyError::internal("response header", e);
-    let mut h = ResponseHeader::build_no_case(status, Some(20)).map_err(build)?;
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = StatusCode::from_u16(status).map_err(|e| ProxyError::internal("response status", e))?;
+    let h = &mut parts.headers;
+    h.reserve(20);
     let mut id = [0u8; 36];
-    let attempt = ctx.last_attempt();
-    let (provider, model) = match attempt {
+    let (provider, model) = match ctx.last_attempt() {
         _ if ctx.answered_by_gw => (GW, NONE),
         Some(a) => (text(&a.provider), text(&a.upstream_model)),
         None => (NONE, NONE),
@@ -64,21 +67,16 @@ pub fn header(ctx: &mut RequestCtx, status: u16, content_type: HeaderValue) -> R
         Some(d) => (HeaderValue::from_static(d.action.label()), text(&d.reason)),
         None => (NONE, NONE),
     };
-    let fields = [
-        (http::header::CONTENT_TYPE, content_type),
-        (REQUEST_ID, text(ctx.request_id.hyphenated().encode_lower(&mut id))),
-        (PROVIDER, provider),
-        (MODEL, model),
-        (COST_USD, text(&format_cost(ctx.cost))),
-        (LATENCY_MS, ms(latency)),
-        (TTFT_MS, ms(ttft)),
-        (CACHE, HeaderValue::from_static(ctx.cache.label())),
-        (POLICY_ACTION, action),
-        (POLICY_REASON, reason),
-    ];
-    for (name, value) in fields {
-        h.append_header(name, value).map_err(build)?;
-    }
+    h.insert(http::header::CONTENT_TYPE, content_type);
+    h.insert(REQUEST_ID, text(ctx.request_id.hyphenated().encode_lower(&mut id)));
+    h.insert(PROVIDER, provider);
+    h.insert(MODEL, model);
+    h.insert(COST_USD, text(&format_cost(ctx.cost)));
+    h.insert(LATENCY_MS, ms(latency));
+    h.insert(TTFT_MS, ms(ttft));
+    h.insert(CACHE, HeaderValue::from_static(ctx.cache.label()));
+    h.insert(POLICY_ACTION, action);
+    h.insert(POLICY_REASON, reason);
     if let Some(limits) = ctx.limits {
         let windows = [
             (limits.requests, [LIMIT_REQUESTS, REMAINING_REQUESTS, RESET_REQUESTS]),
@@ -86,13 +84,20 @@ pub fn header(ctx: &mut RequestCtx, status: u16, content_type: HeaderValue) -> R
         ];
         for (window, [limit, remaining, reset]) in windows {
             if let Some(w) = window {
-                h.append_header(limit, HeaderValue::from(w.limit)).map_err(build)?;
-                h.append_header(remaining, HeaderValue::from(w.remaining)).map_err(build)?;
-                h.append_header(reset, text(&format!("{}ms", w.reset.as_millis()))).map_err(build)?;
+                h.insert(limit, HeaderValue::from(w.limit));
+                h.insert(remaining, HeaderValue::from(w.remaining));
+                h.insert(reset, text(&format!("{}ms", w.reset.as_millis())));
             }
         }
     }
-    Ok(h)
+    Ok(parts)
+}
+
+async fn send_header(session: &mut Session, ctx: &mut RequestCtx, parts: Parts) -> Result<(), ProxyError> {
+    ctx.status = parts.status.as_u16();
+    ctx.header_sent = true;
+    let header = ResponseHeader::from(parts);
+    session.write_response_header(Box::new(header), false).await.map_err(|e| ProxyError::client_gone(&e))
 }
 
 /// Writes a complete JSON response.
@@ -103,29 +108,23 @@ pub async fn json(
     body: Bytes,
     extra: Option<(HeaderName, HeaderValue)>,
 ) -> Result<(), ProxyError> {
-    let mut h = header(ctx, status, JSON)?;
-    let build = |e| ProxyError::internal("response header", e);
-    h.append_header(http::header::CONTENT_LENGTH, HeaderValue::from(body.len())).map_err(build)?;
+    let mut parts = header(ctx, status, JSON)?;
+    parts.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     if let Some((name, value)) = extra {
-        h.append_header(name, value).map_err(build)?;
+        parts.headers.insert(name, value);
     }
-    ctx.status = status;
-    ctx.header_sent = true;
-    session.write_response_header(Box::new(h), false).await.map_err(|e| ProxyError::client_gone(&e))?;
+    send_header(session, ctx, parts).await?;
     session.write_response_body(Some(body), true).await.map_err(|e| ProxyError::client_gone(&e))?;
     Ok(())
 }
 
 /// Starts an SSE response; the body follows in pieces.
 pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
-    let mut h = header(ctx, 200, EVENT_STREAM)?;
-    let build = |e| ProxyError::internal("response header", e);
-    h.append_header(http::header::CACHE_CONTROL, NO_CACHE).map_err(build)?;
-    h.append_header(http::header::TRANSFER_ENCODING, CHUNKED).map_err(build)?;
-    h.append_header(HeaderName::from_static("x-accel-buffering"), NO).map_err(build)?;
-    ctx.status = 200;
-    ctx.header_sent = true;
-    session.write_response_header(Box::new(h), false).await.map_err(|e| ProxyError::client_gone(&e))
+    let mut parts = header(ctx, 200, EVENT_STREAM)?;
+    parts.headers.insert(http::header::CACHE_CONTROL, NO_CACHE);
+    parts.headers.insert(http::header::TRANSFER_ENCODING, CHUNKED);
+    parts.headers.insert(HeaderName::from_static("x-accel-buffering"), NO);
+    send_header(session, ctx, parts).await
 }
 
 pub async fn stream_bytes(session: &mut Session, bytes: Bytes) -> Result<(), ProxyError> {
