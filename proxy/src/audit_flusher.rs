@@ -78,13 +78,13 @@ pub fn channel(
     drain_for: Duration,
 ) -> (AuditSink, AuditFlusher) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    let dropped_log = Arc::new(RateLimitedLog::new(Duration::from_secs(1)));
+    let dropped_log = Arc::new(RateLimitedLog::new(module_path!(), Duration::from_secs(1)));
     let sink = AuditSink { tx, metrics: metrics.clone(), dropped_log };
     let writer = Arc::new(BatchWriter {
         copier: AuditCopier::new(database_url),
         metrics,
         touched: std::sync::Mutex::new(HashMap::new()),
-        log: RateLimitedLog::new(Duration::from_secs(5)),
+        log: RateLimitedLog::new(module_path!(), Duration::from_secs(5)),
     });
     let flusher = AuditFlusher { rx: Mutex::new(rx), writer, batch_size, interval, drain_for };
     (sink, flusher)

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub struct RateLimitedLog {
+    /// Log target (the module that logs), so filters and readers see where a line came from.
+    target: &'static str,
     interval_ms: u64,
     origin: Instant,
     /// Milliseconds since `origin` of the last line written (0: none yet).
@@ -13,8 +15,9 @@ pub struct RateLimitedLog {
 }
 
 impl RateLimitedLog {
-    pub fn new(interval: Duration) -> Self {
+    pub fn new(target: &'static str, interval: Duration) -> Self {
         Self {
+            target,
             interval_ms: interval.as_millis().max(1) as u64,
             origin: Instant::now(),
             last: AtomicU64::new(0),
@@ -40,9 +43,9 @@ impl RateLimitedLog {
     pub fn warn(&self, line: impl FnOnce() -> String) {
         if let Some(held) = self.admit() {
             if held > 0 {
-                log::warn!("{} ({held} similar lines suppressed)", line());
+                log::warn!(target: self.target, "{} ({held} similar lines suppressed)", line());
             } else {
-                log::warn!("{}", line());
+                log::warn!(target: self.target, "{}", line());
             }
         }
     }
@@ -50,9 +53,9 @@ impl RateLimitedLog {
     pub fn error(&self, line: impl FnOnce() -> String) {
         if let Some(held) = self.admit() {
             if held > 0 {
-                log::error!("{} ({held} similar lines suppressed)", line());
+                log::error!(target: self.target, "{} ({held} similar lines suppressed)", line());
             } else {
-                log::error!("{}", line());
+                log::error!(target: self.target, "{}", line());
             }
         }
     }
@@ -64,13 +67,13 @@ mod tests {
 
     #[test]
     fn one_line_per_interval() {
-        let l = RateLimitedLog::new(Duration::from_secs(60));
+        let l = RateLimitedLog::new("test", Duration::from_secs(60));
         assert_eq!(l.admit(), Some(0));
         for _ in 0..1000 {
             assert_eq!(l.admit(), None);
         }
         assert_eq!(l.suppressed.load(Ordering::Relaxed), 1000);
-        let fast = RateLimitedLog::new(Duration::from_millis(1));
+        let fast = RateLimitedLog::new("test", Duration::from_millis(1));
         assert_eq!(fast.admit(), Some(0));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(fast.admit(), Some(0));

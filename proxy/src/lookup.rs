@@ -133,7 +133,7 @@ impl<S: Source> Lookup<S> {
             down_until: AtomicU64::new(0),
             origin: Instant::now(),
             metrics,
-            log: RateLimitedLog::new(Duration::from_secs(5)),
+            log: RateLimitedLog::new(module_path!(), Duration::from_secs(5)),
         }
     }
 

@@ -71,7 +71,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         request_timeout: Duration::from_millis(p.request_timeout_ms),
         keepalive_idle_secs: p.keepalive_idle_secs,
         started_at: chrono::Utc::now().timestamp(),
-        warn_log: RateLimitedLog::new(Duration::from_secs(1)),
+        warn_log: RateLimitedLog::new("gw_proxy::gateway", Duration::from_secs(1)),
     };
 
     let conf = ServerConf {
