@@ -98,6 +98,13 @@ pub enum LookupError {
     NotAllowed,
 }
 
+/// Which tiers a refresh may answer from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tiers {
+    All,
+    StoreOnly,
+}
+
 /// Asked before a store query for an unknown key (see `Lookup::get`).
 pub type Admit<'a> = &'a (dyn Fn() -> bool + Sync);
 
@@ -161,7 +168,7 @@ impl<S: Source> Lookup<S> {
             }
         }
         let epoch = self.epoch.load(Ordering::Acquire);
-        let found = self.refresh(key, admit).await?;
+        let found = self.refresh(key, admit, Tiers::All).await?;
         if self.epoch.load(Ordering::Acquire) != epoch {
             // An invalidation landed while this load was in flight, so what it read may predate
             // the change (a revocation, a creation); the invalidation is published after the
@@ -170,13 +177,20 @@ impl<S: Source> Lookup<S> {
             // invalidation multiply a spray of unknown keys).
             self.cache.invalidate(key).await;
             if found.is_some() {
-                return self.refresh(key, admit).await;
+                // Past Redis: this very load may have put a copy there after the change deleted
+                // it; the store's answer overwrites it.
+                return self.refresh(key, admit, Tiers::StoreOnly).await;
             }
         }
         Ok(found)
     }
 
-    async fn refresh(&self, key: &S::Key, admit: Admit<'_>) -> Result<Option<Arc<S::Value>>, LookupError> {
+    async fn refresh(
+        &self,
+        key: &S::Key,
+        admit: Admit<'_>,
+        tiers: Tiers,
+    ) -> Result<Option<Arc<S::Value>>, LookupError> {
         let result = self
             .cache
             .entry_by_ref(key)
@@ -188,7 +202,7 @@ impl<S: Source> Lookup<S> {
                 }
                 // Throttling is for keys nobody knows; one this process knew may always be re-read.
                 let known = existing.as_ref().is_some_and(|s| s.value.is_some());
-                match self.fetch(key, if known { None } else { Some(admit) }).await {
+                match self.fetch(key, if known { None } else { Some(admit) }, tiers).await {
                     Ok(slot) => Ok(Op::Put(slot)),
                     Err(e) => match existing {
                         // The last good value, within `stale_for` (older entries have expired).
@@ -208,11 +222,15 @@ impl<S: Source> Lookup<S> {
     }
 
     /// Redis, then Postgres (writing the result back to Redis).
-    async fn fetch(&self, key: &S::Key, admit: Option<Admit<'_>>) -> Result<Slot<S::Value>, LookupError> {
+    async fn fetch(&self, key: &S::Key, admit: Option<Admit<'_>>, tiers: Tiers) -> Result<Slot<S::Value>, LookupError> {
         let name = self.source.name();
         let redis_key = self.source.redis_key(key);
-        let shared =
-            tokio::time::timeout(self.cfg.store_timeout, get_stamped::<S::Value>(&self.redis, &redis_key)).await;
+        let shared = match tiers {
+            Tiers::All => {
+                tokio::time::timeout(self.cfg.store_timeout, get_stamped::<S::Value>(&self.redis, &redis_key)).await
+            }
+            Tiers::StoreOnly => Ok(Ok(None)),
+        };
         match shared {
             Ok(Ok(Some(copy))) => {
                 self.metrics.lookups.with_label_values(&[name, "redis"]).inc();
