@@ -140,6 +140,7 @@ impl BatchWriter {
                     if *shutdown.borrow() && tries >= 5 {
                         log::error!("giving up on {} audit rows at shutdown", batch.len());
                         self.metrics.audit_dropped.inc_by(batch.len() as u64);
+                        self.metrics.audit_queue.sub(batch.len() as i64);
                         return;
                     }
                     tokio::time::sleep(delay).await;

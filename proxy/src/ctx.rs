@@ -49,6 +49,8 @@ impl AttemptOutcome {
         match self {
             AttemptOutcome::Answered => "ok",
             AttemptOutcome::Retryable(_) => "retryable_error",
+            // The client left: not the upstream's failure.
+            AttemptOutcome::Failed("client_disconnected") => "client_gone",
             AttemptOutcome::Failed(_) => "error",
         }
     }

@@ -74,6 +74,9 @@ fn upstream_message(provider: &str, e: &UpstreamError) -> String {
         UpstreamFailure::Unavailable { status: Some(s @ (401 | 403)) } => {
             format!("Upstream provider '{provider}' refused gw's credentials (HTTP {s}).")
         }
+        UpstreamFailure::Unavailable { status: Some(404) } => {
+            format!("Upstream provider '{provider}' does not serve the model this deployment names (HTTP 404).")
+        }
         UpstreamFailure::Unavailable { status: Some(s) } => {
             format!("Upstream provider '{provider}' returned HTTP {s}.")
         }

@@ -69,13 +69,14 @@ impl SlotExpiry {
     }
 }
 
+// Counted from the store read, not from insertion: a copy taken from Redis is already aged.
 impl<K, V> Expiry<K, Slot<V>> for SlotExpiry {
     fn expire_after_create(&self, _k: &K, v: &Slot<V>, _now: Instant) -> Option<Duration> {
-        Some(self.ttl(v))
+        Some(self.ttl(v).saturating_sub(v.read_at.elapsed()))
     }
 
     fn expire_after_update(&self, _k: &K, v: &Slot<V>, _now: Instant, _left: Option<Duration>) -> Option<Duration> {
-        Some(self.ttl(v))
+        Some(self.ttl(v).saturating_sub(v.read_at.elapsed()))
     }
 }
 
@@ -168,33 +169,32 @@ impl<S: Source> Lookup<S> {
             }
         }
         let epoch = self.epoch.load(Ordering::Acquire);
-        let found = self.refresh(key, admit, Tiers::All).await?;
-        if self.epoch.load(Ordering::Acquire) != epoch {
-            // An invalidation landed while this load was in flight, so what it read may predate
-            // the change (a revocation, a creation); the invalidation is published after the
-            // change commits. A value found is read again; "unknown" is answered but not
-            // remembered, so the next request looks again (a second read here would let every
-            // invalidation multiply a spray of unknown keys).
+        let (found, loaded) = self.refresh(key, admit).await?;
+        if loaded && self.epoch.load(Ordering::Acquire) != epoch {
+            // An invalidation landed between this load and its entry going into the cache, so
+            // the entry may predate the change (a revocation, a creation); the invalidation is
+            // published after the change commits. A value found is read again from the store;
+            // "unknown" is answered but not remembered, so the next request looks again (a
+            // second read here would let every invalidation multiply a spray of unknown keys).
             self.cache.invalidate(key).await;
             if found.is_some() {
-                // Past Redis: this very load may have put a copy there after the change deleted
-                // it; the store's answer overwrites it.
-                return self.refresh(key, admit, Tiers::StoreOnly).await;
+                let slot = self.fetch(key, None, Tiers::StoreOnly).await?;
+                let value = slot.value.clone();
+                self.cache.insert(key.clone(), slot).await;
+                return Ok(value);
             }
         }
         Ok(found)
     }
 
-    async fn refresh(
-        &self,
-        key: &S::Key,
-        admit: Admit<'_>,
-        tiers: Tiers,
-    ) -> Result<Option<Arc<S::Value>>, LookupError> {
+    /// The entry after a refresh, and whether this call loaded it (rather than finding it
+    /// fresh, or serving it stale).
+    async fn refresh(&self, key: &S::Key, admit: Admit<'_>) -> Result<(Option<Arc<S::Value>>, bool), LookupError> {
+        let loaded = std::sync::atomic::AtomicBool::new(false);
         let result = self
             .cache
             .entry_by_ref(key)
-            .and_try_compute_with(|existing| async move {
+            .and_try_compute_with(|existing| async {
                 let existing = existing.map(|e| e.into_value());
                 // Another request refreshed it while this one waited for the entry.
                 if existing.as_ref().is_some_and(|s| self.fresh(s)) {
@@ -202,8 +202,24 @@ impl<S: Source> Lookup<S> {
                 }
                 // Throttling is for keys nobody knows; one this process knew may always be re-read.
                 let known = existing.as_ref().is_some_and(|s| s.value.is_some());
-                match self.fetch(key, if known { None } else { Some(admit) }, tiers).await {
-                    Ok(slot) => Ok(Op::Put(slot)),
+                if known && self.store_down() {
+                    self.metrics.cache_stale_served.with_label_values(&[self.source.name()]).inc();
+                    return Ok(Op::Nop);
+                }
+                let before = self.epoch.load(Ordering::Acquire);
+                let fetched = match self.fetch(key, if known { None } else { Some(admit) }, Tiers::All).await {
+                    // Invalidated while loading: what was read may predate the change, and
+                    // requests waiting on this entry would take it as fresh. Read the store.
+                    Ok(slot) if slot.value.is_some() && self.epoch.load(Ordering::Acquire) != before => {
+                        self.fetch(key, None, Tiers::StoreOnly).await
+                    }
+                    other => other,
+                };
+                match fetched {
+                    Ok(slot) => {
+                        loaded.store(true, Ordering::Relaxed);
+                        Ok(Op::Put(slot))
+                    }
                     Err(e) => match existing {
                         // The last good value, within `stale_for` (older entries have expired).
                         Some(s) if s.value.is_some() && e == LookupError::Unavailable => {
@@ -215,10 +231,11 @@ impl<S: Source> Lookup<S> {
                 }
             })
             .await?;
-        Ok(match result {
+        let value = match result {
             CompResult::Inserted(e) | CompResult::ReplacedWith(e) | CompResult::Unchanged(e) => e.into_value().value,
             CompResult::StillNone(_) | CompResult::Removed(_) => None,
-        })
+        };
+        Ok((value, loaded.load(Ordering::Relaxed)))
     }
 
     /// Redis, then Postgres (writing the result back to Redis).

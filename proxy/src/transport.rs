@@ -72,9 +72,12 @@ impl Transport {
         let key = (url.host.clone(), url.port);
         self.dns
             .try_get_with(key, async move {
-                tokio::net::lookup_host((url.host.as_str(), url.port))
+                // The resolver's own timeouts run to tens of seconds; every request to this host
+                // waits on this one lookup.
+                tokio::time::timeout(self.connect_timeout, tokio::net::lookup_host((url.host.as_str(), url.port)))
                     .await
                     .ok()
+                    .and_then(Result::ok)
                     .and_then(|mut addrs| addrs.next())
                     .ok_or(())
             })

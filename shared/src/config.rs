@@ -309,6 +309,9 @@ impl Config {
         {
             return Err(Error::Config("proxy limits and timeouts must be positive".into()));
         }
+        if p.auth_failures_per_minute == 0 {
+            return Err(Error::Config("proxy.auth_failures_per_minute must be at least 1".into()));
+        }
         if p.key_cache_max_stale_secs < p.key_cache_ttl_secs {
             return Err(Error::Config("proxy.key_cache_max_stale_secs must be at least key_cache_ttl_secs".into()));
         }

@@ -10,7 +10,7 @@ use crate::error::ProxyError;
 use crate::gateway::Gateway;
 
 pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
-    let body = read_bounded(session, gw.limits.max_body_bytes).await?;
+    let body = super::route::within_deadline(gw, ctx, read_bounded(session, gw.limits.max_body_bytes)).await??;
     let req = ChatRequest::parse(&body).map_err(|p| ProxyError::BadRequest { message: p.message, param: p.param })?;
     ctx.model = Some(req.model.clone());
     ctx.stream = req.stream;

@@ -43,7 +43,9 @@ pub async fn run(
             let next = match events.next().now_or_never() {
                 Some(next) => next,
                 None => {
-                    flush(session, ctx, &mut sink).await?;
+                    if let Err(e) = flush(session, ctx, &mut sink).await {
+                        break Err(e);
+                    }
                     events.next().await
                 }
             };
@@ -67,10 +69,15 @@ pub async fn run(
             }
         }
     };
-    flush(session, ctx, &mut sink).await?;
+    // Usage already seen is settled even when the client left: the upstream spent the tokens.
+    let flushed = match &ended {
+        Err(ProxyError::ClientGone(_)) => Ok(()),
+        _ => flush(session, ctx, &mut sink).await,
+    };
     if sink.usage.is_some() || ended.as_ref().is_ok_and(|done| *done) {
         route::settle(gw, ctx, dep, sink.usage);
     }
+    flushed?;
     match ended {
         // Nothing reached the client yet: the error is the attempt's, and may be retried.
         Err(e) if !ctx.header_sent => Err(e),

@@ -98,7 +98,8 @@ async fn attempt(
                 .upstream
                 .as_ref()
                 .ok_or_else(|| ProxyError::Internal(format!("provider {} has no base_url", provider.name)))?;
-            gw.transport.send(&provider.name, url, up, req.stream, ctx.remaining()).await?
+            let send = gw.transport.send(&provider.name, url, up, req.stream, ctx.remaining());
+            within_deadline(gw, ctx, send).await??
         }
         Exchange::Local(resp) => Transport::local(resp),
     };
@@ -110,7 +111,8 @@ async fn attempt(
     gw.metrics.upstream_duration.with_label_values(&[&provider.name]).observe(latency.as_secs_f64());
 
     if head.status != 200 {
-        let bytes = gw.transport.read_all(&mut body, ctx.remaining()).await.unwrap_or_default();
+        let read = within_deadline(gw, ctx, gw.transport.read_all(&mut body, ctx.remaining())).await?;
+        let bytes = read.unwrap_or_default();
         gw.transport.release(body).await;
         return Err(ProxyError::upstream(&provider.name, provider.adapter.map_error(head.status, &bytes)));
     }
@@ -131,12 +133,24 @@ async fn attempt(
         }
         return Ok(());
     }
-    let bytes = gw.transport.read_all(&mut body, ctx.remaining()).await?;
+    let bytes = within_deadline(gw, ctx, gw.transport.read_all(&mut body, ctx.remaining())).await??;
     gw.transport.release(body).await;
     let completion =
         provider.adapter.parse_response(&call, &bytes).map_err(|e| ProxyError::upstream(&provider.name, e))?;
     settle(gw, ctx, dep, completion.usage);
     respond::json(session, ctx, 200, completion.body, None).await
+}
+
+/// Runs `fut` within what is left of the request's deadline: each read has its own timeout, but a
+/// peer that trickles bytes must not stretch the whole past the deadline.
+pub async fn within_deadline<T>(
+    gw: &Gateway,
+    ctx: &RequestCtx,
+    fut: impl std::future::Future<Output = T>,
+) -> Result<T, ProxyError> {
+    tokio::time::timeout(ctx.remaining(), fut)
+        .await
+        .map_err(|_| ProxyError::DeadlineExceeded(gw.request_timeout.as_secs()))
 }
 
 /// Usage and cost, from the upstream's own report.

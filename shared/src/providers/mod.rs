@@ -196,14 +196,17 @@ pub fn log_snippet(bytes: &[u8]) -> String {
 
 /// Status mapping shared by OpenAI-style upstreams: statuses about the client's own request
 /// pass through with the upstream's message; 429 and 5xx may be retried elsewhere; 401/403 are
-/// gw's credential problem; hop-level statuses (407, 411, 426, ...) are gw's business.
+/// gw's credential problem and 404 its configuration's; hop-level statuses (407, 411, 426, ...)
+/// are gw's business.
 pub fn default_error(status: u16, body: &[u8]) -> UpstreamError {
     let detail = format!("HTTP {status}: {}", log_snippet(body));
     let failure = match status {
         429 => UpstreamFailure::RateLimited,
         s if s >= 500 => UpstreamFailure::Unavailable { status: Some(s) },
-        401 | 403 => UpstreamFailure::Unavailable { status: Some(status) },
-        s @ (400 | 404 | 409 | 413 | 415 | 422) => {
+        // 404 names gw's configuration (the deployment's model or path), not the client's
+        // request: the next deployment may have it.
+        401 | 403 | 404 => UpstreamFailure::Unavailable { status: Some(status) },
+        s @ (400 | 409 | 413 | 415 | 422) => {
             let body = serde_json::from_slice::<ErrorBody>(body).unwrap_or_else(|_| {
                 ErrorBody::new(
                     format!("The upstream rejected the request with HTTP {s}."),
@@ -273,6 +276,7 @@ mod tests {
         assert_eq!(default_error(429, b"").failure, UpstreamFailure::RateLimited);
         assert_eq!(default_error(503, b"").failure, UpstreamFailure::Unavailable { status: Some(503) });
         assert_eq!(default_error(401, b"").failure, UpstreamFailure::Unavailable { status: Some(401) });
+        assert_eq!(default_error(404, b"").failure, UpstreamFailure::Unavailable { status: Some(404) });
         assert_eq!(default_error(407, b"").failure, UpstreamFailure::BadResponse);
         let body = br#"{"error":{"message":"bad temperature","type":"invalid_request_error","param":"temperature","code":null}}"#;
         match default_error(400, body).failure {
