@@ -310,7 +310,7 @@ fn http_client() -> reqwest::Client {
 }
 
 /// Waits (up to 20 s) until `url` answers at all.
-async fn wait_up(http: &reqwest::Client, url: &str) {
+pub async fn wait_up(http: &reqwest::Client, url: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if http.get(url).send().await.is_ok() {
@@ -611,6 +611,14 @@ pub async fn expect_api_error(resp: reqwest::Response, status: u16) -> Value {
     let body: Value = resp.json().await.expect("error body is JSON");
     assert!(body["error"]["code"].is_string() && body["error"]["message"].is_string(), "{body}");
     body
+}
+
+/// 401 `unauthorized` with `WWW-Authenticate: Bearer`, on `/api/v1`.
+pub async fn expect_unauthorized(resp: reqwest::Response) -> Value {
+    assert_eq!(header(&resp, "www-authenticate"), "Bearer");
+    let b = expect_api_error(resp, 401).await;
+    assert_eq!(b["error"]["code"], "unauthorized");
+    b
 }
 
 /// Database access for checking what the services wrote.

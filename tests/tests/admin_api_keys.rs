@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use gw_shared::db::schema::api_keys;
-use gw_tests::{db, expect_api_error, header, session_token, Session, Stack};
+use gw_tests::{db, expect_api_error, expect_unauthorized, header, session_token, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -24,14 +24,6 @@ fn keys_url(stack: &Stack) -> String {
 /// A `member` session in `s`'s organization (registration makes owners only).
 fn member_token(s: &Session) -> String {
     session_token(s.user_id, s.org_id, "member", 300)
-}
-
-/// 401 `unauthorized` with `WWW-Authenticate: Bearer`.
-async fn expect_unauthorized(resp: reqwest::Response) -> Value {
-    assert_eq!(header(&resp, "www-authenticate"), "Bearer");
-    let b = expect_api_error(resp, 401).await;
-    assert_eq!(b["error"]["code"], "unauthorized");
-    b
 }
 
 async fn expect_validation_error(resp: reqwest::Response, what: &str) {

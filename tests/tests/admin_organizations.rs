@@ -2,19 +2,11 @@
 //! tokens and everything else (API keys, garbage, forged or expired tokens). All on the test
 //! binary's shared stack, each test with its own organization.
 
-use gw_tests::{expect_api_error, header, session_token, Stack};
+use gw_tests::{expect_api_error, expect_unauthorized, header, session_token, Stack};
 use serde_json::Value;
 
 fn current_url(stack: &Stack) -> String {
     format!("{}/api/v1/organizations/current", stack.admin)
-}
-
-/// 401 `unauthorized` with `WWW-Authenticate: Bearer`.
-async fn expect_unauthorized(resp: reqwest::Response) -> Value {
-    assert_eq!(header(&resp, "www-authenticate"), "Bearer");
-    let b = expect_api_error(resp, 401).await;
-    assert_eq!(b["error"]["code"], "unauthorized");
-    b
 }
 
 #[tokio::test]

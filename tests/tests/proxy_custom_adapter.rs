@@ -5,7 +5,6 @@
 //! relay, respond, audit) to a real HTTP upstream speaking that protocol.
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use actix_web::{post, web, App, HttpResponse, HttpServer};
 use bytes::Bytes;
@@ -16,7 +15,7 @@ use gw_shared::providers::{
     default_error, Adapter, AdapterError, Call, Completion, Exchange, Flow, Registry, StreamSetup, StreamSink,
     StreamTranslator, UpstreamError, UpstreamRequest,
 };
-use gw_tests::{db, free_port, header, sse_data, user_message, Stack, GW_HEADERS};
+use gw_tests::{db, free_port, header, sse_data, user_message, wait_up, Stack, GW_HEADERS};
 use serde_json::{json, Value};
 
 /// The "shout" protocol: `POST {base}/generate` with `x-shout-key`, body
@@ -199,14 +198,6 @@ output_per_mtok = "2"
         });
         Shout { proxy: format!("http://127.0.0.1:{proxy_port}") }
     })
-}
-
-async fn wait_up(http: &reqwest::Client, url: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while http.get(url).send().await.is_err() {
-        assert!(Instant::now() < deadline, "{url} did not come up");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 async fn chat(key: &str, body: Value) -> reqwest::Response {
