@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use gw_shared::accounts::{create_org_with_owner, issue_api_key, DEFAULT_PERMISSION};
+use gw_shared::accounts::{create_org_with_owner, issue_api_key, KeySpec, DEFAULT_PERMISSION};
 use gw_shared::config::Config;
 use gw_shared::db::{api_keys, users};
 use gw_shared::keys::hash_secret;
@@ -49,7 +49,16 @@ pub async fn run(cfg: &Config, out: &Path, email: &str) -> Result<(), BoxError> 
         }
     };
     let perms = vec![DEFAULT_PERMISSION.to_string()];
-    let (_, api_key) = issue_api_key(&mut conn, org_id, None, "bootstrap", &perms, Some(user_id), None).await?;
+    let spec = KeySpec {
+        org_id,
+        team_id: None,
+        name: "bootstrap",
+        permissions: &perms,
+        allowed_models: None,
+        created_by: Some(user_id),
+        expires_at: None,
+    };
+    let (_, api_key) = issue_api_key(&mut conn, spec).await?;
     let creds = Creds { email: email.to_string(), password, api_key };
     save(out, &creds)?;
     print(&creds, out);

@@ -1,5 +1,15 @@
 //! gw-admin: the control plane. `gw-admin [serve]` runs the management API; `gw-admin migrate`
-//! applies the embedded migrations; `gw-admin bootstrap` prints a local login and API key.
+//! applies the embedded migrations; `gw-admin bootstrap` prints a local login and API key;
+//! `gw-admin reencrypt` re-seals every provider key with the current master key.
+//!
+//! Master key rotation (provider keys are sealed with `GW_ENCRYPTION_KEY`, version
+//! `GW_ENCRYPTION_KEY_VERSION`, default 1), from version N to N+1:
+//! 1. set the new key as `GW_ENCRYPTION_KEY` and `GW_ENCRYPTION_KEY_VERSION=N+1`, keeping the old
+//!    key as `GW_ENCRYPTION_KEY_V<N>`, on every gw-admin and gw-proxy, and restart them (new keys
+//!    are sealed with N+1; both versions open);
+//! 2. run `gw-admin reencrypt` (same variables): it re-seals every key still on an older version
+//!    and invalidates the proxies' caches of the organizations it changed; it is safe to run again;
+//! 3. then drop `GW_ENCRYPTION_KEY_V<N>` everywhere.
 
 mod bootstrap;
 mod error;
@@ -30,7 +40,8 @@ fn main() {
         None | Some("serve") => serve(),
         Some("migrate") => migrate(),
         Some("bootstrap") => bootstrap_cmd(&args[1..]),
-        Some(other) => Err(format!("unknown command {other:?}; use serve, migrate or bootstrap").into()),
+        Some("reencrypt") => reencrypt(),
+        Some(other) => Err(format!("unknown command {other:?}; use serve, migrate, bootstrap or reencrypt").into()),
     };
     if let Err(e) = result {
         log::error!("gw-admin: {e}");
@@ -66,6 +77,59 @@ fn bootstrap_cmd(args: &[String]) -> Result<(), BoxError> {
     let cfg = Config::load()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(bootstrap::run(&cfg, &out, &email))
+}
+
+/// Re-seals every provider key sealed under an older master key with the current one, then
+/// invalidates the cached keys of each organization changed.
+fn reencrypt() -> Result<(), BoxError> {
+    let cfg = Config::load()?;
+    let ring = cfg.secrets.keyring.clone().ok_or(
+        "reencrypt needs GW_ENCRYPTION_KEY (the new master key), GW_ENCRYPTION_KEY_VERSION and the old \
+         key as GW_ENCRYPTION_KEY_V<old version>",
+    )?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(reencrypt_keys(&cfg, &ring))
+}
+
+async fn reencrypt_keys(cfg: &Config, ring: &gw_shared::crypto::Keyring) -> Result<(), BoxError> {
+    use gw_shared::redis::{invalidate, publish, Invalidation};
+
+    let db = gw_shared::db::pool(&cfg.database.url, 1)?;
+    let redis = gw_shared::redis::pool(&cfg.redis.url, 1)?;
+    let mut conn = db.get().await?;
+    let changed = match gw_shared::db::provider_keys::reencrypt(&mut conn, ring).await {
+        Ok(changed) => changed,
+        Err(e) => {
+            // Rows re-sealed before the failure are committed, and which they were is lost: every
+            // replica drops its caches (best effort) so that none keeps an old ciphertext.
+            if let Err(p) = publish(&redis, &Invalidation::All).await {
+                log::warn!("could not tell the proxies to drop their caches: {p}");
+            }
+            return Err(format!("re-encryption stopped: {e}; fix the cause and run it again").into());
+        }
+    };
+    let orgs: std::collections::BTreeSet<uuid::Uuid> = changed.iter().map(|(org_id, _)| *org_id).collect();
+    let mut failed = 0usize;
+    for org_id in &orgs {
+        if let Err(e) = invalidate(&redis, &Invalidation::ProviderKeys { org_id: *org_id }).await {
+            log::warn!("could not invalidate the cached provider keys of org {org_id}: {e}");
+            failed += 1;
+        }
+    }
+    println!(
+        "re-sealed {} provider key(s) of {} organization(s) with master key version {}",
+        changed.len(),
+        orgs.len(),
+        ring.current_version()
+    );
+    if failed > 0 {
+        return Err(format!(
+            "{failed} organization(s) could not be invalidated: wait proxy.key_cache_ttl_secs before dropping \
+             the old master key"
+        )
+        .into());
+    }
+    Ok(())
 }
 
 fn json_error(err: JsonPayloadError, limit: usize) -> actix_web::Error {

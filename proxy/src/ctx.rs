@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use gw_shared::cache::CacheStatus;
 use gw_shared::db::api_keys::KeyAuth;
 use gw_shared::limits::LimitState;
-use gw_shared::openai::ChatRequest;
+use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
 use gw_shared::policy::PolicyDecision;
 use gw_shared::pricing::TokenUsage;
 use rust_decimal::Decimal;
@@ -21,6 +21,7 @@ use uuid::Uuid;
 pub enum Endpoint {
     Models,
     ChatCompletions,
+    Embeddings,
 }
 
 impl Endpoint {
@@ -28,6 +29,7 @@ impl Endpoint {
         match self {
             Endpoint::Models => "/v1/models",
             Endpoint::ChatCompletions => "/v1/chat/completions",
+            Endpoint::Embeddings => "/v1/embeddings",
         }
     }
 }
@@ -65,6 +67,9 @@ pub struct Attempt {
     pub status: Option<u16>,
     /// Time to the upstream's response header.
     pub latency: Option<Duration>,
+    pub region: Option<Arc<str>>,
+    /// Whose credential the attempt used: the organization's own provider key or gw's.
+    pub org_key: bool,
 }
 
 pub struct RequestCtx {
@@ -77,9 +82,12 @@ pub struct RequestCtx {
     pub client_ip: Option<IpAddr>,
     pub key: Option<Arc<KeyAuth>>,
     pub team_id: Option<Uuid>,
+    /// The team's model allow-list (`None`: every model).
+    pub team_models: Option<Arc<[String]>>,
     /// The model the client asked for (kept even when the body fails validation later).
     pub model: Option<String>,
     pub request: Option<ChatRequest>,
+    pub embeddings: Option<EmbeddingsRequest>,
     pub stream: bool,
     pub limits: Option<LimitState>,
     pub policy: Vec<PolicyDecision>,
@@ -109,8 +117,10 @@ impl RequestCtx {
             client_ip: None,
             key: None,
             team_id: None,
+            team_models: None,
             model: None,
             request: None,
+            embeddings: None,
             stream: false,
             limits: None,
             policy: Vec::new(),

@@ -13,7 +13,7 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum ProxyError {
-    #[error("Unknown request URL: {method} {path}. Supported: GET /v1/models, POST /v1/chat/completions.")]
+    #[error("Unknown request URL: {method} {path}. Supported: GET /v1/models, POST /v1/chat/completions, POST /v1/embeddings.")]
     NotFound { method: String, path: String },
     #[error("Method {method} is not allowed on {path}; use {allow}.")]
     MethodNotAllowed { method: String, path: &'static str, allow: &'static str },
@@ -43,6 +43,15 @@ pub enum ProxyError {
     BadRequest { message: String, param: Option<String> },
     #[error("The model '{}' does not exist or you do not have access to it.", echo(.0))]
     UnknownModel(String),
+    /// The model serves another endpoint (a chat model on `/v1/embeddings`, ...).
+    #[error("The model '{}' is not served on {path}; it serves {serves}.", echo(model))]
+    WrongEndpoint { model: String, path: &'static str, serves: &'static str },
+    /// No deployment could express the request (e.g. a feature the provider lacks).
+    #[error("{0}")]
+    Unsupported(String),
+    /// Every deployment of the model is cooling down after failures or at its capacity.
+    #[error("No deployment of model '{}' is available right now (all are cooling down or at capacity); retry shortly.", echo(.0))]
+    NoDeployment(String),
     /// The upstream answered, and not with what the client asked for.
     #[error("{}", upstream_message(provider, error))]
     Upstream { provider: Arc<str>, error: UpstreamError },
@@ -53,7 +62,8 @@ pub enum ProxyError {
     /// A stream that had started broke off.
     #[error("The stream from upstream provider '{provider}' {why}.")]
     StreamBroken { provider: Arc<str>, why: &'static str },
-    #[error("The request did not complete within its {0}-second deadline.")]
+    /// The request's deadline (in milliseconds) passed.
+    #[error("The request did not complete within its deadline of {0} ms.")]
     DeadlineExceeded(u64),
     #[error("The authentication backend is unavailable; retry shortly.")]
     StoreUnavailable,
@@ -104,11 +114,17 @@ impl ProxyError {
     /// Whether the next deployment may be tried (provided nothing reached the client yet).
     pub fn retryable(&self) -> bool {
         match self {
-            ProxyError::Upstream { error, .. } => matches!(
-                error.failure,
-                UpstreamFailure::RateLimited | UpstreamFailure::Unavailable { .. } | UpstreamFailure::BadResponse
-            ),
-            ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamTimeout { .. } => true,
+            ProxyError::Upstream { error, .. } => match &error.failure {
+                UpstreamFailure::RateLimited | UpstreamFailure::Unavailable { .. } | UpstreamFailure::BadResponse => {
+                    true
+                }
+                // A prompt too long for one model may fit the next (a fallback with a larger window).
+                UpstreamFailure::Rejected { body, .. } => body.error.code.as_deref() == Some("context_length_exceeded"),
+                UpstreamFailure::MidStream => false,
+            },
+            ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamTimeout { .. } | ProxyError::Unsupported(_) => {
+                true
+            }
             _ => false,
         }
     }
@@ -122,7 +138,8 @@ impl ProxyError {
             MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) | RevokedKey(_) | ExpiredKey(_) => 401,
             PermissionDenied(_) => 403,
             AuthThrottled(_) => 429,
-            InvalidTeam(_) | BadRequest { .. } => 400,
+            InvalidTeam(_) | BadRequest { .. } | WrongEndpoint { .. } | Unsupported(_) => 400,
+            NoDeployment(_) => 503,
             BodyTooLarge(_) => 413,
             Upstream { error, .. } => match &error.failure {
                 UpstreamFailure::Rejected { status, .. } => *status,
@@ -153,6 +170,9 @@ impl ProxyError {
             BodyTooLarge(_) => "request_too_large",
             BadRequest { .. } => "invalid_request",
             UnknownModel(_) => "model_not_found",
+            WrongEndpoint { .. } => "wrong_endpoint",
+            Unsupported(_) => "unsupported_parameter",
+            NoDeployment(_) => "no_available_deployment",
             Upstream { error, .. } => match &error.failure {
                 UpstreamFailure::Rejected { .. } => "upstream_rejected",
                 UpstreamFailure::RateLimited => "upstream_rate_limited",
@@ -191,6 +211,9 @@ impl ProxyError {
             BodyTooLarge(_) => ("invalid_request_error", "request_too_large", None),
             BadRequest { param, .. } => ("invalid_request_error", "invalid_request", param.as_deref()),
             UnknownModel(_) => ("invalid_request_error", "model_not_found", Some("model")),
+            WrongEndpoint { .. } => ("invalid_request_error", "wrong_endpoint", Some("model")),
+            Unsupported(_) => ("invalid_request_error", "unsupported_parameter", None),
+            NoDeployment(_) => ("api_error", "no_available_deployment", None),
             Upstream { error, .. } if error.failure == UpstreamFailure::RateLimited => {
                 ("rate_limit_error", self.label(), None)
             }

@@ -18,10 +18,12 @@ use crate::logline::RateLimitedLog;
 use crate::lookup::Lookup;
 use crate::metrics::Metrics;
 use crate::pipeline::auth::KeySource;
+use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
 use crate::pipeline::{self, respond};
 use crate::throttle::AuthThrottle;
 use crate::transport::Transport;
+use gw_shared::crypto::Keyring;
 
 /// Bounds on what a client may send.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +37,9 @@ pub struct Gateway {
     pub router: Router,
     pub keys: Arc<Lookup<KeySource>>,
     pub teams: Arc<Lookup<TeamSource>>,
+    pub provider_keys: Arc<Lookup<ProviderKeySource>>,
+    /// Opens organizations' provider keys; `None` when GW_ENCRYPTION_KEY is not set.
+    pub keyring: Option<Keyring>,
     pub throttle: AuthThrottle,
     pub transport: Transport,
     pub audit: AuditSink,

@@ -13,6 +13,7 @@ use pingora::services::background::BackgroundService;
 
 use crate::lookup::Lookup;
 use crate::pipeline::auth::KeySource;
+use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
 
 /// Every cache filled from Postgres. Later lookups (policies, budgets, routes, provider keys)
@@ -20,6 +21,7 @@ use crate::pipeline::team::TeamSource;
 pub struct Caches {
     pub keys: Arc<Lookup<KeySource>>,
     pub teams: Arc<Lookup<TeamSource>>,
+    pub provider_keys: Arc<Lookup<ProviderKeySource>>,
 }
 
 impl Caches {
@@ -27,6 +29,7 @@ impl Caches {
         match inv {
             Invalidation::ApiKey(hash) => self.keys.invalidate(hash).await,
             Invalidation::Team { org_id, team_id } => self.teams.invalidate(&(*org_id, *team_id)).await,
+            Invalidation::ProviderKeys { org_id } => self.provider_keys.invalidate(org_id).await,
             Invalidation::All => self.clear(),
         }
     }
@@ -34,6 +37,7 @@ impl Caches {
     pub fn clear(&self) {
         self.keys.invalidate_all();
         self.teams.invalidate_all();
+        self.provider_keys.invalidate_all();
     }
 }
 

@@ -6,6 +6,7 @@ mod audit_flusher;
 mod ctx;
 mod error;
 mod gateway;
+mod health;
 mod invalidation;
 mod logline;
 mod lookup;

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -25,6 +25,8 @@ pub struct Metrics {
     pub audit_written: IntCounter,
     pub audit_flush_errors: IntCounter,
     pub audit_queue: IntGauge,
+    /// 1 while a provider passes its health check.
+    pub provider_healthy: IntGaugeVec,
 }
 
 impl Metrics {
@@ -75,6 +77,11 @@ impl Metrics {
         registry.register(Box::new(request_duration.clone()))?;
         registry.register(Box::new(upstream_duration.clone()))?;
         registry.register(Box::new(upstream_attempts.clone()))?;
+        let provider_healthy = IntGaugeVec::new(
+            Opts::new("gw_proxy_provider_healthy", "1 while the provider passes its health check"),
+            &["provider"],
+        )?;
+        registry.register(Box::new(provider_healthy.clone()))?;
         registry.register(Box::new(lookups.clone()))?;
         registry.register(Box::new(store_queries.clone()))?;
         registry.register(Box::new(cache_stale_served.clone()))?;
@@ -90,6 +97,7 @@ impl Metrics {
             request_duration,
             upstream_duration,
             upstream_attempts,
+            provider_healthy,
             lookups,
             store_queries,
             cache_stale_served,

@@ -13,11 +13,13 @@ use pingora::services::listening::Service;
 
 use crate::audit_flusher;
 use crate::gateway::{Gateway, Limits};
+use crate::health::HealthChecks;
 use crate::invalidation::{Caches, InvalidationListener};
 use crate::logline::RateLimitedLog;
 use crate::lookup::{Lookup, LookupConfig};
 use crate::metrics::{Metrics, MetricsApp};
 use crate::pipeline::auth::KeySource;
+use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
 use crate::throttle::AuthThrottle;
 use crate::transport::Transport;
@@ -41,7 +43,13 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         store_timeout: Duration::from_millis(p.store_timeout_ms),
     };
     let keys = Arc::new(Lookup::new(KeySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
-    let teams = Arc::new(Lookup::new(TeamSource { db }, redis, lookups, metrics.clone()));
+    let teams = Arc::new(Lookup::new(TeamSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
+    let provider_keys = Arc::new(Lookup::new(ProviderKeySource { db }, redis, lookups, metrics.clone()));
+    let health = HealthChecks {
+        providers: router.providers().to_vec(),
+        interval: Duration::from_millis(cfg.routing.health_check_interval_ms),
+        metrics: metrics.clone(),
+    };
     let (sink, flusher) = audit_flusher::channel(
         p.audit_channel_capacity,
         &cfg.database.url,
@@ -54,6 +62,8 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         router,
         keys: keys.clone(),
         teams: teams.clone(),
+        provider_keys: provider_keys.clone(),
+        keyring: cfg.secrets.keyring.clone(),
         throttle: AuthThrottle::new(p.auth_failures_per_minute, Duration::from_secs(60)),
         transport: Transport::new(
             Duration::from_millis(p.upstream_connect_timeout_ms),
@@ -89,8 +99,9 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     server.add_service(background_service("audit-flusher", flusher));
     server.add_service(background_service(
         "invalidation-listener",
-        InvalidationListener { redis_url: cfg.redis.url.clone(), caches: Caches { keys, teams } },
+        InvalidationListener { redis_url: cfg.redis.url.clone(), caches: Caches { keys, teams, provider_keys } },
     ));
+    server.add_service(background_service("health-checks", health));
     let mut metrics_svc = Service::new("metrics".into(), MetricsApp(metrics));
     metrics_svc.add_tcp(&p.metrics_listen);
     metrics_svc.threads = Some(1);

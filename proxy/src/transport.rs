@@ -48,6 +48,14 @@ pub struct UpstreamCall {
     read: usize,
 }
 
+/// One attempt's connection and response-header timeouts (the deployment's, within the
+/// attempt's time left).
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptTimeouts {
+    pub connect: Duration,
+    pub first_byte: Duration,
+}
+
 /// The status line and type of an answer.
 pub struct Head {
     pub status: u16,
@@ -85,25 +93,25 @@ impl Transport {
             .map_err(|_| ProxyError::UpstreamConnect { provider: provider.clone(), why: "host name did not resolve" })
     }
 
-    /// Sends the request and waits for the response header, within `remaining` of the request's
-    /// deadline. A pooled connection that turns out dead is replaced once by a fresh one.
+    /// Sends the request and waits for the response header within the attempt's timeouts. A
+    /// pooled connection that turns out dead is replaced once by a fresh one.
     pub async fn send(
         &self,
         provider: &Arc<str>,
         url: &UpstreamUrl,
         req: UpstreamRequest,
         stream: bool,
-        remaining: Duration,
+        timeouts: AttemptTimeouts,
     ) -> Result<(Head, Body), ProxyError> {
         let addr = self.resolve(url, provider).await?;
         let sni = if url.tls { url.host.clone() } else { String::new() };
         let mut peer = HttpPeer::new(addr, url.tls, sni);
-        let connect = self.connect_timeout.min(remaining);
+        let connect = timeouts.connect.max(Duration::from_millis(1));
         peer.options.connection_timeout = Some(connect);
         peer.options.total_connection_timeout = Some(connect * 2);
         let host =
             HeaderValue::try_from(url.host_header()).map_err(|e| ProxyError::internal("upstream Host header", e))?;
-        let read_timeout = self.read_timeout.min(remaining);
+        let read_timeout = timeouts.first_byte.max(Duration::from_millis(1));
 
         let mut last_err = None;
         for _ in 0..2 {

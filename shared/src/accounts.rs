@@ -40,28 +40,34 @@ pub async fn create_org_with_owner(
 }
 
 /// Issues a key; the secret in the result is the only copy that will ever exist.
-pub async fn issue_api_key(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    team_id: Option<Uuid>,
-    name: &str,
-    permissions: &[String],
-    created_by: Option<Uuid>,
-    expires_at: Option<DateTime<Utc>>,
-) -> Result<(ApiKey, String)> {
+/// What a new API key may do and for whom.
+#[derive(Debug, Clone, Copy)]
+pub struct KeySpec<'a> {
+    pub org_id: Uuid,
+    pub team_id: Option<Uuid>,
+    pub name: &'a str,
+    pub permissions: &'a [String],
+    /// Models the key may use; `None`: every model.
+    pub allowed_models: Option<&'a [String]>,
+    pub created_by: Option<Uuid>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+pub async fn issue_api_key(conn: &mut AsyncPgConnection, spec: KeySpec<'_>) -> Result<(ApiKey, String)> {
     let k = generate_api_key();
     let row = api_keys::insert(
         conn,
         &NewApiKey {
             id: new_id(),
-            org_id,
-            team_id,
-            name,
+            org_id: spec.org_id,
+            team_id: spec.team_id,
+            name: spec.name,
             key_prefix: &k.prefix,
             key_hash: &k.hash,
-            permissions,
-            created_by,
-            expires_at,
+            permissions: spec.permissions,
+            allowed_models: spec.allowed_models,
+            created_by: spec.created_by,
+            expires_at: spec.expires_at,
         },
     )
     .await?;

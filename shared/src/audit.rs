@@ -37,6 +37,7 @@ pub struct AuditRecord {
     pub created_at: DateTime<Utc>,
     pub cached_tokens: i32,
     pub reasoning_tokens: i32,
+    pub cache_creation_tokens: i32,
     /// Every upstream attempt: provider, model, outcome, status, latency.
     pub routing: serde_json::Value,
     /// Every policy decision: policy, guardrail, action, reason (never the matched values).

@@ -1,13 +1,15 @@
 //! Configuration both binaries read: `conf/gw.toml` (or `GW_CONFIG`), then environment overrides.
 //! Secrets never live in the file: they come from the environment only.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use crate::crypto::EncryptionKey;
+use crate::catalog::Catalog;
+use crate::crypto::{EncryptionKey, Keyring};
 use crate::error::{Error, Result};
 
 pub const DEFAULT_CONFIG_PATH: &str = "conf/gw.toml";
@@ -24,14 +26,47 @@ pub struct Config {
     #[serde(default)]
     pub admin: AdminConfig,
     #[serde(default)]
+    pub routing: RoutingConfig,
+    #[serde(default)]
     pub providers: Vec<ProviderConfig>,
     #[serde(default)]
     pub models: Vec<ModelConfig>,
-    /// Prices per upstream model name, in USD per million tokens.
+    /// Price overrides per upstream model name, in USD per million tokens; the catalog
+    /// (`conf/catalog.json`, built in) prices everything else.
     #[serde(default)]
     pub pricing: BTreeMap<String, ModelPrice>,
+    /// A catalog file replacing the built-in one (same format as `conf/catalog.json`).
+    #[serde(default)]
+    pub catalog: Option<String>,
+    #[serde(skip)]
+    pub models_catalog: Arc<Catalog>,
     #[serde(skip)]
     pub secrets: Secrets,
+}
+
+/// How deployments are chosen and protected.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutingConfig {
+    /// Consecutive failures that open a deployment's circuit.
+    pub circuit_failures: u32,
+    /// How long an open circuit keeps a deployment out before one trial request.
+    pub circuit_cooldown_ms: u64,
+    /// Active health checks (TCP connect to each HTTP provider) every this many ms; 0 disables.
+    pub health_check_interval_ms: u64,
+    /// Weight of the newest sample in the latency average (lowest-latency strategy).
+    pub latency_ewma_alpha: f64,
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        Self {
+            circuit_failures: 5,
+            circuit_cooldown_ms: 30_000,
+            health_check_interval_ms: 10_000,
+            latency_ewma_alpha: 0.3,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -168,6 +203,74 @@ pub struct ProviderConfig {
     pub api_key_env: Option<String>,
     #[serde(skip)]
     pub api_key: Option<String>,
+    /// Azure OpenAI `api-version`; Anthropic `anthropic-version`.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// AWS region (Bedrock).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Defaults for this provider's deployments.
+    #[serde(default, flatten)]
+    pub timeouts: TimeoutConfig,
+    /// Whether gw checks this provider's reachability in the background.
+    #[serde(default = "yes")]
+    pub health_check: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Per-attempt timeouts; unset ones fall back to the provider's, then to `[proxy]`'s.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutConfig {
+    /// Establishing the connection (TCP and TLS).
+    #[serde(default)]
+    pub connect_timeout_ms: Option<u64>,
+    /// From sending the request to the response header.
+    #[serde(default)]
+    pub first_byte_timeout_ms: Option<u64>,
+    /// The whole attempt, body or stream included.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+impl TimeoutConfig {
+    /// `self`, with unset values taken from `fallback`.
+    pub fn or(self, fallback: TimeoutConfig) -> TimeoutConfig {
+        TimeoutConfig {
+            connect_timeout_ms: self.connect_timeout_ms.or(fallback.connect_timeout_ms),
+            first_byte_timeout_ms: self.first_byte_timeout_ms.or(fallback.first_byte_timeout_ms),
+            timeout_ms: self.timeout_ms.or(fallback.timeout_ms),
+        }
+    }
+}
+
+/// How one model's deployments are ordered for a request.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// As listed: the first is primary, the rest fallbacks.
+    #[default]
+    Ordered,
+    /// Random, in proportion to `weight`.
+    Weighted,
+    RoundRobin,
+    LeastInflight,
+    /// Lowest moving average of response-header latency.
+    LowestLatency,
+    /// Lowest price for the request's prompt (input price, then output).
+    LowestCost,
+}
+
+/// What a model serves.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelMode {
+    #[default]
+    Chat,
+    Embedding,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -177,8 +280,26 @@ pub struct ModelConfig {
     pub name: String,
     #[serde(default = "default_owned_by")]
     pub owned_by: String,
-    /// Tried in order: the first is primary, the rest are fallbacks.
+    /// Other names clients may use for this model.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    #[serde(default)]
+    pub mode: ModelMode,
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Models tried, in order, once every deployment of this one failed.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+    /// Extra rounds over this model's deployments before its fallbacks, with backoff.
+    #[serde(default)]
+    pub retries: u32,
+    #[serde(default = "default_backoff")]
+    pub retry_backoff_ms: u64,
     pub deployments: Vec<DeploymentConfig>,
+}
+
+fn default_backoff() -> u64 {
+    100
 }
 
 fn default_owned_by() -> String {
@@ -192,30 +313,74 @@ pub struct DeploymentConfig {
     /// Model name sent upstream; defaults to the public name.
     #[serde(default)]
     pub model: Option<String>,
+    /// Share of traffic under the `weighted` strategy.
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Requests per minute this deployment may take (per proxy replica); past it, it is skipped.
+    #[serde(default)]
+    pub rpm: Option<u32>,
+    /// Tokens per minute this deployment may take (per proxy replica).
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    /// Where the deployment runs (reported in the audit row's routing detail).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// A key for this deployment only, instead of the provider's.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(skip)]
+    pub api_key: Option<String>,
+    #[serde(default, flatten)]
+    pub timeouts: TimeoutConfig,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+fn one() -> u32 {
+    1
+}
+
+/// USD per million tokens. Cached input, cache writes and reasoning default to the plain input
+/// and output prices when a provider does not price them apart.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPrice {
-    /// USD per million prompt tokens.
     #[serde(with = "rust_decimal::serde::str")]
     pub input_per_mtok: Decimal,
-    /// USD per million completion tokens.
     #[serde(with = "rust_decimal::serde::str")]
     pub output_per_mtok: Decimal,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub cached_input_per_mtok: Option<Decimal>,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub cache_write_per_mtok: Option<Decimal>,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub reasoning_per_mtok: Option<Decimal>,
+    /// Prices under other service tiers (`priority`, `flex`).
+    #[serde(default)]
+    pub tiers: BTreeMap<String, TierPrice>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TierPrice {
+    #[serde(with = "rust_decimal::serde::str")]
+    pub input_per_mtok: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub output_per_mtok: Decimal,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub cached_input_per_mtok: Option<Decimal>,
 }
 
 #[derive(Clone, Default)]
 pub struct Secrets {
     pub jwt_secret: Option<String>,
-    pub encryption_key: Option<EncryptionKey>,
+    /// Encrypts provider keys: the current master key and any older ones still needed to read.
+    pub keyring: Option<Keyring>,
 }
 
 impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Secrets")
             .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
-            .field("encryption_key", &self.encryption_key.as_ref().map(|_| "<set>"))
+            .field("keyring", &self.keyring.as_ref().map(|k| k.current_version()))
             .finish()
     }
 }
@@ -236,9 +401,19 @@ impl Config {
 
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let mut cfg: Config = toml::from_str(text).map_err(|e| Error::Config(format!("invalid config: {e}")))?;
+        cfg.models_catalog = match &cfg.catalog {
+            Some(path) => Arc::new(Catalog::load(Path::new(path))?),
+            None => Catalog::builtin()?,
+        };
         cfg.apply_env(&env)?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// The price of an upstream model on a provider of `kind`: the `[pricing]` override, else the
+    /// catalog's entry.
+    pub fn price_of(&self, kind: &str, upstream_model: &str) -> Option<ModelPrice> {
+        self.pricing.get(upstream_model).cloned().or_else(|| self.models_catalog.price(kind, upstream_model))
     }
 
     fn apply_env(&mut self, env: &impl Fn(&str) -> Option<String>) -> Result<()> {
@@ -259,11 +434,32 @@ impl Config {
         }
         self.secrets.jwt_secret = env("GW_JWT_SECRET").filter(|s| !s.is_empty());
         if let Some(k) = env("GW_ENCRYPTION_KEY").filter(|s| !s.is_empty()) {
-            self.secrets.encryption_key = Some(EncryptionKey::from_base64(&k)?);
+            let version = match env("GW_ENCRYPTION_KEY_VERSION") {
+                Some(v) => v
+                    .parse::<i16>()
+                    .ok()
+                    .filter(|v| *v > 0)
+                    .ok_or_else(|| Error::Config("GW_ENCRYPTION_KEY_VERSION must be a positive integer".into()))?,
+                None => 1,
+            };
+            let mut older = HashMap::new();
+            for v in 1..version {
+                if let Some(old) = env(&format!("GW_ENCRYPTION_KEY_V{v}")).filter(|s| !s.is_empty()) {
+                    older.insert(v, EncryptionKey::from_base64(&old)?);
+                }
+            }
+            self.secrets.keyring = Some(Keyring::new(version, EncryptionKey::from_base64(&k)?, older));
         }
         for p in &mut self.providers {
             if let Some(var) = &p.api_key_env {
                 p.api_key = env(var).filter(|s| !s.is_empty());
+            }
+        }
+        for m in &mut self.models {
+            for d in &mut m.deployments {
+                if let Some(var) = &d.api_key_env {
+                    d.api_key = env(var).filter(|s| !s.is_empty());
+                }
             }
         }
         Ok(())
@@ -281,27 +477,54 @@ impl Config {
                     .map_err(|e| Error::Config(format!("provider {:?}: {e}", p.name)))?;
             }
         }
+        let kinds: HashMap<&str, &str> = self.providers.iter().map(|p| (p.name.as_str(), p.kind.as_str())).collect();
         let mut models = HashSet::new();
         for m in &self.models {
-            if !models.insert(m.name.as_str()) {
-                return Err(Error::Config(format!("model {:?} is defined twice", m.name)));
+            for name in std::iter::once(&m.name).chain(&m.aliases) {
+                if !models.insert(name.as_str()) {
+                    return Err(Error::Config(format!("model name {name:?} is defined twice")));
+                }
             }
             if m.deployments.is_empty() {
                 return Err(Error::Config(format!("model {:?} has no deployments", m.name)));
             }
             for d in &m.deployments {
-                if !names.contains(d.provider.as_str()) {
+                let Some(kind) = kinds.get(d.provider.as_str()) else {
                     return Err(Error::Config(format!("model {:?} uses unknown provider {:?}", m.name, d.provider)));
-                }
+                };
                 let upstream = d.model.as_deref().unwrap_or(&m.name);
                 // A model without a price would be served for free and silently under-billed.
-                if !self.pricing.contains_key(upstream) {
+                if self.price_of(kind, upstream).is_none() {
                     return Err(Error::Config(format!(
-                        "model {:?}: no [pricing] entry for upstream model {upstream:?}",
+                        "model {:?}: upstream model {upstream:?} is not in the catalog and has no [pricing] entry",
                         m.name
                     )));
                 }
+                if d.weight == 0 {
+                    return Err(Error::Config(format!("model {:?}: deployment weights must be positive", m.name)));
+                }
             }
+        }
+        for m in &self.models {
+            for f in &m.fallbacks {
+                let target = self.models.iter().find(|o| &o.name == f || o.aliases.contains(f));
+                match target {
+                    None => return Err(Error::Config(format!("model {:?}: unknown fallback {f:?}", m.name))),
+                    Some(t) if t.name == m.name => {
+                        return Err(Error::Config(format!("model {:?} lists itself as a fallback", m.name)))
+                    }
+                    Some(t) if t.mode != m.mode => {
+                        return Err(Error::Config(format!("model {:?}: fallback {f:?} serves another mode", m.name)))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        let r = &self.routing;
+        if r.circuit_failures == 0 || !(r.latency_ewma_alpha > 0.0 && r.latency_ewma_alpha <= 1.0) {
+            return Err(Error::Config(
+                "routing.circuit_failures must be positive and latency_ewma_alpha in (0, 1]".into(),
+            ));
         }
         let p = &self.proxy;
         if [p.max_body_bytes, p.audit_batch_size, p.max_header_bytes, p.max_header_value_bytes].contains(&0)
@@ -368,6 +591,53 @@ deployments = [{ provider = "up", model = "real-m1" }, { provider = "mock" }]
         let text = SAMPLE.replace("\"real-m1\" = { input_per_mtok = \"1.5\", output_per_mtok = \"2\" }", "");
         let err = Config::parse(&text, env(&[])).unwrap_err();
         assert!(err.to_string().contains("no [pricing] entry"), "{err}");
+    }
+
+    #[test]
+    fn catalog_prices_known_models_and_pricing_overrides() {
+        let text = SAMPLE.replace("model = \"real-m1\"", "model = \"gpt-4o-mini\"");
+        let cfg = Config::parse(&text, env(&[])).unwrap();
+        let p = cfg.price_of("openai", "gpt-4o-mini").unwrap();
+        assert_eq!(p.input_per_mtok.to_string(), "0.15");
+        let text = format!("{text}\n\"gpt-4o-mini\" = {{ input_per_mtok = \"9\", output_per_mtok = \"9\" }}\n");
+        let cfg = Config::parse(&text, env(&[])).unwrap();
+        assert_eq!(cfg.price_of("openai", "gpt-4o-mini").unwrap().input_per_mtok.to_string(), "9");
+    }
+
+    #[test]
+    fn routing_options_are_checked() {
+        let bad = SAMPLE.replace("name = \"m1\"", "name = \"m1\"\nfallbacks = [\"nope\"]");
+        assert!(Config::parse(&bad, env(&[])).unwrap_err().to_string().contains("unknown fallback"));
+        let bad = SAMPLE.replace("name = \"m1\"", "name = \"m1\"\nfallbacks = [\"m1\"]");
+        assert!(Config::parse(&bad, env(&[])).unwrap_err().to_string().contains("itself"));
+        let bad = SAMPLE.replace("name = \"m1\"", "name = \"m1\"\naliases = [\"m1\"]");
+        assert!(Config::parse(&bad, env(&[])).unwrap_err().to_string().contains("twice"));
+        let bad = SAMPLE.replace("{ provider = \"mock\" }", "{ provider = \"mock\", weight = 0 }");
+        assert!(Config::parse(&bad, env(&[])).unwrap_err().to_string().contains("weights"));
+        let good = SAMPLE
+            .replace(
+                "{ provider = \"mock\" }",
+                "{ provider = \"mock\", weight = 3, rpm = 10, tpm = 1000, region = \"eu\", timeout_ms = 5 }",
+            )
+            .replace("name = \"m1\"", "name = \"m1\"\nstrategy = \"least_inflight\"\nretries = 2");
+        let cfg = Config::parse(&good, env(&[])).unwrap();
+        assert_eq!(cfg.models[0].strategy, Strategy::LeastInflight);
+        assert_eq!(cfg.models[0].deployments[1].timeouts.timeout_ms, Some(5));
+    }
+
+    #[test]
+    fn keyring_from_env() {
+        let k1 = EncryptionKey::generate().to_base64();
+        let k2 = EncryptionKey::generate().to_base64();
+        let pairs: Vec<(String, String)> = vec![
+            ("GW_ENCRYPTION_KEY".into(), k2),
+            ("GW_ENCRYPTION_KEY_VERSION".into(), "2".into()),
+            ("GW_ENCRYPTION_KEY_V1".into(), k1),
+        ];
+        let cfg = Config::parse(SAMPLE, |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap();
+        let ring = cfg.secrets.keyring.unwrap();
+        assert_eq!(ring.current_version(), 2);
+        assert!(ring.get(1).is_some() && ring.get(3).is_none());
     }
 
     #[test]

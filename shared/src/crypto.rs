@@ -57,8 +57,58 @@ impl EncryptionKey {
     }
 }
 
+/// The master keys: the current one seals new secrets, older ones (by version) still open what
+/// they sealed until `gw-admin reencrypt` has moved every row to the current version.
+#[derive(Clone)]
+pub struct Keyring {
+    current: i16,
+    keys: std::collections::HashMap<i16, EncryptionKey>,
+}
+
+impl Keyring {
+    pub fn new(current: i16, key: EncryptionKey, older: std::collections::HashMap<i16, EncryptionKey>) -> Self {
+        let mut keys = older;
+        keys.insert(current, key);
+        Self { current, keys }
+    }
+
+    pub fn current_version(&self) -> i16 {
+        self.current
+    }
+
+    pub fn get(&self, version: i16) -> Option<&EncryptionKey> {
+        self.keys.get(&version)
+    }
+
+    /// Seals with the current key; returns its version with the ciphertext.
+    pub fn seal(&self, plaintext: &[u8], aad: &[u8]) -> Result<(i16, Vec<u8>)> {
+        let key = self.get(self.current).ok_or_else(|| Error::Crypto("no current key".into()))?;
+        Ok((self.current, key.encrypt(plaintext, aad)?))
+    }
+
+    pub fn open(&self, version: i16, sealed: &[u8], aad: &[u8]) -> Result<Vec<u8>> {
+        let key = self
+            .get(version)
+            .ok_or_else(|| Error::Crypto(format!("master key version {version} is not configured")))?;
+        key.decrypt(sealed, aad)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn keyring_opens_old_versions_and_seals_with_the_current() {
+        let old = EncryptionKey::generate();
+        let sealed_old = old.encrypt(b"s", b"a").unwrap();
+        let ring = Keyring::new(2, EncryptionKey::generate(), [(1, old)].into_iter().collect());
+        assert_eq!(ring.open(1, &sealed_old, b"a").unwrap(), b"s");
+        let (v, sealed) = ring.seal(b"t", b"a").unwrap();
+        assert_eq!(v, 2);
+        assert_eq!(ring.open(2, &sealed, b"a").unwrap(), b"t");
+        assert!(ring.open(1, &sealed, b"a").is_err());
+        assert!(ring.open(3, &sealed, b"a").is_err());
+    }
+
     use super::*;
 
     #[test]

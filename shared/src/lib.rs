@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod audit;
 pub mod cache;
+pub mod catalog;
 pub mod config;
 pub mod crypto;
 pub mod db;

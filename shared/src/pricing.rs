@@ -13,6 +13,31 @@ pub struct TokenUsage {
     pub cached_tokens: u32,
     /// Of the completion tokens, how many were spent on reasoning.
     pub reasoning_tokens: u32,
+    /// Of the prompt tokens, how many were written to the provider's prompt cache (Anthropic
+    /// prices these above plain input).
+    pub cache_creation_tokens: u32,
+    /// The service tier the upstream says served the request (priced differently by some).
+    pub tier: ServiceTier,
+}
+
+/// Provider service tiers that change the price.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ServiceTier {
+    #[default]
+    Standard,
+    Priority,
+    Flex,
+}
+
+impl ServiceTier {
+    /// From the `service_tier` an upstream reports (`default`, `auto`, `priority`, `flex`, ...).
+    pub fn from_reported(s: &str) -> Self {
+        match s {
+            "priority" => ServiceTier::Priority,
+            "flex" => ServiceTier::Flex,
+            _ => ServiceTier::Standard,
+        }
+    }
 }
 
 impl TokenUsage {
@@ -23,11 +48,30 @@ impl TokenUsage {
 
 const PER: Decimal = Decimal::from_parts(1_000_000, 0, 0, false, 0);
 
-/// Exact cost in USD: `prompt * input + completion * output`, prices per million tokens.
+/// Exact cost in USD, prices per million tokens. Prompt tokens served from the provider's cache
+/// and those written to it, and completion tokens spent on reasoning, are priced apart when the
+/// provider prices them apart; a service tier with its own prices replaces the standard ones.
 pub fn cost_usd(price: &ModelPrice, usage: TokenUsage) -> Decimal {
-    let input = Decimal::from(usage.prompt_tokens) * price.input_per_mtok;
-    let output = Decimal::from(usage.completion_tokens) * price.output_per_mtok;
-    ((input + output) / PER).normalize()
+    let tier = match usage.tier {
+        ServiceTier::Standard => None,
+        ServiceTier::Priority => price.tiers.get("priority"),
+        ServiceTier::Flex => price.tiers.get("flex"),
+    };
+    let (input, output, cached) = match tier {
+        Some(t) => (t.input_per_mtok, t.output_per_mtok, t.cached_input_per_mtok.or(price.cached_input_per_mtok)),
+        None => (price.input_per_mtok, price.output_per_mtok, price.cached_input_per_mtok),
+    };
+    let cached_tokens = usage.cached_tokens.min(usage.prompt_tokens);
+    let written = usage.cache_creation_tokens.min(usage.prompt_tokens - cached_tokens);
+    let plain_in = usage.prompt_tokens - cached_tokens - written;
+    let reasoning = usage.reasoning_tokens.min(usage.completion_tokens);
+    let plain_out = usage.completion_tokens - reasoning;
+    let sum = Decimal::from(plain_in) * input
+        + Decimal::from(cached_tokens) * cached.unwrap_or(input)
+        + Decimal::from(written) * price.cache_write_per_mtok.unwrap_or(input)
+        + Decimal::from(plain_out) * output
+        + Decimal::from(reasoning) * price.reasoning_per_mtok.unwrap_or(output);
+    (sum / PER).normalize()
 }
 
 /// The `x-gw-cost-usd` header value: plain decimal notation, no exponent, no trailing zeros
@@ -46,7 +90,114 @@ mod tests {
     use std::str::FromStr;
 
     fn price(i: &str, o: &str) -> ModelPrice {
-        ModelPrice { input_per_mtok: Decimal::from_str(i).unwrap(), output_per_mtok: Decimal::from_str(o).unwrap() }
+        ModelPrice {
+            input_per_mtok: Decimal::from_str(i).unwrap(),
+            output_per_mtok: Decimal::from_str(o).unwrap(),
+            ..Default::default()
+        }
+    }
+
+    fn dec(s: &str) -> Decimal {
+        Decimal::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn cached_written_and_reasoning_tokens_use_their_prices() {
+        let mut p = price("3", "15");
+        p.cached_input_per_mtok = Some(dec("0.3"));
+        p.cache_write_per_mtok = Some(dec("3.75"));
+        p.reasoning_per_mtok = Some(dec("20"));
+        let u = TokenUsage {
+            prompt_tokens: 1000,
+            cached_tokens: 600,
+            cache_creation_tokens: 100,
+            completion_tokens: 50,
+            reasoning_tokens: 30,
+            ..Default::default()
+        };
+        // 300*3 + 600*0.3 + 100*3.75 + 20*15 + 30*20 = 900 + 180 + 375 + 300 + 600 = 2355 per 1e6
+        assert_eq!(cost_usd(&p, u), dec("0.002355"));
+        // Without separate prices the same tokens cost the plain rates.
+        let plain = price("3", "15");
+        assert_eq!(cost_usd(&plain, u), dec("0.00375"));
+        // Counts a provider reports inconsistently never make the cost negative or overflow.
+        let odd = TokenUsage {
+            prompt_tokens: 5,
+            cached_tokens: 9,
+            cache_creation_tokens: 9,
+            completion_tokens: 1,
+            reasoning_tokens: 7,
+            ..Default::default()
+        };
+        assert_eq!(cost_usd(&p, odd), (dec("5") * dec("0.3") + dec("20")) / PER);
+    }
+
+    #[test]
+    fn service_tiers_use_their_prices() {
+        let mut p = price("1.25", "10");
+        p.tiers.insert(
+            "priority".into(),
+            crate::config::TierPrice {
+                input_per_mtok: dec("2.5"),
+                output_per_mtok: dec("20"),
+                cached_input_per_mtok: None,
+            },
+        );
+        let u = TokenUsage { prompt_tokens: 1_000_000, completion_tokens: 0, ..Default::default() };
+        assert_eq!(cost_usd(&p, u), dec("1.25"));
+        assert_eq!(cost_usd(&p, TokenUsage { tier: ServiceTier::Priority, ..u }), dec("2.5"));
+        // A tier the model has no prices for is billed at the standard rate.
+        assert_eq!(cost_usd(&p, TokenUsage { tier: ServiceTier::Flex, ..u }), dec("1.25"));
+        assert_eq!(ServiceTier::from_reported("priority"), ServiceTier::Priority);
+        assert_eq!(ServiceTier::from_reported("default"), ServiceTier::Standard);
+    }
+
+    /// Every catalog entry: cost equals each token class times its price, exactly.
+    #[test]
+    fn whole_catalog_costs_are_exact() {
+        let catalog = crate::catalog::Catalog::builtin().unwrap();
+        let usages = [
+            TokenUsage { prompt_tokens: 1, completion_tokens: 1, ..Default::default() },
+            TokenUsage {
+                prompt_tokens: 123_457,
+                completion_tokens: 9_999,
+                cached_tokens: 100_000,
+                reasoning_tokens: 4_321,
+                ..Default::default()
+            },
+            TokenUsage {
+                prompt_tokens: 2_000,
+                completion_tokens: 10,
+                cached_tokens: 500,
+                cache_creation_tokens: 700,
+                ..Default::default()
+            },
+            TokenUsage {
+                prompt_tokens: u32::MAX,
+                completion_tokens: u32::MAX,
+                cached_tokens: u32::MAX / 2,
+                reasoning_tokens: 77,
+                ..Default::default()
+            },
+        ];
+        let mut checked = 0;
+        for (name, entry) in &catalog.models {
+            let p = ModelPrice::from(&entry.price);
+            for u in usages {
+                let cached = Decimal::from(u.cached_tokens);
+                let written = Decimal::from(u.cache_creation_tokens);
+                let reasoning = Decimal::from(u.reasoning_tokens);
+                let expect = (Decimal::from(u.prompt_tokens) - cached - written) * p.input_per_mtok
+                    + cached * p.cached_input_per_mtok.unwrap_or(p.input_per_mtok)
+                    + written * p.cache_write_per_mtok.unwrap_or(p.input_per_mtok)
+                    + (Decimal::from(u.completion_tokens) - reasoning) * p.output_per_mtok
+                    + reasoning * p.reasoning_per_mtok.unwrap_or(p.output_per_mtok);
+                assert_eq!(cost_usd(&p, u), (expect / PER).normalize(), "{name} {u:?}");
+                assert!(cost_usd(&p, u) >= Decimal::ZERO, "{name}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 100, "{checked}");
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub enum Invalidation {
     ApiKey(KeyHash),
     /// One team of an organization.
     Team { org_id: Uuid, team_id: Uuid },
+    /// An organization's provider keys.
+    ProviderKeys { org_id: Uuid },
     /// Everything cached from Postgres.
     All,
 }
@@ -35,6 +37,7 @@ impl Invalidation {
         match self {
             Invalidation::ApiKey(h) => format!("api_key:{}", hex::encode(h)),
             Invalidation::Team { org_id, team_id } => format!("team:{org_id}:{team_id}"),
+            Invalidation::ProviderKeys { org_id } => format!("provider_keys:{org_id}"),
             Invalidation::All => "all".into(),
         }
     }
@@ -42,6 +45,9 @@ impl Invalidation {
     pub fn decode(msg: &str) -> Option<Self> {
         if msg == "all" {
             return Some(Invalidation::All);
+        }
+        if let Some(org) = msg.strip_prefix("provider_keys:") {
+            return Some(Invalidation::ProviderKeys { org_id: org.parse().ok()? });
         }
         if let Some(rest) = msg.strip_prefix("team:") {
             let (org, team) = rest.split_once(':')?;
@@ -57,6 +63,7 @@ impl Invalidation {
         match self {
             Invalidation::ApiKey(h) => Some(api_key_cache_key(h)),
             Invalidation::Team { org_id, team_id } => Some(team_cache_key(*org_id, *team_id)),
+            Invalidation::ProviderKeys { org_id } => Some(provider_keys_cache_key(*org_id)),
             Invalidation::All => None,
         }
     }
@@ -69,6 +76,12 @@ pub fn api_key_cache_key(hash: &KeyHash) -> String {
 
 pub fn team_cache_key(org_id: Uuid, team_id: Uuid) -> String {
     format!("gw:cache:team:{org_id}:{team_id}")
+}
+
+/// Redis key of the shared copy of an organization's provider keys (still sealed: Redis never
+/// holds a provider secret in the clear).
+pub fn provider_keys_cache_key(org_id: Uuid) -> String {
+    format!("gw:cache:provider_keys:{org_id}")
 }
 
 /// A shared cache copy with the time it was read from Postgres, so a replica that picks it up
@@ -138,6 +151,8 @@ mod tests {
         assert_eq!(Invalidation::decode("api_key:0102"), None);
         let team = Invalidation::Team { org_id: Uuid::now_v7(), team_id: Uuid::now_v7() };
         assert_eq!(Invalidation::decode(&team.encode()), Some(team.clone()));
+        let pk = Invalidation::ProviderKeys { org_id: Uuid::now_v7() };
+        assert_eq!(Invalidation::decode(&pk.encode()), Some(pk.clone()));
         assert!(team.cache_key().unwrap().starts_with("gw:cache:team:"));
         assert_eq!(Invalidation::decode("team:x:y"), None);
         assert_eq!(Invalidation::decode("other"), None);

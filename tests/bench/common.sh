@@ -12,8 +12,9 @@ export GW_CONFIG="$WORK/gw.toml" GW_JWT_SECRET=bench-secret-bench-secret-bench-s
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 MOCK_PORT=$(free_port); ADMIN_PORT=$(free_port)
 
-# bench_config PROXY_PORT METRICS_PORT THREADS [EXTRA_PROXY_SETTINGS]: one OpenAI-compatible
-# provider pointing at the mock, and a model `bench` served by it.
+# bench_config PROXY_PORT METRICS_PORT THREADS [EXTRA_PROXY_SETTINGS] [EXTRA_TOML]: one
+# OpenAI-compatible provider pointing at the mock, and a model `bench` served by it; EXTRA_TOML
+# (more providers and models) is appended.
 bench_config() {
   cat > "$GW_CONFIG" <<TOML
 [database]
@@ -37,6 +38,7 @@ name = "bench"
 deployments = [{ provider = "bench-upstream" }]
 [pricing]
 "bench" = { input_per_mtok = "0.15", output_per_mtok = "0.60" }
+${5:-}
 TOML
 }
 

@@ -19,6 +19,11 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 pub const JWT_SECRET: &str = "gw-test-jwt-secret-0123456789abcdef0123456789";
+/// The master key every test stack seals provider keys with (32 bytes, base64).
+pub const ENCRYPTION_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+/// Bedrock credentials of the test stacks (`ACCESS_KEY_ID:SECRET`): the mock checks the
+/// signature's shape, not its value.
+pub const AWS_TEST_CREDENTIALS: &str = "AKIDGWTEST:gw-test-aws-secret";
 
 /// The password [`Stack::register`] gives every user.
 pub const PASSWORD: &str = "correct horse battery";
@@ -153,6 +158,8 @@ pub struct StackOptions {
     pub extra_config: String,
     /// Extra keys for the `[proxy]` table.
     pub proxy_config: String,
+    /// Keys for the `[routing]` table, replacing the shared stack's (which keeps circuits closed).
+    pub routing_config: Option<String>,
     pub mock_args: Vec<String>,
     /// Postgres URL written into this stack's config instead of [`database_url`]. The harness
     /// migrates only the default database; one named here is used as it is.
@@ -196,7 +203,26 @@ pub fn dead_url() -> String {
 }
 
 pub fn config_text(mock: &str, db: &str, ports: (u16, u16, u16), proxy_extra: &str, extra: &str) -> String {
+    config_text_with_routing(mock, db, ports, proxy_extra, extra, SHARED_ROUTING)
+}
+
+/// Many tests use dead deployments on purpose; on the shared stack their circuits must not open
+/// and health checks must not route around them. Breaker and health-check tests start stacks of
+/// their own with `StackOptions::routing_config`.
+const SHARED_ROUTING: &str = "circuit_failures = 1000000\nhealth_check_interval_ms = 0";
+
+/// [`config_text`] with the `[routing]` table's keys given. `{mock}` in `extra` stands for the
+/// mock upstream's URL (so extra providers can point at it, with `/k/<knobs>/` fault prefixes).
+pub fn config_text_with_routing(
+    mock: &str,
+    db: &str,
+    ports: (u16, u16, u16),
+    proxy_extra: &str,
+    extra: &str,
+    routing: &str,
+) -> String {
     let (proxy_port, metrics_port, admin_port) = ports;
+    let extra = extra.replace("{mock}", mock);
     format!(
         r#"
 [database]
@@ -217,6 +243,9 @@ upstream_read_timeout_ms = 5000
 listen = "127.0.0.1:{admin_port}"
 workers = 1
 
+[routing]
+{routing}
+
 [[providers]]
 name = "mock"
 kind = "mock"
@@ -229,6 +258,28 @@ api_key_env = "GW_TEST_UPSTREAM_KEY"
 name = "dead"
 kind = "openai"
 base_url = "{dead}"
+[[providers]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "{mock}/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+[[providers]]
+name = "gemini"
+kind = "gemini"
+base_url = "{mock}/v1beta"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+[[providers]]
+name = "azure"
+kind = "azure"
+base_url = "{mock}"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+api_version = "2024-10-21"
+[[providers]]
+name = "bedrock"
+kind = "bedrock"
+base_url = "{mock}"
+region = "us-east-1"
+api_key_env = "GW_TEST_AWS_CREDENTIALS"
 
 [[models]]
 name = "gpt-4o-mini"
@@ -242,11 +293,47 @@ deployments = [{{ provider = "dead", model = "gpt-4o-mini" }}]
 [[models]]
 name = "fallback-model"
 deployments = [{{ provider = "dead", model = "gpt-4o-mini" }}, {{ provider = "upstream", model = "gpt-4o-mini-2024-07-18" }}]
+[[models]]
+name = "claude-test"
+aliases = ["claude"]
+deployments = [{{ provider = "anthropic", model = "claude-sonnet-4-5" }}]
+[[models]]
+name = "gemini-test"
+deployments = [{{ provider = "gemini", model = "gemini-2.5-flash" }}]
+[[models]]
+name = "azure-test"
+deployments = [{{ provider = "azure", model = "my-gpt4o" }}]
+[[models]]
+name = "bedrock-test"
+deployments = [{{ provider = "bedrock", model = "anthropic.claude-3-haiku-20240307-v1:0" }}]
+[[models]]
+name = "text-embedding-3-small"
+mode = "embedding"
+deployments = [{{ provider = "upstream", model = "text-embedding-3-small" }}]
+[[models]]
+name = "mock-embedding"
+mode = "embedding"
+deployments = [{{ provider = "mock", model = "text-embedding-3-small" }}]
+[[models]]
+name = "gemini-embedding"
+mode = "embedding"
+deployments = [{{ provider = "gemini", model = "gemini-embedding-001" }}]
+[[models]]
+name = "azure-embedding"
+mode = "embedding"
+deployments = [{{ provider = "azure", model = "my-embedding" }}]
 {extra}
 
 [pricing]
 "gpt-4o-mini" = {{ input_per_mtok = "0.15", output_per_mtok = "0.60" }}
 "gpt-4o-mini-2024-07-18" = {{ input_per_mtok = "0.15", output_per_mtok = "0.60" }}
+"claude-sonnet-4-5" = {{ input_per_mtok = "3", output_per_mtok = "15", cached_input_per_mtok = "0.3", cache_write_per_mtok = "3.75" }}
+"gemini-2.5-flash" = {{ input_per_mtok = "0.3", output_per_mtok = "2.5", cached_input_per_mtok = "0.03" }}
+"my-gpt4o" = {{ input_per_mtok = "2.5", output_per_mtok = "10" }}
+"anthropic.claude-3-haiku-20240307-v1:0" = {{ input_per_mtok = "0.25", output_per_mtok = "1.25" }}
+"text-embedding-3-small" = {{ input_per_mtok = "0.02", output_per_mtok = "0" }}
+"gemini-embedding-001" = {{ input_per_mtok = "0.15", output_per_mtok = "0" }}
+"my-embedding" = {{ input_per_mtok = "0.02", output_per_mtok = "0" }}
 "#,
         redis = redis_url(),
         dead = dead_url(),
@@ -275,13 +362,23 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
     let proxy_extra =
         if opts.proxy_config.is_empty() { "audit_flush_interval_ms = 50" } else { opts.proxy_config.as_str() };
     let db = opts.database_url.clone().unwrap_or_else(database_url);
-    let text = config_text(&mock, &db, (proxy_port, metrics_port, admin_port), proxy_extra, &opts.extra_config);
+    let routing = opts.routing_config.as_deref().unwrap_or(SHARED_ROUTING);
+    let text = config_text_with_routing(
+        &mock,
+        &db,
+        (proxy_port, metrics_port, admin_port),
+        proxy_extra,
+        &opts.extra_config,
+        routing,
+    );
     std::fs::write(&config, text).expect("write test config");
     let spawn = |name: &str| -> Proc {
         let mut cmd = command(&bin(name), guard.as_deref());
         cmd.env("GW_CONFIG", &config)
             .env("GW_JWT_SECRET", JWT_SECRET)
             .env("GW_TEST_UPSTREAM_KEY", "sk-upstream-test")
+            .env("GW_TEST_AWS_CREDENTIALS", AWS_TEST_CREDENTIALS)
+            .env("GW_ENCRYPTION_KEY", ENCRYPTION_KEY)
             .env("RUST_LOG", std::env::var("GW_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .env_remove("DATABASE_URL")
             .env_remove("REDIS_URL");

@@ -45,7 +45,7 @@ async fn create_returns_the_secret_once_and_stores_only_its_hash() {
     fields.sort();
     assert_eq!(
         fields,
-        ["created_at", "expires_at", "id", "key", "key_prefix", "name", "permissions", "team_id", "warning"]
+        ["created_at", "expires_at", "id", "key", "key_prefix", "models", "name", "permissions", "team_id", "warning"]
     );
     let key = body["key"].as_str().unwrap();
     assert!(key.starts_with("sk_live_") && key.len() >= 8 + 22, "{key}");
@@ -367,4 +367,72 @@ async fn patch_on_a_key_is_405_with_allow() {
     assert_eq!(header(&r, "allow"), "DELETE");
     let b = expect_api_error(r, 405).await;
     assert_eq!(b["error"]["code"], "method_not_allowed");
+}
+
+// ---- model allow-lists ----
+
+#[tokio::test]
+async fn models_round_trip_through_create_and_list() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    // Names and aliases are both accepted; duplicates are dropped, the caller's order kept.
+    let models = json!(["mock-model", "claude", "gpt-4o-mini", "mock-model"]);
+    let r = stack.create_key(&s, json!({"name": "limited", "models": models})).await;
+    assert_eq!(r.status(), 201);
+    let created: Value = r.json().await.unwrap();
+    assert_eq!(created["models"], json!(["mock-model", "claude", "gpt-4o-mini"]));
+    let r = stack.create_key(&s, json!({"name": "none", "models": []})).await;
+    assert_eq!(r.status(), 201);
+    let none: Value = r.json().await.unwrap();
+    assert_eq!(none["models"], json!([]));
+    let r = stack.create_key(&s, json!({"name": "every", "models": null})).await;
+    assert_eq!(r.status(), 201);
+    let every: Value = r.json().await.unwrap();
+    assert!(every.as_object().unwrap().contains_key("models") && every["models"].is_null(), "{every}");
+    let r = stack.create_key(&s, json!({"name": "omitted"})).await;
+    let omitted: Value = r.json().await.unwrap();
+    assert!(omitted.as_object().unwrap().contains_key("models") && omitted["models"].is_null(), "{omitted}");
+
+    let list = stack.list_keys(&s.access_token, "").await;
+    let by_id = |id: &Value| list["data"].as_array().unwrap().iter().find(|k| &k["id"] == id).cloned().unwrap();
+    assert_eq!(by_id(&created["id"])["models"], json!(["mock-model", "claude", "gpt-4o-mini"]));
+    assert_eq!(by_id(&none["id"])["models"], json!([]));
+    let every = by_id(&every["id"]);
+    assert!(every.as_object().unwrap().contains_key("models") && every["models"].is_null(), "{every}");
+    assert!(by_id(&omitted["id"])["models"].is_null());
+
+    let mut conn = db::connect().await;
+    let id = Uuid::parse_str(created["id"].as_str().unwrap()).unwrap();
+    let stored: Option<Vec<String>> =
+        api_keys::table.filter(api_keys::id.eq(id)).select(api_keys::allowed_models).first(&mut conn).await.unwrap();
+    assert_eq!(stored, Some(vec!["mock-model".to_string(), "claude".to_string(), "gpt-4o-mini".to_string()]));
+}
+
+#[tokio::test]
+async fn create_with_an_unknown_model_is_400_naming_it() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r = stack.create_key(&s, json!({"name": "x", "models": ["mock-model", "no-such-model-x9"]})).await;
+    let b = expect_api_error(r, 400).await;
+    assert_eq!(b["error"]["code"], "validation_error");
+    assert!(b["error"]["message"].as_str().unwrap().contains("no-such-model-x9"), "{b}");
+    assert_eq!(stack.list_keys(&s.access_token, "").await["data"], json!([]));
+}
+
+#[tokio::test]
+async fn create_with_more_than_100_models_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let models = vec!["mock-model"; 101];
+    let r = stack.create_key(&s, json!({"name": "x", "models": models})).await;
+    expect_validation_error(r, "101 models").await;
+}
+
+#[tokio::test]
+async fn create_with_models_not_a_list_of_strings_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    for bad in [json!({"name": "x", "models": "mock-model"}), json!({"name": "x", "models": [1]})] {
+        expect_validation_error(stack.create_key(&s, bad.clone()).await, &bad.to_string()).await;
+    }
 }

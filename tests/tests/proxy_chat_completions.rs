@@ -207,6 +207,18 @@ async fn built_in_mock_provider_answers_both_modes() {
 }
 
 #[tokio::test]
+async fn a_stream_failing_before_any_content_is_a_plain_error() {
+    let stack = Stack::shared().await;
+    let (_, key, _) = stack.org_with_key().await;
+    let mut body = upstream_body(json!({"error_mid_stream": true}));
+    body["stream"] = json!(true);
+    let resp = stack.chat(&key, body).await;
+    // Everything arrived in one read and failed before gw wrote a byte: nothing was promised yet.
+    let b = expect_openai_error(resp, 502).await;
+    assert_eq!(b["error"]["code"], "upstream_stream_broken");
+}
+
+#[tokio::test]
 async fn fallback_deployment_answers_when_primary_is_down() {
     let stack = Stack::shared().await;
     let (session, key, _) = stack.org_with_key().await;
@@ -324,17 +336,17 @@ async fn key_without_the_proxy_permission_is_403() {
     let s = stack.register().await;
     // The management API issues only `proxy:llm` keys today, so this one is written directly.
     let mut conn = db::connect().await;
-    let (_, key) = gw_shared::accounts::issue_api_key(
-        &mut conn,
-        s.org_id,
-        None,
-        "no proxy permission",
-        &["files:read".to_string()],
-        Some(s.user_id),
-        None,
-    )
-    .await
-    .unwrap();
+    let perms = ["files:read".to_string()];
+    let spec = gw_shared::accounts::KeySpec {
+        org_id: s.org_id,
+        team_id: None,
+        name: "no proxy permission",
+        permissions: &perms,
+        allowed_models: None,
+        created_by: Some(s.user_id),
+        expires_at: None,
+    };
+    let (_, key) = gw_shared::accounts::issue_api_key(&mut conn, spec).await.unwrap();
     let b = expect_openai_error(stack.chat(&key, mock_model_body()).await, 403).await;
     assert_eq!(b["error"]["code"], "insufficient_permissions");
 }
@@ -578,7 +590,9 @@ fn streamed_content(data: &[String]) -> String {
 async fn upstream_error_mid_stream_ends_the_stream_with_an_error_event() {
     let stack = Stack::shared().await;
     let (_, key, _) = stack.org_with_key().await;
-    let mut body = upstream_body(json!({"error_mid_stream": true}));
+    // Chunks a little apart, so content reaches the client before the failure (a failure before
+    // any content is a plain error response, or a fallback).
+    let mut body = upstream_body(json!({"error_mid_stream": true, "chunk_delay_ms": 30}));
     body["stream"] = json!(true);
     let resp = stack.chat(&key, body).await;
     // The status line left with the first chunk: only the stream itself can tell the failure.
@@ -598,7 +612,7 @@ async fn upstream_error_mid_stream_ends_the_stream_with_an_error_event() {
 async fn upstream_stream_cut_short_ends_the_stream_with_an_error_event() {
     let stack = Stack::shared().await;
     let (_, key, _) = stack.org_with_key().await;
-    let mut body = upstream_body(json!({"truncate_stream": true}));
+    let mut body = upstream_body(json!({"truncate_stream": true, "chunk_delay_ms": 30}));
     body["stream"] = json!(true);
     let resp = stack.chat(&key, body).await;
     assert_eq!(resp.status(), 200);

@@ -34,12 +34,12 @@ impl Adapter for ShoutAdapter {
             .map(message_text)
             .unwrap_or_default();
         let body = json!({"engine": call.upstream_model, "input": input, "stream": call.request.stream});
-        let key = call.api_key.ok_or_else(|| AdapterError("shout needs a key".into()))?;
+        let key = call.api_key.ok_or_else(|| AdapterError::Config("shout needs a key".into()))?;
         Ok(Exchange::Http(UpstreamRequest {
             path: format!("{}/generate", call.base_path),
             headers: vec![(
                 http::HeaderName::from_static("x-shout-key"),
-                http::HeaderValue::from_str(key).map_err(|e| AdapterError(e.to_string()))?,
+                http::HeaderValue::from_str(key).map_err(|e| AdapterError::Config(e.to_string()))?,
             )],
             body: Bytes::from(body.to_string()),
         }))

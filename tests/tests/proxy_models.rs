@@ -25,7 +25,23 @@ async fn models_are_listed() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["object"], "list");
     let ids: Vec<&str> = body["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["gpt-4o-mini", "mock-model", "dead-model", "fallback-model"]);
+    assert_eq!(
+        ids,
+        [
+            "gpt-4o-mini",
+            "mock-model",
+            "dead-model",
+            "fallback-model",
+            "claude-test",
+            "gemini-test",
+            "azure-test",
+            "bedrock-test",
+            "text-embedding-3-small",
+            "mock-embedding",
+            "gemini-embedding",
+            "azure-embedding"
+        ]
+    );
     assert!(body["data"].as_array().unwrap().iter().all(|m| m["object"] == "model"));
     insta::assert_json_snapshot!("model_list", &body, {
         ".data[].created" => "[created]",

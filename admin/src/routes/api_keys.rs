@@ -1,8 +1,9 @@
-//! API keys: create (the secret is shown once), list (never the secret), revoke.
+//! API keys: create (the secret is shown once; optionally limited to some models), list (never
+//! the secret), revoke.
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use gw_shared::accounts::{issue_api_key, DEFAULT_PERMISSION, KNOWN_PERMISSIONS};
+use gw_shared::accounts::{issue_api_key, KeySpec, DEFAULT_PERMISSION, KNOWN_PERMISSIONS};
 use gw_shared::db::{api_keys, teams};
 use gw_shared::redis::{invalidate, publish, Invalidation};
 use serde::{Deserialize, Serialize};
@@ -16,6 +17,8 @@ use crate::validate;
 const WARNING: &str = "Store this key now: it is shown only once and cannot be retrieved again.";
 const DEFAULT_PAGE: i64 = 50;
 const MAX_PAGE: i64 = 200;
+/// Most entries a key's model allow-list may have.
+const MAX_MODELS: usize = 100;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +30,9 @@ pub struct CreateBody {
     team_id: Option<String>,
     #[serde(default)]
     expires_at: Option<DateTime<Utc>>,
+    /// Models the key may use (names or aliases); omitted or null: every model; `[]`: none.
+    #[serde(default)]
+    models: Option<Vec<String>>,
 }
 
 #[derive(Serialize)]
@@ -39,6 +45,8 @@ struct Created {
     team_id: Option<Uuid>,
     created_at: DateTime<Utc>,
     expires_at: Option<DateTime<Utc>>,
+    /// The model allow-list; null: every model.
+    models: Option<Vec<String>>,
     warning: &'static str,
 }
 
@@ -54,6 +62,8 @@ struct KeyOut {
     last_used_at: Option<DateTime<Utc>>,
     expires_at: Option<DateTime<Utc>>,
     revoked_at: Option<DateTime<Utc>>,
+    /// The model allow-list; null: every model.
+    models: Option<Vec<String>>,
     status: &'static str,
 }
 
@@ -77,6 +87,7 @@ impl From<api_keys::ApiKey> for KeyOut {
             last_used_at: k.last_used_at,
             expires_at: k.expires_at,
             revoked_at: k.revoked_at,
+            models: k.allowed_models,
             status,
         }
     }
@@ -112,6 +123,30 @@ fn permissions(requested: Option<Vec<String>>) -> ApiResult<Vec<String>> {
     Ok(perms)
 }
 
+/// The allow-list as stored: every entry a configured model name or alias, duplicates dropped
+/// (first occurrence kept, so the caller's order holds). `None` stays `None` (every model).
+fn models(state: &AppState, requested: Option<Vec<String>>) -> ApiResult<Option<Vec<String>>> {
+    let Some(requested) = requested else {
+        return Ok(None);
+    };
+    if requested.len() > MAX_MODELS {
+        return Err(ApiError::Validation(format!("models must have at most {MAX_MODELS} entries")));
+    }
+    let known = |m: &str| state.cfg.models.iter().any(|c| c.name == m || c.aliases.iter().any(|a| a == m));
+    let mut out: Vec<String> = Vec::with_capacity(requested.len());
+    for m in requested {
+        if !known(&m) {
+            return Err(ApiError::Validation(format!(
+                "unknown model {m:?} in models: each entry must be a configured model name or alias"
+            )));
+        }
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    Ok(Some(out))
+}
+
 pub async fn create(
     state: web::Data<AppState>,
     session: Session,
@@ -121,6 +156,7 @@ pub async fn create(
     let b = body.into_inner();
     let name = validate::text("name", &b.name, 200)?;
     let perms = permissions(b.permissions)?;
+    let allowed_models = models(&state, b.models)?;
     let team_id = match b.team_id.as_deref() {
         None => None,
         Some(raw) => Some(Uuid::parse_str(raw).map_err(|_| ApiError::Validation("team_id must be a UUID".into()))?),
@@ -135,8 +171,16 @@ pub async fn create(
             return Err(ApiError::Validation("team_id does not name a team of this organization".into()));
         }
     }
-    let (row, secret) =
-        issue_api_key(&mut conn, session.org_id, team_id, &name, &perms, Some(session.user_id), b.expires_at).await?;
+    let spec = KeySpec {
+        org_id: session.org_id,
+        team_id,
+        name: &name,
+        permissions: &perms,
+        allowed_models: allowed_models.as_deref(),
+        created_by: Some(session.user_id),
+        expires_at: b.expires_at,
+    };
+    let (row, secret) = issue_api_key(&mut conn, spec).await?;
     log::info!("api key {} ({}) created in org {}", row.id, row.key_prefix, row.org_id);
     // Proxies may remember this hash as unknown (someone tried it before it existed).
     if let Err(e) = publish(&state.redis, &Invalidation::ApiKey(gw_shared::keys::hash_secret(&secret))).await {
@@ -151,6 +195,7 @@ pub async fn create(
         team_id: row.team_id,
         created_at: row.created_at,
         expires_at: row.expires_at,
+        models: row.allowed_models,
         warning: WARNING,
     }))
 }

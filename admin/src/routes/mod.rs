@@ -9,6 +9,7 @@ pub mod api_keys;
 pub mod auth;
 pub mod health;
 pub mod organizations;
+pub mod provider_keys;
 
 /// A path answering the methods in `allow` (the routes are added by the caller); any other
 /// method gets 405 `method_not_allowed` with `Allow: <allow>`.
@@ -32,6 +33,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                         .route(web::get().to(api_keys::list))
                         .route(web::post().to(api_keys::create)),
                 )
-                .service(resource("/api-keys/{id}", "DELETE").route(web::delete().to(api_keys::revoke))),
+                .service(resource("/api-keys/{id}", "DELETE").route(web::delete().to(api_keys::revoke)))
+                .service(
+                    resource("/provider-keys", "GET, POST")
+                        .route(web::get().to(provider_keys::list))
+                        .route(web::post().to(provider_keys::create)),
+                )
+                .service(
+                    resource("/provider-keys/{id}", "GET, PATCH, DELETE")
+                        .route(web::get().to(provider_keys::get))
+                        .route(web::patch().to(provider_keys::rename))
+                        .route(web::delete().to(provider_keys::revoke)),
+                )
+                .service(resource("/provider-keys/{id}/rotate", "POST").route(web::post().to(provider_keys::rotate))),
         );
 }

@@ -32,6 +32,8 @@ pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
                 "error": error,
                 "status": a.status,
                 "latency_ms": a.latency.map(ms_i32),
+                "region": a.region.as_deref(),
+                "credential": if a.org_key { "organization" } else { "gateway" },
             })
         })
         .collect();
@@ -65,6 +67,7 @@ pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
         created_at: ctx.created_at,
         cached_tokens: tokens_i32(ctx.usage.cached_tokens),
         reasoning_tokens: tokens_i32(ctx.usage.reasoning_tokens),
+        cache_creation_tokens: tokens_i32(ctx.usage.cache_creation_tokens),
         routing: Value::Array(routing),
         policy: Value::Array(policy),
     })

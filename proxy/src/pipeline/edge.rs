@@ -14,6 +14,7 @@ pub fn endpoint(session: &Session) -> Result<Endpoint, ProxyError> {
     let (endpoint, allowed, allow) = match path.trim_end_matches('/') {
         "/v1/models" => (Endpoint::Models, http::Method::GET, "GET"),
         "/v1/chat/completions" => (Endpoint::ChatCompletions, http::Method::POST, "POST"),
+        "/v1/embeddings" => (Endpoint::Embeddings, http::Method::POST, "POST"),
         _ => return Err(ProxyError::NotFound { method: echo(req.method.as_str()), path: echo(path) }),
     };
     if req.method != allowed {

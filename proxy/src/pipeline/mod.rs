@@ -3,11 +3,13 @@
 //! Steps without behaviour yet (limits, policy, cache) arrive with their issues, between `parse`
 //! and `route`.
 
+pub mod access;
 pub mod audit;
 pub mod auth;
 pub mod edge;
 pub mod models;
 pub mod parse;
+pub mod provider_keys;
 pub mod relay;
 pub mod respond;
 pub mod route;
@@ -29,6 +31,10 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
         Endpoint::Models => models::run(gw, session, ctx).await,
         Endpoint::ChatCompletions => {
             parse::run(gw, session, ctx).await?;
+            route::run(gw, session, ctx).await
+        }
+        Endpoint::Embeddings => {
+            parse::run_embeddings(gw, session, ctx).await?;
             route::run(gw, session, ctx).await
         }
     }

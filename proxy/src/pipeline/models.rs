@@ -1,16 +1,23 @@
-//! `GET /v1/models`: the models this gateway routes.
+//! `GET /v1/models`: the models this gateway routes that the caller's key and team may use.
 
 use bytes::Bytes;
 use gw_shared::openai::{ModelList, ModelObject};
 use pingora::proxy::Session;
 
-use super::respond;
+use super::{access, respond};
 use crate::ctx::RequestCtx;
 use crate::error::ProxyError;
 use crate::gateway::Gateway;
 
 pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
-    let data = gw.router.models().map(|m| ModelObject::new(&m.name, gw.started_at, &m.owned_by)).collect();
+    let key_models = ctx.key.as_ref().and_then(|k| k.allowed_models.as_deref());
+    let team_models = ctx.team_models.as_deref();
+    let data = gw
+        .router
+        .models()
+        .filter(|m| access::allowed(key_models, team_models, m))
+        .map(|m| ModelObject::new(&m.name, gw.started_at, &m.owned_by))
+        .collect();
     let body = serde_json::to_vec(&ModelList::new(data)).map_err(|e| ProxyError::internal("model list", e))?;
     ctx.answered_by_gw = true;
     respond::json(session, ctx, 200, Bytes::from(body), None).await

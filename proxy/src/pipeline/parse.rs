@@ -2,7 +2,7 @@
 //! than the limit is buffered) and parses and validates it into the context.
 
 use bytes::{Bytes, BytesMut};
-use gw_shared::openai::ChatRequest;
+use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
 use pingora::proxy::Session;
 
 use crate::ctx::RequestCtx;
@@ -15,6 +15,15 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
     ctx.model = Some(req.model.clone());
     ctx.stream = req.stream;
     ctx.request = Some(req);
+    Ok(())
+}
+
+pub async fn run_embeddings(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    let body = super::route::within_deadline(gw, ctx, read_bounded(session, gw.limits.max_body_bytes)).await??;
+    let req =
+        EmbeddingsRequest::parse(&body).map_err(|p| ProxyError::BadRequest { message: p.message, param: p.param })?;
+    ctx.model = Some(req.model.clone());
+    ctx.embeddings = Some(req);
     Ok(())
 }
 

@@ -4,6 +4,15 @@
 
 use std::time::Instant;
 
+/// The upstream side of a stream: how to read its events and until when.
+pub struct StreamIn {
+    pub translator: Box<dyn StreamTranslator>,
+    /// The attempt's end (its own total timeout or the request's deadline).
+    pub deadline: Instant,
+    /// The protocol has no end event: a clean end of the body completes the stream (Gemini).
+    pub ends_at_eof: bool,
+}
+
 use eventsource_stream2::Eventsource;
 use futures::{FutureExt, StreamExt};
 use gw_shared::providers::{Flow, StreamSink, StreamTranslator, UpstreamError};
@@ -21,13 +30,13 @@ pub async fn run(
     session: &mut Session,
     ctx: &mut RequestCtx,
     dep: &Deployment,
-    mut translator: Box<dyn StreamTranslator>,
+    input: StreamIn,
     body: &mut Body,
 ) -> Result<(), ProxyError> {
     let provider = &dep.provider.name;
     let mut sink = StreamSink::new();
     let transport = &gw.transport;
-    let deadline = ctx.deadline;
+    let StreamIn { mut translator, deadline, ends_at_eof } = input;
     let ended: Result<bool, ProxyError> = {
         let chunks = futures::stream::unfold(body, move |b| async move {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -50,7 +59,7 @@ pub async fn run(
                 }
             };
             match next {
-                None => break Ok(false),
+                None => break Ok(ends_at_eof && (ctx.header_sent || sink.pending() > 0)),
                 Some(Ok(ev)) => match translator.event(&ev.event, &ev.data, &mut sink) {
                     Ok(Flow::Continue) => {}
                     Ok(Flow::Done) => break Ok(true),
@@ -72,7 +81,13 @@ pub async fn run(
     // Usage already seen is settled even when the client left: the upstream spent the tokens.
     let flushed = match &ended {
         Err(ProxyError::ClientGone(_)) => Ok(()),
-        _ => flush(session, ctx, &mut sink).await,
+        // Nothing has reached the client and the stream did not complete: leave the way open for
+        // the next deployment rather than start a response with a role chunk and nothing else.
+        _ if !ctx.header_sent && !matches!(ended, Ok(true)) => Ok(()),
+        _ => {
+            sink.saw_content();
+            flush(session, ctx, &mut sink).await
+        }
     };
     if sink.usage.is_some() || ended.as_ref().is_ok_and(|done| *done) {
         route::settle(gw, ctx, dep, sink.usage);
@@ -92,8 +107,13 @@ pub async fn run(
     }
 }
 
-/// Writes what the sink gathered; the first write starts the response (that moment is the TTFT).
+/// Writes what the sink gathered; the first write starts the response. It waits for the first
+/// chunk with content (at most the role chunk waits with it): that moment is the TTFT the header
+/// reports, and a failure before it can still fall back to another deployment.
 async fn flush(session: &mut Session, ctx: &mut RequestCtx, sink: &mut StreamSink) -> Result<(), ProxyError> {
+    if !ctx.header_sent && !sink.content_seen {
+        return Ok(());
+    }
     let Some(bytes) = sink.take() else { return Ok(()) };
     if !ctx.header_sent {
         ctx.ttft = Some(ctx.started.elapsed());

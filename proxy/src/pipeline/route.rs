@@ -1,96 +1,276 @@
-//! The route step: the model resolves to deployments, tried in order within the request's
-//! deadline. Each attempt asks the provider's adapter for the request, makes the exchange through
-//! the transport (or takes the in-process answer), and hands the answer back to the adapter.
-//! A failure before anything reached the client moves on to the next deployment when the error
-//! says it may.
+//! The route step: the model (or alias) resolves to a route; the caller's allow-lists must admit
+//! it. Its deployments are tried in the order its strategy gives, each claimed through its circuit
+//! breaker and caps, for `retries` extra rounds with backoff, then the fallback models' in turn,
+//! all within the request's deadline. Each attempt asks the provider's adapter for the request,
+//! makes the exchange through the transport (or takes the in-process answer), and hands the
+//! answer back to the adapter. A failure before anything reached the client moves on when the
+//! error says it may.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gw_shared::openai::ChatRequest;
+use gw_shared::db::provider_keys::OrgProviderKeys;
+use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
 use gw_shared::pricing::{cost_usd, TokenUsage};
-use gw_shared::providers::{Call, Endpoint, Exchange, StreamSetup, UpstreamError};
-use gw_shared::routing::Deployment;
+use gw_shared::providers::{AdapterError, Call, Endpoint, Exchange, StreamSetup, UpstreamError};
+use gw_shared::routing::{AttemptVerdict, Deployment, ModelRoute};
 use pingora::proxy::Session;
 
-use super::{relay, respond};
+use super::{access, provider_keys, relay, respond};
 use crate::ctx::{Attempt, AttemptOutcome, RequestCtx};
 use crate::error::ProxyError;
 use crate::gateway::Gateway;
-use crate::transport::Transport;
+use crate::transport::{AttemptTimeouts, Transport};
 
 /// How long gw waits for the rest of a finished stream (the chunked terminator) so the
 /// connection can go back to the pool.
 const DRAIN: Duration = Duration::from_millis(500);
 
-pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
-    let Some(req) = ctx.request.take() else {
-        return Err(ProxyError::Internal("route step without a parsed request".into()));
-    };
-    let result = try_deployments(gw, session, ctx, &req).await;
-    ctx.request = Some(req);
-    result
+/// Most models tried for one request (the model and its fallbacks).
+const MAX_MODELS: usize = 8;
+
+/// The parsed request, whichever endpoint it came to.
+#[derive(Clone, Copy)]
+enum Req<'a> {
+    Chat(&'a ChatRequest),
+    Embeddings(&'a EmbeddingsRequest),
 }
 
-async fn try_deployments(
+impl Req<'_> {
+    fn model(&self) -> &str {
+        match self {
+            Req::Chat(r) => &r.model,
+            Req::Embeddings(r) => &r.model,
+        }
+    }
+
+    fn endpoint(&self) -> Endpoint {
+        match self {
+            Req::Chat(_) => Endpoint::ChatCompletions,
+            Req::Embeddings(_) => Endpoint::Embeddings,
+        }
+    }
+
+    fn stream(&self) -> bool {
+        matches!(self, Req::Chat(r) if r.stream)
+    }
+
+    /// A rough prompt size for the lowest-cost strategy (4 bytes a token).
+    fn prompt_hint(&self) -> u32 {
+        let bytes: usize = match self {
+            Req::Chat(r) => r.messages().iter().map(|m| m.to_string().len()).sum(),
+            Req::Embeddings(r) => r.texts().map_or(0, |t| t.iter().map(String::len).sum()),
+        };
+        u32::try_from(bytes / 4).unwrap_or(u32::MAX)
+    }
+}
+
+fn path_of(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::ChatCompletions => "/v1/chat/completions",
+        Endpoint::Embeddings => "/v1/embeddings",
+    }
+}
+
+pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    if let Some(req) = ctx.request.take() {
+        let result = try_routes(gw, session, ctx, Req::Chat(&req)).await;
+        ctx.request = Some(req);
+        return result;
+    }
+    if let Some(req) = ctx.embeddings.take() {
+        let result = try_routes(gw, session, ctx, Req::Embeddings(&req)).await;
+        ctx.embeddings = Some(req);
+        return result;
+    }
+    Err(ProxyError::Internal("route step without a parsed request".into()))
+}
+
+/// The model and its fallbacks the caller may use, in order, each once.
+fn chain(gw: &Gateway, ctx: &RequestCtx, req: Req<'_>) -> Result<Vec<Arc<ModelRoute>>, ProxyError> {
+    let key_models = ctx.key.as_ref().and_then(|k| k.allowed_models.as_deref());
+    let team_models = ctx.team_models.as_deref();
+    let route = gw
+        .router
+        .resolve(req.model())
+        .filter(|r| access::allowed(key_models, team_models, r))
+        .ok_or_else(|| ProxyError::UnknownModel(req.model().to_string()))?;
+    if route.endpoint() != req.endpoint() {
+        return Err(ProxyError::WrongEndpoint {
+            model: req.model().to_string(),
+            path: path_of(req.endpoint()),
+            serves: path_of(route.endpoint()),
+        });
+    }
+    let mut out = vec![route];
+    let mut i = 0;
+    while i < out.len() && out.len() < MAX_MODELS {
+        let fallbacks = out[i].fallbacks.clone();
+        for f in fallbacks {
+            if out.len() >= MAX_MODELS {
+                break;
+            }
+            let Some(r) = gw.router.resolve(&f) else { continue };
+            if access::allowed(key_models, team_models, &r) && !out.iter().any(|o| o.name == r.name) {
+                out.push(r);
+            }
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+async fn try_routes(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, req: Req<'_>) -> Result<(), ProxyError> {
+    let models = chain(gw, ctx, req)?;
+    let org_keys = provider_keys::for_request(gw, ctx).await?;
+    let hint = req.prompt_hint();
+    let mut last: Option<ProxyError> = None;
+    for route in &models {
+        for round in 0..=route.retries {
+            if round > 0 {
+                backoff(gw, ctx, route.retry_backoff, round).await?;
+            }
+            for dep in gw.router.plan(route, hint) {
+                if ctx.remaining().is_zero() {
+                    return Err(ProxyError::DeadlineExceeded(gw.request_timeout.as_millis() as u64));
+                }
+                let Some(_gate) = gw.router.take(&dep) else { continue };
+                match try_one(gw, session, ctx, req, &dep, &org_keys).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.retryable() && !ctx.header_sent => {
+                        gw.log_failure(ctx, &e);
+                        last = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| ProxyError::NoDeployment(req.model().to_string())))
+}
+
+/// Sleeps before another round: exponential from `base`, with jitter, never past the deadline.
+async fn backoff(gw: &Gateway, ctx: &RequestCtx, base: Duration, round: u32) -> Result<(), ProxyError> {
+    let factor = 2u32.saturating_pow(round.saturating_sub(1).min(10));
+    let jitter = 0.5 + rand::random::<f64>();
+    let wait = base.saturating_mul(factor).mul_f64(jitter);
+    if wait >= ctx.remaining() {
+        return Err(ProxyError::DeadlineExceeded(gw.request_timeout.as_millis() as u64));
+    }
+    tokio::time::sleep(wait).await;
+    Ok(())
+}
+
+/// One attempt on one deployment, with its bookkeeping: the attempt record, the in-flight count,
+/// the circuit breaker's verdict and the metrics.
+async fn try_one(
     gw: &Gateway,
     session: &mut Session,
     ctx: &mut RequestCtx,
-    req: &ChatRequest,
+    req: Req<'_>,
+    dep: &Arc<Deployment>,
+    org_keys: &OrgProviderKeys,
 ) -> Result<(), ProxyError> {
-    let route = gw.router.resolve(&req.model).ok_or_else(|| ProxyError::UnknownModel(req.model.clone()))?;
-    let mut last = None;
-    for dep in &route.deployments {
-        if ctx.remaining().is_zero() {
-            return Err(ProxyError::DeadlineExceeded(gw.request_timeout.as_secs()));
+    let org_id = ctx.key.as_ref().map(|k| k.org_id).unwrap_or_default();
+    let own = match provider_keys::secret_for(gw, org_keys, org_id, &dep.provider.name) {
+        Ok(s) => s,
+        Err(e) => {
+            gw.router.record(dep, AttemptVerdict::NoVerdict);
+            return Err(e);
         }
-        ctx.attempts.push(Attempt {
-            provider: dep.provider.name.clone(),
-            upstream_model: dep.upstream_model.clone(),
-            outcome: AttemptOutcome::Answered,
-            status: None,
-            latency: None,
-        });
-        let result = attempt(gw, session, ctx, req, dep).await;
-        let outcome = match &result {
-            Ok(()) => AttemptOutcome::Answered,
-            Err(e) if e.retryable() && !ctx.header_sent => AttemptOutcome::Retryable(e.label()),
-            Err(e) => AttemptOutcome::Failed(e.label()),
-        };
-        if let Some(a) = ctx.attempts.last_mut() {
-            a.outcome = outcome;
-        }
-        gw.metrics.upstream_attempts.with_label_values(&[&dep.provider.name, outcome.label()]).inc();
-        match result {
-            Ok(()) => return Ok(()),
-            Err(e) if matches!(outcome, AttemptOutcome::Retryable(_)) => {
-                gw.log_failure(ctx, &e);
-                last = Some(e);
-            }
-            Err(e) => return Err(e),
-        }
+    };
+    ctx.attempts.push(Attempt {
+        provider: dep.provider.name.clone(),
+        upstream_model: dep.upstream_model.clone(),
+        outcome: AttemptOutcome::Answered,
+        status: None,
+        latency: None,
+        region: dep.region.clone(),
+        org_key: own.is_some(),
+    });
+    let api_key = own.as_deref().or(dep.configured_key());
+    let result = {
+        let _inflight = dep.state.begin();
+        attempt(gw, session, ctx, req, dep, api_key).await
+    };
+    let outcome = match &result {
+        Ok(()) => AttemptOutcome::Answered,
+        Err(e) if e.retryable() && !ctx.header_sent => AttemptOutcome::Retryable(e.label()),
+        Err(e) => AttemptOutcome::Failed(e.label()),
+    };
+    let header_latency = ctx.attempts.last().and_then(|a| a.latency);
+    if let Some(a) = ctx.attempts.last_mut() {
+        a.outcome = outcome;
     }
-    Err(last.unwrap_or_else(|| ProxyError::Internal("model has no deployments".into())))
+    gw.router.record(dep, verdict(&result, header_latency));
+    gw.metrics.upstream_attempts.with_label_values(&[&dep.provider.name, outcome.label()]).inc();
+    result
 }
 
+/// What an attempt says about its deployment's health.
+fn verdict(result: &Result<(), ProxyError>, header_latency: Option<Duration>) -> AttemptVerdict {
+    match result {
+        Ok(()) => AttemptVerdict::Success { header_latency: header_latency.unwrap_or_default() },
+        // The client's own doing, or a request this provider cannot express: nothing learned.
+        Err(ProxyError::ClientGone(_) | ProxyError::Unsupported(_) | ProxyError::DeadlineExceeded(_)) => {
+            AttemptVerdict::NoVerdict
+        }
+        Err(ProxyError::Upstream { error, .. })
+            if matches!(error.failure, gw_shared::providers::UpstreamFailure::Rejected { .. }) =>
+        {
+            AttemptVerdict::NoVerdict
+        }
+        Err(ProxyError::Internal(_)) => AttemptVerdict::NoVerdict,
+        Err(_) => AttemptVerdict::Failure,
+    }
+}
+
+/// The exchange of one attempt, bounded by the deployment's own timeouts and the deadline.
 async fn attempt(
     gw: &Gateway,
     session: &mut Session,
     ctx: &mut RequestCtx,
-    req: &ChatRequest,
+    req: Req<'_>,
     dep: &Deployment,
+    api_key: Option<&str>,
 ) -> Result<(), ProxyError> {
     let provider = &dep.provider;
-    let call = Call {
-        endpoint: Endpoint::ChatCompletions,
-        request: req,
-        upstream_model: &dep.upstream_model,
-        api_key: provider.api_key.as_deref(),
-        base_path: provider.upstream.as_ref().map_or("", |u| u.base_path.as_str()),
-        request_id: ctx.request_id,
-        created: ctx.created_at.timestamp(),
+    let base_path = provider.upstream.as_ref().map_or("", |u| u.base_path.as_str());
+    let created = ctx.created_at.timestamp();
+    let exchange = match req {
+        Req::Chat(r) => provider.adapter.build(&Call {
+            endpoint: Endpoint::ChatCompletions,
+            request: r,
+            upstream_model: &dep.upstream_model,
+            api_key,
+            base_path,
+            options: &provider.options,
+            request_id: ctx.request_id,
+            created,
+        }),
+        Req::Embeddings(r) => provider.adapter.build_embeddings(&Call {
+            endpoint: Endpoint::Embeddings,
+            request: r,
+            upstream_model: &dep.upstream_model,
+            api_key,
+            base_path,
+            options: &provider.options,
+            request_id: ctx.request_id,
+            created,
+        }),
     };
-    let exchange = provider.adapter.build(&call).map_err(|e| ProxyError::internal("provider adapter", e))?;
+    let exchange = exchange.map_err(|e| match e {
+        AdapterError::Unsupported(m) => ProxyError::Unsupported(m),
+        AdapterError::Config(m) => ProxyError::Internal(format!("provider {} adapter: {m}", provider.name)),
+    })?;
+    // This attempt ends at its own total timeout or the request's deadline, whichever is first.
+    let attempt_deadline = match dep.timeouts.total {
+        Some(t) => ctx.deadline.min(Instant::now() + t),
+        None => ctx.deadline,
+    };
+    let bound =
+        Bound { deadline: attempt_deadline, own: attempt_deadline < ctx.deadline, provider: provider.name.clone() };
+    let stream = req.stream();
     let sent = Instant::now();
     let (head, mut body) = match exchange {
         Exchange::Http(up) => {
@@ -98,8 +278,13 @@ async fn attempt(
                 .upstream
                 .as_ref()
                 .ok_or_else(|| ProxyError::Internal(format!("provider {} has no base_url", provider.name)))?;
-            let send = gw.transport.send(&provider.name, url, up, req.stream, ctx.remaining());
-            within_deadline(gw, ctx, send).await??
+            let remaining = bound.remaining();
+            let timeouts = AttemptTimeouts {
+                connect: dep.timeouts.connect.min(remaining),
+                first_byte: dep.timeouts.first_byte.min(remaining),
+            };
+            let send = gw.transport.send(&provider.name, url, up, stream, timeouts);
+            bound.run(gw, send).await??
         }
         Exchange::Local(resp) => Transport::local(resp),
     };
@@ -110,35 +295,92 @@ async fn attempt(
     }
     gw.metrics.upstream_duration.with_label_values(&[&provider.name]).observe(latency.as_secs_f64());
 
-    if head.status != 200 {
-        let read = within_deadline(gw, ctx, gw.transport.read_all(&mut body, ctx.remaining())).await?;
+    if !(200..300).contains(&head.status) {
+        let read = bound.run(gw, gw.transport.read_all(&mut body, bound.remaining())).await?;
         let bytes = read.unwrap_or_default();
         gw.transport.release(body).await;
         return Err(ProxyError::upstream(&provider.name, provider.adapter.map_error(head.status, &bytes)));
     }
-    if req.stream {
-        if !head.event_stream {
-            return Err(ProxyError::upstream(&provider.name, UpstreamError::bad_response("not an event stream")));
+    if let Req::Chat(r) = req {
+        if r.stream {
+            if !head.event_stream {
+                return Err(ProxyError::upstream(&provider.name, UpstreamError::bad_response("not an event stream")));
+            }
+            let setup = StreamSetup {
+                include_usage: r.include_usage,
+                completion_id: format!("chatcmpl-{}", ctx.request_id.simple()),
+                model: dep.upstream_model.to_string(),
+                created,
+            };
+            let input = relay::StreamIn {
+                translator: provider.adapter.stream(setup),
+                deadline: attempt_deadline,
+                ends_at_eof: provider.adapter.stream_ends_at_eof(),
+            };
+            relay::run(gw, session, ctx, dep, input, &mut body).await?;
+            if tokio::time::timeout(DRAIN, gw.transport.read_all(&mut body, DRAIN)).await.is_ok_and(|r| r.is_ok()) {
+                gw.transport.release(body).await;
+            }
+            return Ok(());
         }
-        let setup = StreamSetup {
-            include_usage: req.include_usage,
-            completion_id: call.completion_id(),
-            model: dep.upstream_model.to_string(),
-            created: call.created,
-        };
-        let translator = provider.adapter.stream(setup);
-        relay::run(gw, session, ctx, dep, translator, &mut body).await?;
-        if tokio::time::timeout(DRAIN, gw.transport.read_all(&mut body, DRAIN)).await.is_ok_and(|r| r.is_ok()) {
-            gw.transport.release(body).await;
-        }
-        return Ok(());
     }
-    let bytes = within_deadline(gw, ctx, gw.transport.read_all(&mut body, ctx.remaining())).await??;
+    let bytes = bound.run(gw, gw.transport.read_all(&mut body, bound.remaining())).await??;
     gw.transport.release(body).await;
-    let completion =
-        provider.adapter.parse_response(&call, &bytes).map_err(|e| ProxyError::upstream(&provider.name, e))?;
+    let completion = match req {
+        Req::Chat(r) => provider.adapter.parse_response(
+            &Call {
+                endpoint: Endpoint::ChatCompletions,
+                request: r,
+                upstream_model: &dep.upstream_model,
+                api_key: None,
+                base_path,
+                options: &provider.options,
+                request_id: ctx.request_id,
+                created,
+            },
+            &bytes,
+        ),
+        Req::Embeddings(r) => provider.adapter.parse_embeddings(
+            &Call {
+                endpoint: Endpoint::Embeddings,
+                request: r,
+                upstream_model: &dep.upstream_model,
+                api_key: None,
+                base_path,
+                options: &provider.options,
+                request_id: ctx.request_id,
+                created,
+            },
+            &bytes,
+        ),
+    }
+    .map_err(|e| ProxyError::upstream(&provider.name, e))?;
     settle(gw, ctx, dep, completion.usage);
     respond::json(session, ctx, 200, completion.body, None).await
+}
+
+/// An attempt's time bound: its own total timeout (an upstream timeout, so the next deployment
+/// may be tried) or the request's deadline (the end of the request).
+struct Bound {
+    deadline: Instant,
+    own: bool,
+    provider: Arc<str>,
+}
+
+impl Bound {
+    fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    async fn run<T>(&self, gw: &Gateway, fut: impl std::future::Future<Output = T>) -> Result<T, ProxyError> {
+        tokio::time::timeout(self.remaining(), fut).await.map_err(|_| {
+            if self.own {
+                ProxyError::UpstreamTimeout { provider: self.provider.clone() }
+            } else {
+                ProxyError::DeadlineExceeded(gw.request_timeout.as_millis() as u64)
+            }
+        })
+    }
 }
 
 /// Runs `fut` within what is left of the request's deadline: each read has its own timeout, but a
@@ -150,7 +392,7 @@ pub async fn within_deadline<T>(
 ) -> Result<T, ProxyError> {
     tokio::time::timeout(ctx.remaining(), fut)
         .await
-        .map_err(|_| ProxyError::DeadlineExceeded(gw.request_timeout.as_secs()))
+        .map_err(|_| ProxyError::DeadlineExceeded(gw.request_timeout.as_millis() as u64))
 }
 
 /// Usage and cost, from the upstream's own report.
@@ -159,6 +401,7 @@ pub fn settle(gw: &Gateway, ctx: &mut RequestCtx, dep: &Deployment, usage: Optio
         Some(u) => {
             ctx.usage = u;
             ctx.cost = cost_usd(&dep.price, u);
+            gw.router.add_tokens(dep, u64::from(u.total()));
         }
         None => {
             let provider: &Arc<str> = &dep.provider.name;

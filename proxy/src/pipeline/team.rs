@@ -1,5 +1,6 @@
 //! Team attribution: the key's team, else the `x-gw-team` header's, which must be a live team of
 //! the key's organization (a cached lookup like keys, with unknown teams remembered as unknown).
+//! The team's record also brings its model allow-list.
 
 use async_trait::async_trait;
 use gw_shared::db::{teams, DbPool};
@@ -18,6 +19,9 @@ use crate::lookup::{LookupError, Source};
 pub struct LiveTeam {
     pub org_id: Uuid,
     pub team_id: Uuid,
+    /// Models the team may use; `None`: every model.
+    #[serde(default)]
+    pub allowed_models: Option<Vec<String>>,
 }
 
 pub struct TeamSource {
@@ -39,15 +43,17 @@ impl Source for TeamSource {
 
     async fn load(&self, &(org_id, team_id): &(Uuid, Uuid)) -> Result<Option<LiveTeam>, String> {
         let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
-        let live = teams::exists_in_org(&mut conn, org_id, team_id).await.map_err(|e| e.to_string())?;
-        Ok(live.then_some(LiveTeam { org_id, team_id }))
+        let live = teams::live_allowed_models(&mut conn, org_id, team_id).await.map_err(|e| e.to_string())?;
+        Ok(live.map(|allowed_models| LiveTeam { org_id, team_id, allowed_models }))
     }
 }
 
 pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let Some(key) = ctx.key.clone() else { return Err(ProxyError::MissingAuth) };
     let Some(raw) = session.req_header().headers.get(headers::TEAM) else {
-        ctx.team_id = key.team_id;
+        if let Some(bound) = key.team_id {
+            return bound_team(gw, ctx, key.org_id, bound).await;
+        }
         return Ok(());
     };
     let team = raw
@@ -61,13 +67,13 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
                 "This API key is bound to another team; x-gw-team cannot override it.".into(),
             ));
         }
-        ctx.team_id = Some(bound);
-        return Ok(());
+        return bound_team(gw, ctx, key.org_id, bound).await;
     }
     let pass = gw.throttle.pass(ctx.client_ip);
     match gw.teams.get(&(key.org_id, team), &|| pass.admit()).await {
-        Ok(Some(_)) => {
+        Ok(Some(t)) => {
             ctx.team_id = Some(team);
+            ctx.team_models = t.allowed_models.as_deref().map(Into::into);
             Ok(())
         }
         Ok(None) => {
@@ -79,5 +85,19 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
             Err(ProxyError::AuthThrottled(gw.throttle.retry_after(ctx.client_ip)))
         }
         Err(LookupError::Unavailable) => Err(ProxyError::StoreUnavailable),
+    }
+}
+
+/// The team a key is bound to: its record for the allow-list. The key itself authenticated, so
+/// this lookup is not throttled; a team deleted since the key was made ends the key's use.
+async fn bound_team(gw: &Gateway, ctx: &mut RequestCtx, org_id: Uuid, team_id: Uuid) -> Result<(), ProxyError> {
+    ctx.team_id = Some(team_id);
+    match gw.teams.get(&(org_id, team_id), &|| true).await {
+        Ok(Some(t)) => {
+            ctx.team_models = t.allowed_models.as_deref().map(Into::into);
+            Ok(())
+        }
+        Ok(None) => Err(ProxyError::InvalidTeam("The team this API key is bound to no longer exists.".into())),
+        Err(LookupError::NotAllowed | LookupError::Unavailable) => Err(ProxyError::StoreUnavailable),
     }
 }

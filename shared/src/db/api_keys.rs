@@ -22,6 +22,7 @@ pub struct ApiKey {
     pub last_used_at: Option<DateTime<Utc>>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    pub allowed_models: Option<Vec<String>>,
 }
 
 #[derive(Debug, Insertable)]
@@ -34,6 +35,7 @@ pub struct NewApiKey<'a> {
     pub key_prefix: &'a str,
     pub key_hash: &'a [u8],
     pub permissions: &'a [String],
+    pub allowed_models: Option<&'a [String]>,
     pub created_by: Option<Uuid>,
     pub expires_at: Option<DateTime<Utc>>,
 }
@@ -87,6 +89,10 @@ pub struct KeyAuth {
     pub permissions: Vec<String>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// Models the key may use; `None`: every model. A Redis copy written before this field
+    /// existed decodes with `None`.
+    #[serde(default)]
+    pub allowed_models: Option<Vec<String>>,
 }
 
 /// Authentication lookup: by digest across all tenants (the digest is the credential).

@@ -18,9 +18,9 @@ use crate::audit::AuditRecord;
 
 const COLUMNS: &str = "id, org_id, team_id, api_key_id, endpoint, model, provider, upstream_model, status_code, \
     error_type, stream, prompt_tokens, completion_tokens, total_tokens, cost_usd, latency_ms, upstream_latency_ms, \
-    ttft_ms, cache_status, policy_action, attempts, created_at, cached_tokens, reasoning_tokens, routing, policy";
+    ttft_ms, cache_status, policy_action, attempts, created_at, cached_tokens, reasoning_tokens, routing, policy, cache_creation_tokens";
 
-const TYPES: [Type; 26] = [
+const TYPES: [Type; 27] = [
     Type::UUID,
     Type::UUID,
     Type::UUID,
@@ -47,6 +47,7 @@ const TYPES: [Type; 26] = [
     Type::INT4,
     Type::JSONB,
     Type::JSONB,
+    Type::INT4,
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +172,7 @@ async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[Audi
     let writer = BinaryCopyInWriter::new(sink, &TYPES);
     pin_mut!(writer);
     for r in rows {
-        let row: [&(dyn ToSql + Sync); 26] = [
+        let row: [&(dyn ToSql + Sync); 27] = [
             &r.id,
             &r.org_id,
             &r.team_id,
@@ -198,6 +199,7 @@ async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[Audi
             &r.reasoning_tokens,
             &r.routing,
             &r.policy,
+            &r.cache_creation_tokens,
         ];
         writer.as_mut().write(&row).await.map_err(classify)?;
     }

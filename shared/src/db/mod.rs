@@ -5,6 +5,7 @@ pub mod api_keys;
 pub mod audit_copy;
 pub mod audit_logs;
 pub mod orgs;
+pub mod provider_keys;
 pub mod refresh_tokens;
 pub mod schema;
 pub mod teams;

@@ -40,6 +40,7 @@ diesel::table! {
         metadata -> Jsonb,
         created_at -> Timestamptz,
         deleted_at -> Nullable<Timestamptz>,
+        allowed_models -> Nullable<Array<Text>>,
     }
 }
 
@@ -67,6 +68,7 @@ diesel::table! {
         last_used_at -> Nullable<Timestamptz>,
         expires_at -> Nullable<Timestamptz>,
         revoked_at -> Nullable<Timestamptz>,
+        allowed_models -> Nullable<Array<Text>>,
     }
 }
 
@@ -96,6 +98,8 @@ diesel::table! {
         created_at -> Timestamptz,
         rotated_at -> Nullable<Timestamptz>,
         revoked_at -> Nullable<Timestamptz>,
+        key_version -> SmallInt,
+        updated_at -> Timestamptz,
     }
 }
 
@@ -127,6 +131,7 @@ diesel::table! {
         reasoning_tokens -> Int4,
         routing -> Jsonb,
         policy -> Jsonb,
+        cache_creation_tokens -> Int4,
     }
 }
 

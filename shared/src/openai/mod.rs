@@ -3,6 +3,7 @@
 //! fields OpenAI's OpenAPI document marks required, nullable ones as `null`.
 
 pub mod chat;
+pub mod embeddings;
 pub mod error;
 pub mod models;
 pub mod request;
@@ -10,6 +11,7 @@ pub mod stream;
 pub mod validate;
 
 pub use chat::*;
+pub use embeddings::*;
 pub use error::*;
 pub use models::*;
 pub use request::*;

@@ -6,13 +6,14 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::Map;
 use sha2::{Digest, Sha256};
 
-use super::openai::{parse_completion, OpenAiStream};
+use super::openai::{parse_completion, parse_embeddings, OpenAiStream};
 use super::{
-    Adapter, AdapterError, Call, Completion, Exchange, LocalResponse, StreamSetup, StreamTranslator, UpstreamError,
+    Adapter, AdapterError, Call, Completion, Endpoint, Exchange, LocalResponse, StreamSetup, StreamTranslator,
+    UpstreamError,
 };
 use crate::openai::{
-    message_role, message_text, AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice,
-    ChunkChoice, Delta, Usage, SSE_DONE,
+    embeddings_response, message_role, message_text, AssistantMessage, ChatCompletion, ChatCompletionChunk,
+    ChatRequest, Choice, ChunkChoice, Delta, EmbeddingInput, EmbeddingsRequest, Usage, SSE_DONE,
 };
 use crate::pricing::TokenUsage;
 
@@ -25,7 +26,7 @@ impl Adapter for MockAdapter {
 
     fn build(&self, call: &Call<'_>) -> Result<Exchange, AdapterError> {
         let id = call.completion_id();
-        let ser = |e: serde_json::Error| AdapterError(e.to_string());
+        let ser = AdapterError::config;
         let (content_type, body) = if call.request.stream {
             let mut out = BytesMut::with_capacity(2048);
             for chunk in stream_chunks(call.request, &id, call.upstream_model, call.created) {
@@ -49,6 +50,54 @@ impl Adapter for MockAdapter {
     fn stream(&self, setup: StreamSetup) -> Box<dyn StreamTranslator> {
         Box::new(OpenAiStream::new(setup.include_usage))
     }
+
+    fn supports(&self, _endpoint: Endpoint) -> bool {
+        true
+    }
+
+    fn build_embeddings(&self, call: &Call<'_, EmbeddingsRequest>) -> Result<Exchange, AdapterError> {
+        let texts: Vec<String> = match &call.request.input {
+            EmbeddingInput::Texts(t) => t.clone(),
+            EmbeddingInput::Tokens(t) => {
+                t.iter().map(|ids| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")).collect()
+            }
+        };
+        let dims = call.request.dimensions.map_or(EMBEDDING_DIMS, |d| d as usize);
+        let vectors: Vec<Vec<f32>> = texts.iter().map(|t| embed(t, dims)).collect();
+        let tokens = texts.iter().map(|t| count_tokens(t).max(1)).sum();
+        let body = embeddings_response(&vectors, call.upstream_model, call.request.encoding, tokens)
+            .map_err(AdapterError::config)?;
+        Ok(Exchange::Local(LocalResponse { status: 200, content_type: "application/json", body }))
+    }
+
+    fn parse_embeddings(&self, _call: &Call<'_, EmbeddingsRequest>, body: &[u8]) -> Result<Completion, UpstreamError> {
+        parse_embeddings(body)
+    }
+}
+
+/// Dimensions of the mock's embeddings unless the request asks for fewer.
+pub const EMBEDDING_DIMS: usize = 256;
+
+/// A deterministic unit vector for a text: equal texts embed equally, different ones do not.
+pub fn embed(text: &str, dims: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(dims);
+    let mut block = 0u32;
+    while out.len() < dims {
+        let digest = Sha256::new().chain_update(block.to_le_bytes()).chain_update(text.as_bytes()).finalize();
+        for pair in digest.chunks_exact(2) {
+            if out.len() == dims {
+                break;
+            }
+            let v = u16::from_le_bytes([pair[0], pair[1]]);
+            out.push(f32::from(v) / 32767.5 - 1.0);
+        }
+        block += 1;
+    }
+    let norm = out.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        out.iter_mut().for_each(|x| *x /= norm);
+    }
+    out
 }
 
 /// A rough token count: whitespace-separated words.
@@ -141,7 +190,36 @@ pub fn stream_chunks(req: &ChatRequest, id: &str, model: &str, created: i64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{Endpoint, Flow, StreamSink};
+    use crate::providers::{Flow, ProviderOptions, StreamSink};
+
+    static OPTS: ProviderOptions = ProviderOptions { api_version: None, region: None, host: String::new() };
+
+    #[test]
+    fn embeddings_are_deterministic_unit_vectors() {
+        let a = embed("hello", 64);
+        assert_eq!(a.len(), 64);
+        assert_eq!(a, embed("hello", 64));
+        assert_ne!(a, embed("hellO", 64));
+        let norm: f32 = a.iter().map(|x| x * x).sum();
+        assert!((norm - 1.0).abs() < 1e-4);
+        let req = EmbeddingsRequest::parse(br#"{"model":"e","input":["a b","c"],"dimensions":8}"#).unwrap();
+        let call = Call {
+            endpoint: Endpoint::Embeddings,
+            request: &req,
+            upstream_model: "e",
+            api_key: None,
+            base_path: "",
+            options: &OPTS,
+            request_id: uuid::Uuid::nil(),
+            created: 1,
+        };
+        let Exchange::Local(resp) = MockAdapter.build_embeddings(&call).unwrap() else { panic!() };
+        let c = MockAdapter.parse_embeddings(&call, &resp.body).unwrap();
+        assert_eq!(c.usage.unwrap().prompt_tokens, 3);
+        let v: serde_json::Value = serde_json::from_slice(&c.body).unwrap();
+        assert_eq!(v["data"].as_array().unwrap().len(), 2);
+        assert_eq!(v["data"][1]["embedding"].as_array().unwrap().len(), 8);
+    }
 
     fn req(text: &str, stream: bool) -> ChatRequest {
         let body = serde_json::json!({"model":"m","messages":[{"role":"user","content":text}],"stream":stream});
@@ -155,6 +233,7 @@ mod tests {
             upstream_model: "m",
             api_key: None,
             base_path: "",
+            options: &OPTS,
             request_id: uuid::Uuid::nil(),
             created: 1,
         }

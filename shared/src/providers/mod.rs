@@ -7,6 +7,10 @@
 //! owns the connection, timeouts, the deadline and the fallback loop, so adding a provider is a
 //! new file plus a registry entry.
 
+pub mod anthropic;
+pub mod azure;
+pub mod bedrock;
+pub mod gemini;
 pub mod mock;
 pub mod openai;
 mod sink;
@@ -19,7 +23,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use uuid::Uuid;
 
-use crate::openai::{ChatRequest, ErrorBody};
+use crate::openai::{ChatRequest, EmbeddingsRequest, ErrorBody};
 use crate::pricing::TokenUsage;
 
 pub use sink::StreamSink;
@@ -29,24 +33,48 @@ pub use url::UpstreamUrl;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     ChatCompletions,
+    Embeddings,
+}
+
+impl Endpoint {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "chat.completions",
+            Endpoint::Embeddings => "embeddings",
+        }
+    }
+}
+
+/// Provider settings beyond a base URL and a key, from the provider's `conf/` entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderOptions {
+    /// Azure OpenAI's `api-version` query parameter; Anthropic's `anthropic-version` header.
+    pub api_version: Option<String>,
+    /// AWS region (Bedrock).
+    pub region: Option<String>,
+    /// The host the request goes to, as signed (Bedrock SigV4 signs it).
+    pub host: String,
 }
 
 /// What an adapter is told about one attempt: the request and the deployment serving it.
-pub struct Call<'a> {
+/// `R` is the endpoint's request: [`ChatRequest`] or [`EmbeddingsRequest`].
+pub struct Call<'a, R = ChatRequest> {
     pub endpoint: Endpoint,
-    pub request: &'a ChatRequest,
+    pub request: &'a R,
     pub upstream_model: &'a str,
-    /// The provider credential for this deployment, if it has one.
+    /// The provider credential for this attempt (the organization's own provider key, else the
+    /// deployment's configured one), if there is one. For Bedrock: `ACCESS_KEY_ID:SECRET`.
     pub api_key: Option<&'a str>,
     /// Path prefix of the provider's base URL (`/v1`), empty for in-process providers.
     pub base_path: &'a str,
+    pub options: &'a ProviderOptions,
     /// gw's id for the request: in-process providers use it for the completion id.
     pub request_id: Uuid,
     /// Unix time the request arrived: the `created` of synthesized completions.
     pub created: i64,
 }
 
-impl Call<'_> {
+impl<R> Call<'_, R> {
     /// The id of a completion gw synthesizes itself.
     pub fn completion_id(&self) -> String {
         format!("chatcmpl-{}", self.request_id.simple())
@@ -119,6 +147,11 @@ pub trait Adapter: Send + Sync {
         true
     }
 
+    /// Whether this provider serves `endpoint` at all (checked when `conf/` is loaded).
+    fn supports(&self, endpoint: Endpoint) -> bool {
+        endpoint == Endpoint::ChatCompletions
+    }
+
     /// The upstream request for one attempt, or the in-process answer.
     fn build(&self, call: &Call<'_>) -> Result<Exchange, AdapterError>;
 
@@ -128,19 +161,51 @@ pub trait Adapter: Send + Sync {
     /// A translator for one streamed response.
     fn stream(&self, setup: StreamSetup) -> Box<dyn StreamTranslator>;
 
+    /// Whether this protocol's streams end with the body rather than an end event (Gemini's
+    /// `alt=sse` has no `[DONE]`): a clean end of the body then completes the stream.
+    fn stream_ends_at_eof(&self) -> bool {
+        false
+    }
+
     /// Maps a non-success upstream status and body to our error.
     fn map_error(&self, status: u16, body: &[u8]) -> UpstreamError {
         default_error(status, body)
     }
+
+    /// The upstream request for an embeddings attempt.
+    fn build_embeddings(&self, _call: &Call<'_, EmbeddingsRequest>) -> Result<Exchange, AdapterError> {
+        Err(AdapterError::Unsupported("this provider does not serve embeddings".into()))
+    }
+
+    /// Parses a successful embeddings answer into OpenAI's `CreateEmbeddingResponse`, encoded as
+    /// the client asked (`float` or `base64`).
+    fn parse_embeddings(&self, _call: &Call<'_, EmbeddingsRequest>, body: &[u8]) -> Result<Completion, UpstreamError> {
+        Err(UpstreamError::bad_response(format!("unexpected embeddings answer: {}", log_snippet(body))))
+    }
 }
 
-/// The adapter could not build a request (a bug or a configuration problem, never the client's).
+/// Why an adapter could not build an upstream request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdapterError(pub String);
+pub enum AdapterError {
+    /// A bug or a configuration problem, never the client's.
+    Config(String),
+    /// The request uses something this provider cannot express (token-array input to Gemini
+    /// embeddings, `n > 1` to Anthropic, ...): the next deployment may serve it; if none does,
+    /// the client gets 400 with this message.
+    Unsupported(String),
+}
+
+impl AdapterError {
+    pub fn config(e: impl fmt::Display) -> Self {
+        AdapterError::Config(e.to_string())
+    }
+}
 
 impl fmt::Display for AdapterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            AdapterError::Config(m) | AdapterError::Unsupported(m) => f.write_str(m),
+        }
     }
 }
 
@@ -229,11 +294,17 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The adapters gw ships: `mock` (in-process) and `openai` (any OpenAI-compatible API).
+    /// The adapters gw ships: `mock` (in-process), `openai` (any OpenAI-compatible API: OpenAI,
+    /// vLLM, Ollama, Groq, Together, Mistral, DeepSeek, OpenRouter, ...), `azure`, `anthropic`,
+    /// `gemini` and `bedrock`.
     pub fn builtin() -> Self {
         let mut r = Self::default();
         r.register("mock", Arc::new(mock::MockAdapter));
         r.register("openai", Arc::new(openai::OpenAiAdapter));
+        r.register("azure", Arc::new(azure::AzureAdapter));
+        r.register("anthropic", Arc::new(anthropic::AnthropicAdapter));
+        r.register("gemini", Arc::new(gemini::GeminiAdapter));
+        r.register("bedrock", Arc::new(bedrock::BedrockAdapter));
         r
     }
 
@@ -292,7 +363,7 @@ mod tests {
     #[test]
     fn builtin_kinds() {
         let r = Registry::builtin();
-        assert_eq!(r.kinds(), ["mock", "openai"]);
+        assert_eq!(r.kinds(), ["anthropic", "azure", "bedrock", "gemini", "mock", "openai"]);
         assert!(r.get("mock").is_some_and(|a| !a.needs_base_url()));
         assert!(r.get("openai").is_some_and(|a| a.needs_base_url()));
     }

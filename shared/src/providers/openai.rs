@@ -9,28 +9,42 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    Adapter, AdapterError, Call, Completion, Exchange, Flow, StreamSetup, StreamSink, StreamTranslator, UpstreamError,
-    UpstreamFailure, UpstreamRequest,
+    Adapter, AdapterError, Call, Completion, Endpoint, Exchange, Flow, StreamSetup, StreamSink, StreamTranslator,
+    UpstreamError, UpstreamFailure, UpstreamRequest,
 };
-use crate::openai::{ChatCompletion, ChatCompletionChunk};
-use crate::pricing::TokenUsage;
+use crate::openai::{ChatCompletion, ChatCompletionChunk, EmbeddingsRequest};
+use crate::pricing::{ServiceTier, TokenUsage};
 
 pub const CHAT_COMPLETIONS_PATH: &str = "/chat/completions";
+pub const EMBEDDINGS_PATH: &str = "/embeddings";
 
 pub struct OpenAiAdapter;
 
+/// A credential header, refused if the key holds bytes a header cannot carry.
+pub fn credential_header(
+    name: http::HeaderName,
+    value: String,
+) -> Result<(http::HeaderName, http::HeaderValue), AdapterError> {
+    let mut value = http::HeaderValue::try_from(value)
+        .map_err(|_| AdapterError::Config("the provider key is not a valid header value".into()))?;
+    value.set_sensitive(true);
+    Ok((name, value))
+}
+
+fn bearer(call_key: Option<&str>) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, AdapterError> {
+    call_key.map(|k| credential_header(http::header::AUTHORIZATION, format!("Bearer {k}"))).into_iter().collect()
+}
+
 impl Adapter for OpenAiAdapter {
+    fn supports(&self, _endpoint: Endpoint) -> bool {
+        true
+    }
+
     fn build(&self, call: &Call<'_>) -> Result<Exchange, AdapterError> {
-        let body = call.request.openai_body(call.upstream_model).map_err(|e| AdapterError(e.to_string()))?;
-        let mut headers = Vec::with_capacity(1);
-        if let Some(key) = call.api_key {
-            let value = http::HeaderValue::try_from(format!("Bearer {key}"))
-                .map_err(|_| AdapterError("the provider key is not a valid header value".into()))?;
-            headers.push((http::header::AUTHORIZATION, value));
-        }
+        let body = call.request.openai_body(call.upstream_model).map_err(AdapterError::config)?;
         Ok(Exchange::Http(UpstreamRequest {
             path: format!("{}{CHAT_COMPLETIONS_PATH}", call.base_path),
-            headers,
+            headers: bearer(call.api_key)?,
             body,
         }))
     }
@@ -42,6 +56,42 @@ impl Adapter for OpenAiAdapter {
     fn stream(&self, setup: StreamSetup) -> Box<dyn StreamTranslator> {
         Box::new(OpenAiStream { include_usage: setup.include_usage })
     }
+
+    fn build_embeddings(&self, call: &Call<'_, EmbeddingsRequest>) -> Result<Exchange, AdapterError> {
+        let body = call.request.openai_body(call.upstream_model).map_err(AdapterError::config)?;
+        Ok(Exchange::Http(UpstreamRequest {
+            path: format!("{}{EMBEDDINGS_PATH}", call.base_path),
+            headers: bearer(call.api_key)?,
+            body,
+        }))
+    }
+
+    fn parse_embeddings(&self, _call: &Call<'_, EmbeddingsRequest>, body: &[u8]) -> Result<Completion, UpstreamError> {
+        parse_embeddings(body)
+    }
+}
+
+#[derive(Deserialize)]
+struct EmbeddingsPeek {
+    data: Vec<EmbeddingPeek>,
+    #[serde(default)]
+    usage: Option<UsagePeek>,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingPeek {
+    #[allow(dead_code)]
+    embedding: IgnoredAny,
+}
+
+/// An OpenAI-shaped embeddings answer: checked for shape, forwarded byte for byte.
+pub fn parse_embeddings(body: &[u8]) -> Result<Completion, UpstreamError> {
+    let peek: EmbeddingsPeek = serde_json::from_slice(body)
+        .map_err(|e| UpstreamError::bad_response(format!("not an embeddings response: {e}")))?;
+    if peek.data.is_empty() {
+        return Err(UpstreamError::bad_response("an embeddings response without data"));
+    }
+    Ok(Completion { body: bytes::Bytes::copy_from_slice(body), usage: peek.usage.as_ref().map(UsagePeek::tokens) })
 }
 
 /// Presence of a field, whatever its value (`null` included): the document requires some
@@ -87,6 +137,7 @@ impl UsagePeek {
             completion_tokens: self.completion_tokens.unwrap_or(0),
             cached_tokens: self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
             reasoning_tokens: self.completion_tokens_details.as_ref().and_then(|d| d.reasoning_tokens).unwrap_or(0),
+            ..Default::default()
         }
     }
 }
@@ -110,6 +161,8 @@ struct CompletionPeek {
     choices: Option<Vec<ChoicePeek>>,
     #[serde(default)]
     usage: Option<UsagePeek>,
+    #[serde(default)]
+    service_tier: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -155,7 +208,8 @@ impl CompletionPeek {
 pub fn parse_completion(body: &[u8]) -> Result<Completion, UpstreamError> {
     let peek: CompletionPeek =
         serde_json::from_slice(body).map_err(|e| UpstreamError::bad_response(format!("not a chat completion: {e}")))?;
-    let usage = peek.usage.as_ref().map(UsagePeek::tokens);
+    let tier = peek.service_tier.as_deref().map(ServiceTier::from_reported).unwrap_or_default();
+    let usage = peek.usage.as_ref().map(|u| TokenUsage { tier, ..u.tokens() });
     if peek.complete() {
         return Ok(Completion { body: bytes::Bytes::copy_from_slice(body), usage });
     }
@@ -181,6 +235,8 @@ struct ChunkPeek {
     #[serde(default)]
     usage: Option<UsagePeek>,
     #[serde(default)]
+    service_tier: Option<String>,
+    #[serde(default)]
     error: Option<ErrorPeek>,
 }
 
@@ -189,9 +245,26 @@ struct ChunkChoicePeek {
     #[serde(default)]
     index: Present,
     #[serde(default)]
-    delta: Present,
+    delta: Option<DeltaPeek>,
     #[serde(default)]
     finish_reason: Present,
+}
+
+#[derive(Deserialize, Default)]
+struct DeltaPeek {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+    #[serde(default)]
+    refusal: Option<Value>,
+}
+
+impl DeltaPeek {
+    fn has_content(&self) -> bool {
+        let text = |v: &Option<Value>| v.as_ref().and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+        text(&self.content) || text(&self.refusal) || self.tool_calls.as_ref().is_some_and(|t| !t.is_null())
+    }
 }
 
 #[derive(Deserialize)]
@@ -206,7 +279,10 @@ impl ChunkPeek {
             && self.object.0
             && self.created.0
             && self.model.0
-            && self.choices.as_ref().is_some_and(|cs| cs.iter().all(|c| c.index.0 && c.delta.0 && c.finish_reason.0))
+            && self
+                .choices
+                .as_ref()
+                .is_some_and(|cs| cs.iter().all(|c| c.index.0 && c.delta.is_some() && c.finish_reason.0))
     }
 }
 
@@ -234,13 +310,17 @@ impl StreamTranslator for OpenAiStream {
             return Err(UpstreamError::new(UpstreamFailure::MidStream, detail));
         }
         if let Some(u) = &peek.usage {
-            out.usage = Some(u.tokens());
+            let tier = peek.service_tier.as_deref().map(ServiceTier::from_reported).unwrap_or_default();
+            out.usage = Some(TokenUsage { tier, ..u.tokens() });
         }
         let usage_only = peek.choices.as_ref().is_none_or(Vec::is_empty);
         let strip_usage = peek.usage.is_some() && !self.include_usage;
         if strip_usage && usage_only {
             // The usage chunk gw asked for on the client's behalf: not theirs to see.
             return Ok(Flow::Continue);
+        }
+        if peek.choices.iter().flatten().any(|c| c.delta.as_ref().is_some_and(DeltaPeek::has_content)) {
+            out.saw_content();
         }
         if peek.complete() && !strip_usage {
             out.push_raw(data);
@@ -260,6 +340,29 @@ impl StreamTranslator for OpenAiStream {
 mod tests {
     use super::*;
     use crate::openai::ChatRequest;
+    use crate::providers::ProviderOptions;
+
+    static OPTS: ProviderOptions = ProviderOptions { api_version: None, region: None, host: String::new() };
+
+    #[test]
+    fn service_tier_reaches_usage_and_streams_cost_like_plain_answers() {
+        let body = br#"{"id":"c","object":"chat.completion","created":1,"model":"m","service_tier":"priority","choices":[{"index":0,"message":{"role":"assistant","content":"hi","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":30,"completion_tokens":20,"total_tokens":50,"prompt_tokens_details":{"cached_tokens":10},"completion_tokens_details":{"reasoning_tokens":5}}}"#;
+        let plain = parse_completion(body).unwrap().usage.unwrap();
+        assert_eq!(plain.tier, ServiceTier::Priority);
+        let chunk = r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","service_tier":"priority","choices":[],"usage":{"prompt_tokens":30,"completion_tokens":20,"total_tokens":50,"prompt_tokens_details":{"cached_tokens":10},"completion_tokens_details":{"reasoning_tokens":5}}}"#;
+        let (_, streamed, _) = run(false, &[chunk]);
+        assert_eq!(streamed.unwrap(), plain, "the same usage whichever way it came");
+    }
+
+    #[test]
+    fn embeddings_pass_through() {
+        let body = br#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":"AACAPw=="}],"model":"m","usage":{"prompt_tokens":4,"total_tokens":4}}"#;
+        let c = parse_embeddings(body).unwrap();
+        assert_eq!(&c.body[..], &body[..]);
+        assert_eq!(c.usage.unwrap().prompt_tokens, 4);
+        assert!(parse_embeddings(br#"{"data":[]}"#).is_err());
+        assert!(parse_embeddings(b"nope").is_err());
+    }
 
     fn call<'a>(req: &'a ChatRequest, key: Option<&'a str>) -> Call<'a> {
         Call {
@@ -268,6 +371,7 @@ mod tests {
             upstream_model: "real",
             api_key: key,
             base_path: "/v1",
+            options: &OPTS,
             request_id: uuid::Uuid::nil(),
             created: 1,
         }

@@ -13,6 +13,9 @@ pub struct StreamSink {
     pub usage: Option<TokenUsage>,
     /// Chunks written for the client so far.
     pub chunks: u64,
+    /// A chunk carrying content (text, a tool call, a refusal) has been written: the moment
+    /// time-to-first-token measures. Translators say so with [`StreamSink::saw_content`].
+    pub content_seen: bool,
 }
 
 impl StreamSink {
@@ -36,6 +39,11 @@ impl StreamSink {
         self.buf.put_slice(b"\n\n");
         self.chunks += 1;
         Ok(())
+    }
+
+    /// The chunk just pushed carried content for the client.
+    pub fn saw_content(&mut self) {
+        self.content_seen = true;
     }
 
     /// Bytes gathered since the last take.

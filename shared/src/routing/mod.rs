@@ -1,0 +1,471 @@
+//! Model routing: a public model name (or alias) resolves to a route — its deployments (provider,
+//! upstream model, price, weight, caps, timeouts) and the models to fall back on. For each request
+//! the router orders a route's deployments by the model's strategy and leaves out those whose
+//! circuit is open, whose provider fails its health check, or that reached their per-minute caps.
+
+mod breaker;
+mod strategy;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use breaker::{DeploymentState, Gate, InflightGuard};
+pub use strategy::{order, Candidate};
+
+use crate::config::{Config, ModelMode, ModelPrice, RoutingConfig, Strategy, TimeoutConfig};
+use crate::error::{Error, Result};
+use crate::providers::{Adapter, Endpoint, ProviderOptions, Registry, UpstreamUrl};
+
+pub struct Provider {
+    pub name: Arc<str>,
+    pub kind: String,
+    pub adapter: Arc<dyn Adapter>,
+    pub upstream: Option<UpstreamUrl>,
+    pub api_key: Option<String>,
+    pub options: ProviderOptions,
+    /// Whether the background health check covers this provider.
+    pub health_check: bool,
+    healthy: AtomicBool,
+}
+
+impl Provider {
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    pub fn set_healthy(&self, up: bool) {
+        self.healthy.store(up, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provider")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("upstream", &self.upstream)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+/// Resolved per-attempt timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub first_byte: Duration,
+    /// The whole attempt; `None`: only the request's deadline bounds it.
+    pub total: Option<Duration>,
+}
+
+pub struct Deployment {
+    pub provider: Arc<Provider>,
+    pub upstream_model: Arc<str>,
+    pub price: ModelPrice,
+    pub weight: u32,
+    pub rpm: Option<u32>,
+    pub tpm: Option<u64>,
+    pub region: Option<Arc<str>>,
+    /// A key for this deployment only; else the provider's.
+    pub api_key: Option<String>,
+    pub timeouts: Timeouts,
+    pub state: DeploymentState,
+}
+
+impl Deployment {
+    /// The configured credential: the deployment's own, else its provider's.
+    pub fn configured_key(&self) -> Option<&str> {
+        self.api_key.as_deref().or(self.provider.api_key.as_deref())
+    }
+}
+
+impl std::fmt::Debug for Deployment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deployment")
+            .field("provider", &self.provider.name)
+            .field("upstream_model", &self.upstream_model)
+            .field("weight", &self.weight)
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+pub struct ModelRoute {
+    pub name: String,
+    pub aliases: Vec<String>,
+    pub owned_by: String,
+    pub mode: ModelMode,
+    pub strategy: Strategy,
+    pub deployments: Vec<Arc<Deployment>>,
+    /// Canonical names of the models tried after this one.
+    pub fallbacks: Vec<String>,
+    pub retries: u32,
+    pub retry_backoff: Duration,
+    rr: AtomicU64,
+}
+
+impl ModelRoute {
+    pub fn endpoint(&self) -> Endpoint {
+        match self.mode {
+            ModelMode::Chat => Endpoint::ChatCompletions,
+            ModelMode::Embedding => Endpoint::Embeddings,
+        }
+    }
+
+    /// Whether `name` (as a client sent it) names this model.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.name == name || self.aliases.iter().any(|a| a == name)
+    }
+}
+
+#[derive(Debug)]
+pub struct Router {
+    models: HashMap<String, Arc<ModelRoute>>,
+    /// Canonical names in configuration order, for `/v1/models`.
+    order: Vec<String>,
+    providers: Vec<Arc<Provider>>,
+    pub settings: RoutingConfig,
+    epoch: Instant,
+}
+
+impl Router {
+    pub fn from_config(cfg: &Config, registry: &Registry) -> Result<Self> {
+        let mut providers = HashMap::new();
+        let mut provider_list = Vec::new();
+        let defaults = TimeoutConfig {
+            connect_timeout_ms: Some(cfg.proxy.upstream_connect_timeout_ms),
+            first_byte_timeout_ms: Some(cfg.proxy.upstream_read_timeout_ms),
+            timeout_ms: None,
+        };
+        let mut provider_timeouts = HashMap::new();
+        for p in &cfg.providers {
+            let adapter = registry.get(&p.kind).ok_or_else(|| {
+                Error::Config(format!(
+                    "provider {:?}: unknown kind {:?} (known: {})",
+                    p.name,
+                    p.kind,
+                    registry.kinds().join(", ")
+                ))
+            })?;
+            let upstream = match (&p.base_url, adapter.needs_base_url()) {
+                (Some(url), _) => Some(UpstreamUrl::parse(url).map_err(|e| Error::Config(e.to_string()))?),
+                (None, false) => None,
+                (None, true) => return Err(Error::Config(format!("provider {:?} needs base_url", p.name))),
+            };
+            let options = ProviderOptions {
+                api_version: p.api_version.clone(),
+                region: p.region.clone(),
+                host: upstream.as_ref().map(UpstreamUrl::host_header).unwrap_or_default(),
+            };
+            let provider = Arc::new(Provider {
+                name: Arc::from(p.name.as_str()),
+                kind: p.kind.clone(),
+                adapter,
+                health_check: p.health_check && upstream.is_some(),
+                upstream,
+                api_key: p.api_key.clone(),
+                options,
+                healthy: AtomicBool::new(true),
+            });
+            provider_timeouts.insert(p.name.clone(), p.timeouts.or(defaults));
+            provider_list.push(provider.clone());
+            providers.insert(p.name.clone(), provider);
+        }
+        let mut router = Router {
+            models: HashMap::new(),
+            order: Vec::new(),
+            providers: provider_list,
+            settings: cfg.routing.clone(),
+            epoch: Instant::now(),
+        };
+        for m in &cfg.models {
+            let mut deployments = Vec::with_capacity(m.deployments.len());
+            for d in &m.deployments {
+                let provider = providers
+                    .get(&d.provider)
+                    .cloned()
+                    .ok_or_else(|| Error::Config(format!("unknown provider {:?}", d.provider)))?;
+                let endpoint = match m.mode {
+                    ModelMode::Chat => Endpoint::ChatCompletions,
+                    ModelMode::Embedding => Endpoint::Embeddings,
+                };
+                if !provider.adapter.supports(endpoint) {
+                    return Err(Error::Config(format!(
+                        "model {:?}: provider {:?} ({}) does not serve {}",
+                        m.name,
+                        d.provider,
+                        provider.kind,
+                        endpoint.as_str()
+                    )));
+                }
+                let upstream_model: Arc<str> = Arc::from(d.model.as_deref().unwrap_or(&m.name));
+                let price = cfg
+                    .price_of(&provider.kind, &upstream_model)
+                    .ok_or_else(|| Error::Config(format!("no price for {upstream_model:?}")))?;
+                let t = d.timeouts.or(provider_timeouts.get(&d.provider).copied().unwrap_or(defaults));
+                let timeouts = Timeouts {
+                    connect: Duration::from_millis(t.connect_timeout_ms.unwrap_or(5_000)),
+                    first_byte: Duration::from_millis(t.first_byte_timeout_ms.unwrap_or(120_000)),
+                    total: t.timeout_ms.map(Duration::from_millis),
+                };
+                deployments.push(Arc::new(Deployment {
+                    provider,
+                    upstream_model,
+                    price,
+                    weight: d.weight.max(1),
+                    rpm: d.rpm,
+                    tpm: d.tpm,
+                    region: d.region.as_deref().map(Arc::from),
+                    api_key: d.api_key.clone(),
+                    timeouts,
+                    state: DeploymentState::default(),
+                }));
+            }
+            let canonical =
+                |f: &String| cfg.models.iter().find(|o| &o.name == f || o.aliases.contains(f)).map(|o| o.name.clone());
+            let route = Arc::new(ModelRoute {
+                name: m.name.clone(),
+                aliases: m.aliases.clone(),
+                owned_by: m.owned_by.clone(),
+                mode: m.mode,
+                strategy: m.strategy,
+                deployments,
+                fallbacks: m.fallbacks.iter().filter_map(canonical).collect(),
+                retries: m.retries,
+                retry_backoff: Duration::from_millis(m.retry_backoff_ms),
+                rr: AtomicU64::new(0),
+            });
+            router.order.push(m.name.clone());
+            for name in std::iter::once(&m.name).chain(&m.aliases) {
+                router.models.insert(name.clone(), route.clone());
+            }
+        }
+        Ok(router)
+    }
+
+    pub fn resolve(&self, model: &str) -> Option<Arc<ModelRoute>> {
+        self.models.get(model).cloned()
+    }
+
+    /// Every model, canonical names in configuration order.
+    pub fn models(&self) -> impl Iterator<Item = &ModelRoute> {
+        self.order.iter().filter_map(|n| self.models.get(n).map(|m| m.as_ref()))
+    }
+
+    pub fn providers(&self) -> &[Arc<Provider>] {
+        &self.providers
+    }
+
+    /// Milliseconds on the router's clock (breakers and caps use it).
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The route's deployments for one round, best first, leaving out open circuits and
+    /// unhealthy providers (unless every closed one is unhealthy: a health check can be wrong,
+    /// and trying is better than refusing for sure). A deployment whose cooldown is over is
+    /// included: [`Router::take`] decides at attempt time whether this request is its one trial.
+    pub fn plan(&self, route: &ModelRoute, prompt_tokens_hint: u32) -> Vec<Arc<Deployment>> {
+        let now = self.now_ms();
+        let closed: Vec<&Arc<Deployment>> = route.deployments.iter().filter(|d| !d.state.is_open(now)).collect();
+        let any_healthy = closed.iter().any(|d| d.provider.healthy());
+        let mut usable = Vec::with_capacity(closed.len());
+        let mut candidates = Vec::with_capacity(closed.len());
+        for d in closed {
+            if any_healthy && !d.provider.healthy() {
+                continue;
+            }
+            candidates.push(Candidate {
+                weight: d.weight,
+                inflight: d.state.inflight(),
+                latency_us: d.state.latency_us(),
+                unit_cost: unit_cost(&d.price, prompt_tokens_hint),
+            });
+            usable.push(d);
+        }
+        let rr = route.rr.fetch_add(1, Ordering::Relaxed);
+        order(route.strategy, &candidates, rr, rand::random::<f64>)
+            .into_iter()
+            .filter_map(|j| usable.get(j).map(|d| Arc::clone(d)))
+            .collect()
+    }
+
+    /// Claims `d` for an attempt now: `None` when its circuit is open (another request holds the
+    /// trial) or it reached a per-minute cap. Every `Some` must be followed by [`Router::record`].
+    pub fn take(&self, d: &Deployment) -> Option<Gate> {
+        let now = self.now_ms();
+        let gate = d.state.gate(now);
+        if gate == Gate::Open {
+            return None;
+        }
+        if !d.state.admit(now, d.rpm, d.tpm) {
+            if gate == Gate::Trial {
+                d.state.release_trial();
+            }
+            return None;
+        }
+        Some(gate)
+    }
+
+    /// Tokens an answer used, for the deployment's token cap.
+    pub fn add_tokens(&self, d: &Deployment, tokens: u64) {
+        if d.tpm.is_some() {
+            d.state.add_tokens(self.now_ms(), tokens);
+        }
+    }
+
+    /// Records how an attempt on `d` ended, for its circuit and latency average.
+    pub fn record(&self, d: &Deployment, outcome: AttemptVerdict) {
+        let now = self.now_ms();
+        match outcome {
+            AttemptVerdict::Success { header_latency } => {
+                d.state.record_success();
+                let us = u64::try_from(header_latency.as_micros()).unwrap_or(u64::MAX);
+                d.state.observe_latency(us, self.settings.latency_ewma_alpha);
+            }
+            AttemptVerdict::Failure => {
+                if d.state.record_failure(now, self.settings.circuit_failures, self.settings.circuit_cooldown_ms) {
+                    log::warn!(
+                        "circuit opened for {}/{} for {} ms",
+                        d.provider.name,
+                        d.upstream_model,
+                        self.settings.circuit_cooldown_ms
+                    );
+                }
+            }
+            AttemptVerdict::NoVerdict => d.state.release_trial(),
+        }
+    }
+}
+
+/// How an attempt bears on its deployment's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptVerdict {
+    Success {
+        header_latency: Duration,
+    },
+    /// The deployment failed (connect, timeout, 5xx, 429, garbage).
+    Failure,
+    /// Nothing learned: the client's own request was refused, or the client left.
+    NoVerdict,
+}
+
+/// A comparable price for the lowest-cost strategy: the request's prompt at the input price plus
+/// as many completion tokens at the output price (a typical ratio when the answer's length is
+/// unknown).
+fn unit_cost(p: &ModelPrice, prompt_tokens: u32) -> rust_decimal::Decimal {
+    let t = rust_decimal::Decimal::from(prompt_tokens.max(1));
+    t * p.input_per_mtok + t * p.output_per_mtok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFG: &str = r#"
+[routing]
+circuit_failures = 2
+circuit_cooldown_ms = 50
+[[providers]]
+name = "mock"
+kind = "mock"
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "http://127.0.0.1:1/v1"
+[[models]]
+name = "b"
+aliases = ["bee"]
+fallbacks = ["a"]
+deployments = [{ provider = "up", model = "real-b", timeout_ms = 700 }, { provider = "mock" }]
+[[models]]
+name = "a"
+deployments = [{ provider = "mock" }]
+[[models]]
+name = "e"
+mode = "embedding"
+deployments = [{ provider = "up", model = "real-b" }]
+[pricing]
+"real-b" = { input_per_mtok = "1", output_per_mtok = "2" }
+"b" = { input_per_mtok = "0", output_per_mtok = "0" }
+"a" = { input_per_mtok = "0", output_per_mtok = "0" }
+"#;
+
+    fn router() -> Router {
+        let cfg = Config::parse(CFG, |_| None).unwrap();
+        Router::from_config(&cfg, &Registry::builtin()).unwrap()
+    }
+
+    #[test]
+    fn resolves_names_aliases_and_fallbacks() {
+        let r = router();
+        let names: Vec<_> = r.models().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["b", "a", "e"]);
+        let b = r.resolve("bee").unwrap();
+        assert_eq!(b.name, "b");
+        assert!(b.is_named("bee") && b.is_named("b") && !b.is_named("a"));
+        assert_eq!(b.fallbacks, ["a"]);
+        assert_eq!(&*b.deployments[0].upstream_model, "real-b");
+        assert_eq!(b.deployments[0].provider.upstream.as_ref().unwrap().port, 1);
+        assert_eq!(b.deployments[0].timeouts.total, Some(Duration::from_millis(700)));
+        assert_eq!(b.deployments[1].timeouts.total, None);
+        assert_eq!(b.deployments[1].timeouts.connect, Duration::from_millis(5_000));
+        assert_eq!(&*b.deployments[1].upstream_model, "b");
+        assert_eq!(r.resolve("e").unwrap().endpoint(), Endpoint::Embeddings);
+        assert!(r.resolve("nope").is_none());
+    }
+
+    #[test]
+    fn plan_leaves_out_open_circuits_until_the_trial() {
+        let r = router();
+        let b = r.resolve("b").unwrap();
+        let names = |p: &[Arc<Deployment>]| p.iter().map(|d| d.upstream_model.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&r.plan(&b, 10)), ["real-b", "b"]);
+        r.record(&b.deployments[0], AttemptVerdict::Failure);
+        assert_eq!(names(&r.plan(&b, 10)), ["real-b", "b"]);
+        r.record(&b.deployments[0], AttemptVerdict::Failure);
+        assert_eq!(names(&r.plan(&b, 10)), ["b"], "open after two failures");
+        assert_eq!(r.take(&b.deployments[0]), None);
+        std::thread::sleep(Duration::from_millis(60));
+        let plan = r.plan(&b, 10);
+        assert_eq!(names(&plan), ["real-b", "b"]);
+        assert_eq!(r.take(&plan[0]), Some(Gate::Trial));
+        // While the trial is out, nobody else gets the deployment.
+        assert_eq!(names(&r.plan(&b, 10)), ["b"]);
+        assert_eq!(r.take(&plan[0]), None);
+        r.record(&b.deployments[0], AttemptVerdict::Success { header_latency: Duration::from_millis(3) });
+        assert_eq!(names(&r.plan(&b, 10)), ["real-b", "b"]);
+        assert_eq!(b.deployments[0].state.latency_us(), 3000);
+    }
+
+    #[test]
+    fn unhealthy_providers_are_skipped() {
+        let r = router();
+        let b = r.resolve("b").unwrap();
+        b.deployments[0].provider.set_healthy(false);
+        assert_eq!(r.plan(&b, 1).len(), 1);
+        b.deployments[0].provider.set_healthy(true);
+        assert_eq!(r.plan(&b, 1).len(), 2);
+        // All unhealthy: all are tried rather than none.
+        let e = r.resolve("e").unwrap();
+        e.deployments[0].provider.set_healthy(false);
+        assert_eq!(r.plan(&e, 1).len(), 1);
+    }
+
+    #[test]
+    fn kinds_come_from_the_registry_and_must_serve_the_mode() {
+        let text = "[[providers]]\nname = \"x\"\nkind = \"nope\"\n";
+        let cfg = Config::parse(text, |_| None).unwrap();
+        let err = Router::from_config(&cfg, &Registry::builtin()).unwrap_err();
+        assert!(err.to_string().contains("unknown kind"), "{err}");
+        let text = "[[providers]]\nname = \"x\"\nkind = \"openai\"\n";
+        let cfg = Config::parse(text, |_| None).unwrap();
+        assert!(Router::from_config(&cfg, &Registry::builtin()).unwrap_err().to_string().contains("base_url"));
+        let text = CFG.replace("kind = \"openai\"", "kind = \"anthropic\"");
+        let cfg = Config::parse(&text, |_| None).unwrap();
+        let err = Router::from_config(&cfg, &Registry::builtin()).unwrap_err();
+        assert!(err.to_string().contains("does not serve embeddings"), "{err}");
+    }
+}

@@ -1,0 +1,202 @@
+//! An organization's own provider keys on the request path: they take precedence over the
+//! deployment's configured key for that organization only, and a rotation under load fails no
+//! request while the upstream sees the old secret stop and the new one start. Also the model
+//! allow-lists of keys and teams, enforced on every endpoint.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gw_tests::{db, expect_openai_error, header, user_message, Stack, StackOptions};
+use serde_json::{json, Value};
+
+/// Credential → requests the mock saw with it.
+async fn credentials(stack: &Stack) -> HashMap<String, u64> {
+    let v: Value =
+        stack.http.get(format!("{}/_mock/credentials", stack.mock)).send().await.unwrap().json().await.unwrap();
+    v["credentials"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v["count"].as_u64().unwrap_or(0))).collect())
+        .unwrap_or_default()
+}
+
+async fn reset_credentials(stack: &Stack) {
+    let r = stack.http.post(format!("{}/_mock/credentials/reset", stack.mock)).send().await.unwrap();
+    assert!(r.status().is_success());
+}
+
+async fn add_provider_key(stack: &Stack, token: &str, provider: &str, secret: &str) -> String {
+    let r = stack
+        .admin_post("/provider-keys", token, &json!({"provider": provider, "name": "ours", "secret": secret}))
+        .await;
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    v["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn an_organizations_key_takes_precedence_for_its_requests_only() {
+    let stack = Stack::start_with(StackOptions::default()).await;
+    let (mine, my_key, _) = stack.org_with_key().await;
+    let (theirs, their_key, _) = stack.org_with_key().await;
+    add_provider_key(&stack, &mine.access_token, "upstream", "sk-org-own-secret-1").await;
+    reset_credentials(&stack).await;
+
+    let r = stack.chat(&my_key, json!({"model": "gpt-4o-mini", "messages": user_message("hi")})).await;
+    assert_eq!(r.status(), 200);
+    let id: uuid::Uuid = header(&r, "x-gw-request-id").parse().unwrap();
+    assert_eq!(credentials(&stack).await.get("sk-org-own-secret-1"), Some(&1));
+    let row = db::audit_row(mine.org_id, id).await;
+    assert_eq!(row.routing[0]["credential"], "organization");
+
+    let r = stack.chat(&their_key, json!({"model": "gpt-4o-mini", "messages": user_message("hi")})).await;
+    assert_eq!(r.status(), 200);
+    let id: uuid::Uuid = header(&r, "x-gw-request-id").parse().unwrap();
+    let seen = credentials(&stack).await;
+    assert_eq!(seen.get("sk-upstream-test"), Some(&1), "another org uses gw's configured key: {seen:?}");
+    assert_eq!(seen.get("sk-org-own-secret-1"), Some(&1));
+    assert_eq!(db::audit_row(theirs.org_id, id).await.routing[0]["credential"], "gateway");
+
+    // Revoked: the organization is back on gw's key.
+    let list: Value = stack.admin_get("/provider-keys", &mine.access_token).await.json().await.unwrap();
+    let key_id = list["data"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(stack.admin_delete(&format!("/provider-keys/{key_id}"), &mine.access_token).await.status(), 204);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    reset_credentials(&stack).await;
+    let r = stack.chat(&my_key, json!({"model": "gpt-4o-mini", "messages": user_message("hi")})).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(credentials(&stack).await.get("sk-upstream-test"), Some(&1));
+}
+
+#[tokio::test]
+async fn rotation_under_load_fails_no_request() {
+    let stack = Stack::start_with(StackOptions::default()).await;
+    let (session, key, _) = stack.org_with_key().await;
+    let key_id = add_provider_key(&stack, &session.access_token, "upstream", "sk-old-secret-aaaa").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    reset_credentials(&stack).await;
+
+    // About 200 requests a second for 6 seconds, from 20 workers.
+    let stop_at = Instant::now() + Duration::from_secs(6);
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for w in 0..20 {
+        let (http, url, key, ok, failed) = (
+            stack.http.clone(),
+            format!("{}/v1/chat/completions", stack.proxy),
+            key.clone(),
+            ok.clone(),
+            failed.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            let mut i = 0u64;
+            while Instant::now() < stop_at {
+                tick.tick().await;
+                i += 1;
+                let body = json!({"model": "gpt-4o-mini", "messages": user_message(&format!("load {w} {i}"))});
+                match http.post(&url).bearer_auth(&key).json(&body).send().await {
+                    Ok(r) if r.status() == 200 => ok.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = credentials(&stack).await;
+    assert!(before.get("sk-old-secret-aaaa").is_some_and(|n| *n > 100), "{before:?}");
+    assert!(!before.contains_key("sk-new-secret-bbbb"));
+
+    let r = stack
+        .admin_post(
+            &format!("/provider-keys/{key_id}/rotate"),
+            &session.access_token,
+            &json!({"secret": "sk-new-secret-bbbb"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    // The invalidation crosses Redis; requests already holding the old secret finish with it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reset_credentials(&stack).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = credentials(&stack).await;
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "{} ok", ok.load(Ordering::Relaxed));
+    assert!(ok.load(Ordering::Relaxed) > 800, "{} requests", ok.load(Ordering::Relaxed));
+    assert!(after.get("sk-new-secret-bbbb").is_some_and(|n| *n > 100), "{after:?}");
+    assert!(!after.contains_key("sk-old-secret-aaaa"), "the old secret is still used: {after:?}");
+    assert!(!after.contains_key("sk-upstream-test"), "{after:?}");
+}
+
+async fn key_with_models(stack: &Stack, token: &str, models: Value) -> String {
+    let r = stack.admin_post("/api-keys", token, &json!({"name": "limited", "models": models})).await;
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    v["key"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_keys_model_allow_list_holds_on_every_endpoint() {
+    let stack = Stack::shared().await;
+    let session = stack.register().await;
+    let key = key_with_models(&stack, &session.access_token, json!(["mock-model", "mock-embedding"])).await;
+    let r = stack.http.get(format!("{}/v1/models", stack.proxy)).bearer_auth(&key).send().await.unwrap();
+    let v: Value = r.json().await.unwrap();
+    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!(ids, ["mock-model", "mock-embedding"]);
+    let r = stack.chat(&key, json!({"model": "mock-model", "messages": user_message("hi")})).await;
+    assert_eq!(r.status(), 200);
+    let r = stack
+        .http
+        .post(format!("{}/v1/embeddings", stack.proxy))
+        .bearer_auth(&key)
+        .json(&json!({"model": "mock-embedding", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn a_model_outside_the_keys_allow_list_looks_like_a_missing_one() {
+    let stack = Stack::shared().await;
+    let session = stack.register().await;
+    let key = key_with_models(&stack, &session.access_token, json!(["mock-model"])).await;
+    let r = stack.chat(&key, json!({"model": "gpt-4o-mini", "messages": user_message("hi")})).await;
+    let e = expect_openai_error(r, 404).await;
+    assert_eq!(e["error"]["code"], "model_not_found");
+    let r = stack
+        .http
+        .post(format!("{}/v1/embeddings", stack.proxy))
+        .bearer_auth(&key)
+        .json(&json!({"model": "mock-embedding", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(expect_openai_error(r, 404).await["error"]["code"], "model_not_found");
+}
+
+#[tokio::test]
+async fn a_teams_allow_list_narrows_its_keys() {
+    let stack = Stack::shared().await;
+    let session = stack.register().await;
+    let team = uuid::Uuid::now_v7();
+    let mut conn = db::connect().await;
+    gw_shared::db::teams::insert(&mut conn, session.org_id, team, "limited team").await.unwrap();
+    let only = vec!["mock-model".to_string()];
+    assert!(gw_shared::db::teams::set_allowed_models(&mut conn, session.org_id, team, Some(&only)).await.unwrap());
+    let r = stack.admin_post("/api-keys", &session.access_token, &json!({"name": "team key", "team_id": team})).await;
+    assert_eq!(r.status(), 201);
+    let key = r.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_string();
+    let r = stack.chat(&key, json!({"model": "mock-model", "messages": user_message("hi")})).await;
+    assert_eq!(r.status(), 200);
+    let r = stack.chat(&key, json!({"model": "gpt-4o-mini", "messages": user_message("hi")})).await;
+    assert_eq!(expect_openai_error(r, 404).await["error"]["code"], "model_not_found");
+    let r = stack.http.get(format!("{}/v1/models", stack.proxy)).bearer_auth(&key).send().await.unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["data"].as_array().unwrap().len(), 1);
+}
