@@ -317,6 +317,18 @@ mod tests {
         assert!(!ProxyError::DeadlineExceeded(1).retryable());
         assert!(!ProxyError::UnknownModel("m".into()).retryable());
         assert!(!ProxyError::StreamBroken { provider: provider(), why: "ended early" }.retryable());
+        assert!(ProxyError::Unsupported("no streams here".into()).retryable());
+        assert_eq!(ProxyError::Unsupported("x".into()).status(), 400);
+        assert_eq!(ProxyError::NoDeployment("m".into()).status(), 503);
+        // A prompt too long for one model may fit a fallback; other refusals of the client's
+        // request would be refused anywhere.
+        let rejected = |code: Option<&str>| {
+            let body = Box::new(ErrorBody::new("too long", "invalid_request_error", code, None));
+            ProxyError::upstream(&provider(), UpstreamError::new(UpstreamFailure::Rejected { status: 400, body }, ""))
+        };
+        assert!(rejected(Some("context_length_exceeded")).retryable());
+        assert!(!rejected(None).retryable());
+        assert!(!rejected(Some("invalid_value")).retryable());
     }
 
     #[test]

@@ -301,3 +301,32 @@ async fn a_provider_failing_its_health_check_is_routed_around() {
     let r = stack.chat(&key, json!({"model": "dead-model", "messages": user_message("hi")})).await;
     assert_eq!(r.status(), 502);
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_stream_cancels_the_upstream_request() {
+    use futures::StreamExt;
+    let stack = Stack::start_with(StackOptions::default()).await;
+    let (session, key, _) = stack.org_with_key().await;
+    let long = "a long prompt so the reply has many words to stream one by one";
+    let body = json!({"model": "gpt-4o-mini", "messages": user_message(long), "stream": true,
+                      "mock": {"chunk_delay_ms": 300}});
+    let resp = stack.chat(&key, body).await;
+    assert_eq!(resp.status(), 200);
+    let id: uuid::Uuid = header(&resp, "x-gw-request-id").parse().unwrap();
+    let mut chunks = resp.bytes_stream();
+    assert!(chunks.next().await.is_some_and(|c| c.is_ok()), "a first chunk arrives");
+    drop(chunks);
+    // gw closes its upstream connection rather than read the rest: the mock's body is dropped.
+    let mut abandoned = 0;
+    for _ in 0..100 {
+        abandoned = stack.mock_stats().await["abandoned_bodies"].as_u64().unwrap_or(0);
+        if abandoned > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(abandoned, 1);
+    let row = db::audit_row(session.org_id, id).await;
+    assert_eq!(row.status_code, 499);
+    assert_eq!(row.error_type.as_deref(), Some("client_disconnected"));
+}

@@ -67,7 +67,8 @@
 //! - `GET /_mock/stats`: the number of model requests (every dialect; not `/v1/models`) since
 //!   start or the last `POST /_mock/config`, and the last request body; `?tag=T` the same for
 //!   the requests whose knobs carry `"tag": "T"` (counted since start). Tests sharing one mock
-//!   use tags to stay apart.
+//!   use tags to stay apart. Without a tag it also gives `abandoned_bodies`: streamed bodies the
+//!   client hung up on before their end (since start).
 //! - `GET /_mock/credentials`: `{"credentials": {"<value>": {"count", "first_ms", "last_ms"}}}`,
 //!   every credential seen (see the dialects), times in milliseconds since the mock started.
 //!   `POST /_mock/credentials/reset` forgets them.
@@ -380,29 +381,47 @@ fn garbage() -> HttpResponse {
 /// other; with `cut_off`, the connection then breaks (actix aborts a body whose stream fails,
 /// without the chunked encoding's end).
 fn send(events: Vec<Bytes>, first_wait: u64, delay: u64, cut_off: bool, content_type: &'static str) -> HttpResponse {
-    let body =
-        futures::stream::unfold((events.into_iter(), true, cut_off), move |(mut it, first, cut_off)| async move {
+    let guard = Unfinished(true);
+    let body = futures::stream::unfold(
+        (events.into_iter(), true, cut_off, guard),
+        move |(mut it, first, cut_off, mut guard)| async move {
             let Some(next) = it.next() else {
+                guard.0 = false;
                 if !cut_off {
                     return None;
                 }
                 // Pending first lets the server flush the status line and what came so far.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let cut = actix_web::error::ErrorInternalServerError("mock upstream dropped the connection");
-                return Some((Err(cut), (it, false, false)));
+                return Some((Err(cut), (it, false, false, guard)));
             };
             let wait = if first { first_wait } else { delay };
             if wait > 0 {
                 tokio::time::sleep(Duration::from_millis(wait)).await;
             }
-            Some((Ok(next), (it, false, cut_off)))
-        });
+            Some((Ok(next), (it, false, cut_off, guard)))
+        },
+    );
     let mut resp = HttpResponse::Ok();
     resp.content_type(content_type);
     if content_type == "text/event-stream" {
         resp.insert_header(("Cache-Control", "no-cache"));
     }
     resp.streaming(body)
+}
+
+/// Bodies the server dropped before their end: the client (gw) went away mid-answer.
+static ABANDONED: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a body dropped while it still had events to send.
+struct Unfinished(bool);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.0 {
+            ABANDONED.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// A non-streamed answer, as the `malformed` and `drop_connection` knobs leave it.
@@ -554,7 +573,11 @@ async fn stats(state: web::Data<State>, q: web::Query<StatsQuery>) -> HttpRespon
         return HttpResponse::Ok().json(json!({"requests": requests, "last_body": last}));
     }
     let last = state.last_body.lock().map(|v| v.clone()).unwrap_or(Value::Null);
-    HttpResponse::Ok().json(json!({"requests": state.requests.load(Ordering::SeqCst), "last_body": last}))
+    HttpResponse::Ok().json(json!({
+        "requests": state.requests.load(Ordering::SeqCst),
+        "last_body": last,
+        "abandoned_bodies": ABANDONED.load(Ordering::SeqCst),
+    }))
 }
 
 #[get("/_mock/credentials")]
