@@ -2,8 +2,10 @@
 # Added latency of the Anthropic translation path against OpenAI passthrough, in the one-core
 # cell (gw + PostgreSQL + Redis on CPU 1; wrk + mock on CPU 0). The same mock answers both: as an
 # OpenAI-compatible upstream (`bench`, bytes forwarded as they come) and as Anthropic's Messages
-# API (`bench-anthropic`, request and every stream event translated). Prints c=1 p50/p99, plain
-# and streamed, for each and the difference. Release build. Usage:
+# API (`bench-anthropic`, request and every stream event translated). Each is also called
+# directly (OpenAI body to /v1/chat/completions, Anthropic body to /v1/messages), so the time gw
+# adds is measured per dialect and the mock's own per-dialect cost cancels out. Prints c=1
+# p50/p99, plain and streamed. Release build. Usage:
 #   tests/bench/translation.sh [seconds-per-run]   (default 10)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -36,10 +38,10 @@ start_admin "${SUT[@]}"
 for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$PROXY_PORT/v1/models" && break; sleep 0.1; done
 
 PROMPT='"messages":[{"role":"user","content":"Say something about gateways and latency, please."}]'
-script() { # name model stream
+script() { # name model stream [extra body fields]
   cat > "$WORK/$1.lua" <<LUA
 wrk.method = "POST"
-wrk.body = '{"model":"$2","stream":$3,$PROMPT}'
+wrk.body = '{"model":"$2","stream":$3,$PROMPT${4:-}}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer $KEY"
 done = function(summary, latency, requests)
@@ -50,8 +52,14 @@ LUA
 }
 script oa_plain bench false; script oa_sse bench true
 script an_plain bench-anthropic false; script an_sse bench-anthropic true
+script d_oa_plain bench false; script d_oa_sse bench true
+script d_an_plain claude-bench false ',"max_tokens":1024'; script d_an_sse claude-bench true ',"max_tokens":1024'
 PROXY="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
-for s in oa_plain oa_sse an_plain an_sse; do "${LOAD[@]}" wrk -t1 -c2 -d2s -s "$WORK/$s.lua" "$PROXY" >/dev/null; done
+DIRECT_OA="http://127.0.0.1:$MOCK_PORT/v1/chat/completions"
+DIRECT_AN="http://127.0.0.1:$MOCK_PORT/v1/messages"
+url_of() { case $1 in d_oa_*) echo "$DIRECT_OA";; d_an_*) echo "$DIRECT_AN";; *) echo "$PROXY";; esac; }
+ALL="d_oa_plain d_an_plain oa_plain an_plain d_oa_sse d_an_sse oa_sse an_sse"
+for s in $ALL; do "${LOAD[@]}" wrk -t1 -c2 -d2s -s "$WORK/$s.lua" "$(url_of $s)" >/dev/null; done
 settle() {
   for _ in $(seq 1 300); do
     q=$(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | sed -n 's/^gw_audit_queue_depth //p')
@@ -60,17 +68,18 @@ settle() {
   sleep 0.5
 }
 declare -A R
-for s in oa_plain an_plain oa_sse an_sse; do
-  settle; R[$s]=$("${LOAD[@]}" wrk -t1 -c1 -d"${DUR}s" -s "$WORK/$s.lua" "$PROXY" | grep '^RESULT')
+for s in $ALL; do
+  settle; R[$s]=$("${LOAD[@]}" wrk -t1 -c1 -d"${DUR}s" -s "$WORK/$s.lua" "$(url_of $s)" | grep '^RESULT')
 done
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 echo
-echo "Anthropic translation vs OpenAI passthrough through gw, c=1, one-core cell, ${DUR}s per run"
-printf '%-22s %14s %14s %12s\n' "" "OpenAI (us)" "Anthropic (us)" "added (us)"
+echo "Anthropic translation vs OpenAI passthrough, c=1, one-core cell, ${DUR}s per run (us)"
+printf '%-10s %10s %10s %10s %10s %10s %10s %14s\n' "" "OA direct" "OA via gw" "OA added" "AN direct" "AN via gw" "AN added" "translation"
 for kind in plain sse; do
   for p in p50 p99; do
-    a=$(field "${R[oa_$kind]}" ${p}_us); b=$(field "${R[an_$kind]}" ${p}_us)
-    printf '%-22s %14s %14s %12s\n' "$kind $p" "$a" "$b" "$((b - a))"
+    od=$(field "${R[d_oa_$kind]}" ${p}_us); og=$(field "${R[oa_$kind]}" ${p}_us)
+    ad=$(field "${R[d_an_$kind]}" ${p}_us); ag=$(field "${R[an_$kind]}" ${p}_us)
+    printf '%-10s %10s %10s %10s %10s %10s %10s %14s\n' "$kind $p" "$od" "$og" "$((og - od))" "$ad" "$ag" "$((ag - ad))" "$(( (ag - ad) - (og - od) ))"
   done
 done
-echo "non-2xx: $(for s in oa_plain an_plain oa_sse an_sse; do printf '%s=%s ' $s "$(field "${R[$s]}" non2xx)"; done)"
+echo "non-2xx: $(for s in $ALL; do printf '%s=%s ' $s "$(field "${R[$s]}" non2xx)"; done)"

@@ -123,7 +123,9 @@ fn chain(gw: &Gateway, ctx: &RequestCtx, req: Req<'_>) -> Result<Vec<Arc<ModelRo
 async fn try_routes(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, req: Req<'_>) -> Result<(), ProxyError> {
     let models = chain(gw, ctx, req)?;
     let org_keys = provider_keys::for_request(gw, ctx).await?;
-    let hint = req.prompt_hint();
+    // Only the lowest-cost strategy looks at the prompt's size.
+    let wants_hint = models.iter().any(|m| m.strategy == gw_shared::config::Strategy::LowestCost);
+    let hint = if wants_hint { req.prompt_hint() } else { 0 };
     let mut last: Option<ProxyError> = None;
     for route in &models {
         for round in 0..=route.retries {

@@ -253,17 +253,79 @@ struct ChunkChoicePeek {
 #[derive(Deserialize, Default)]
 struct DeltaPeek {
     #[serde(default)]
-    content: Option<Value>,
+    content: NonEmptyText,
     #[serde(default)]
-    tool_calls: Option<Value>,
+    tool_calls: NotNull,
     #[serde(default)]
-    refusal: Option<Value>,
+    refusal: NonEmptyText,
 }
 
 impl DeltaPeek {
     fn has_content(&self) -> bool {
-        let text = |v: &Option<Value>| v.as_ref().and_then(Value::as_str).is_some_and(|s| !s.is_empty());
-        text(&self.content) || text(&self.refusal) || self.tool_calls.as_ref().is_some_and(|t| !t.is_null())
+        self.content.0 || self.refusal.0 || self.tool_calls.0
+    }
+}
+
+/// Whether a field holds a non-empty string, found without copying it (any other value is
+/// skipped): every stream chunk goes through this.
+#[derive(Debug, Default, Clone, Copy)]
+struct NonEmptyText(bool);
+
+impl<'de> Deserialize<'de> for NonEmptyText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(TextVisitor).map(NonEmptyText)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TextVisitor {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<bool, E> {
+        Ok(!v.is_empty())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_none<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(TextVisitor)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<bool, A::Error> {
+        while a.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<bool, A::Error> {
+        while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+}
+
+/// Whether a field is present with a value other than `null`.
+#[derive(Debug, Default, Clone, Copy)]
+struct NotNull(bool);
+
+impl<'de> Deserialize<'de> for NotNull {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Option::<IgnoredAny>::deserialize(d).map(|v| NotNull(v.is_some()))
     }
 }
 

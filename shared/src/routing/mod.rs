@@ -269,22 +269,23 @@ impl Router {
     /// included: [`Router::take`] decides at attempt time whether this request is its one trial.
     pub fn plan(&self, route: &ModelRoute, prompt_tokens_hint: u32) -> Vec<Arc<Deployment>> {
         let now = self.now_ms();
-        let closed: Vec<&Arc<Deployment>> = route.deployments.iter().filter(|d| !d.state.is_open(now)).collect();
-        let any_healthy = closed.iter().any(|d| d.provider.healthy());
-        let mut usable = Vec::with_capacity(closed.len());
-        let mut candidates = Vec::with_capacity(closed.len());
-        for d in closed {
-            if any_healthy && !d.provider.healthy() {
-                continue;
-            }
-            candidates.push(Candidate {
+        let any_healthy = route.deployments.iter().any(|d| !d.state.is_open(now) && d.provider.healthy());
+        let usable =
+            route.deployments.iter().filter(|d| !d.state.is_open(now) && (!any_healthy || d.provider.healthy()));
+        if route.strategy == Strategy::Ordered {
+            // The common case: no ordering state to gather.
+            return usable.cloned().collect();
+        }
+        let usable: Vec<&Arc<Deployment>> = usable.collect();
+        let candidates: Vec<Candidate> = usable
+            .iter()
+            .map(|d| Candidate {
                 weight: d.weight,
                 inflight: d.state.inflight(),
                 latency_us: d.state.latency_us(),
                 unit_cost: unit_cost(&d.price, prompt_tokens_hint),
-            });
-            usable.push(d);
-        }
+            })
+            .collect();
         let rr = route.rr.fetch_add(1, Ordering::Relaxed);
         order(route.strategy, &candidates, rr, rand::random::<f64>)
             .into_iter()
