@@ -14,6 +14,7 @@ pub mod gemini;
 pub mod mock;
 pub mod openai;
 mod sink;
+mod translate;
 mod url;
 
 use std::collections::HashMap;
