@@ -18,7 +18,7 @@ mod tests {
     use gw_shared::routing::Router;
 
     #[test]
-    fn both_lists_must_admit_the_model_by_any_name() {
+    fn both_lists_must_admit_the_model_by_any_name() -> Result<(), Box<dyn std::error::Error>> {
         let cfg = Config::parse(
             r#"
 [[providers]]
@@ -32,10 +32,9 @@ deployments = [{ provider = "mock" }]
 "a" = { input_per_mtok = "0", output_per_mtok = "0" }
 "#,
             |_| None,
-        )
-        .unwrap();
-        let router = Router::from_config(&cfg, &Registry::builtin()).unwrap();
-        let a = router.resolve("a").unwrap();
+        )?;
+        let router = Router::from_config(&cfg, &Registry::builtin())?;
+        let a = router.resolve("a").ok_or("model a missing")?;
         let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert!(allowed(None, None, &a));
         assert!(allowed(Some(&list(&["alpha"])), None, &a));
@@ -43,5 +42,6 @@ deployments = [{ provider = "mock" }]
         assert!(!allowed(Some(&list(&["b"])), None, &a));
         assert!(!allowed(None, Some(&list(&[])), &a));
         assert!(!allowed(Some(&list(&["a"])), Some(&list(&["b"])), &a));
+        Ok(())
     }
 }

@@ -60,3 +60,28 @@ pub(crate) fn openai_usage(t: &TokenUsage) -> Usage {
 pub(crate) fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
     s.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix))
 }
+
+/// The non-empty texts of an assistant message, refusals included (a refusal the model gave
+/// earlier is still what it said: it is replayed as text). The deprecated `function_call` is
+/// refused.
+pub(crate) fn assistant_texts(m: &Value, i: usize) -> Result<Vec<&str>, AdapterError> {
+    if m.get("function_call").is_some_and(|f| !f.is_null()) {
+        return Err(unsupported(format!(
+            "This model does not support the deprecated 'messages[{i}].function_call': use 'tool_calls'."
+        )));
+    }
+    match m.get("content") {
+        Some(Value::String(s)) if !s.is_empty() => Ok(vec![s.as_str()]),
+        Some(Value::Array(parts)) => {
+            let mut out = Vec::with_capacity(parts.len());
+            for (j, part) in parts.iter().enumerate() {
+                let text = part_text(part, i, j, &["text", "refusal"])?;
+                if !text.is_empty() {
+                    out.push(text);
+                }
+            }
+            Ok(out)
+        }
+        _ => Ok(Vec::new()),
+    }
+}

@@ -223,25 +223,7 @@ pub(super) fn image_block(part: &Value, i: usize, j: usize) -> Result<Value, Ada
 }
 
 pub(super) fn assistant_blocks(m: &Value, i: usize) -> Result<Vec<Value>, AdapterError> {
-    if m.get("function_call").is_some_and(|f| !f.is_null()) {
-        return Err(unsupported(format!(
-            "This model does not support the deprecated 'messages[{i}].function_call': use 'tool_calls'."
-        )));
-    }
-    let mut out = Vec::new();
-    match m.get("content") {
-        Some(Value::String(s)) if !s.is_empty() => out.push(text_block(s)),
-        Some(Value::Array(parts)) => {
-            for (j, part) in parts.iter().enumerate() {
-                // A refusal the model gave earlier is still what it said: replay it as text.
-                let text = part_text(part, i, j, &["text", "refusal"])?;
-                if !text.is_empty() {
-                    out.push(text_block(text));
-                }
-            }
-        }
-        _ => {}
-    }
+    let mut out: Vec<Value> = assistant_texts(m, i)?.into_iter().map(text_block).collect();
     if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
         for (j, c) in calls.iter().enumerate() {
             out.push(tool_use_block(c, i, j)?);

@@ -266,25 +266,7 @@ pub(super) fn model_parts<'a>(
     i: usize,
     call_names: &mut HashMap<&'a str, &'a str>,
 ) -> Result<Vec<Value>, AdapterError> {
-    if m.get("function_call").is_some_and(|f| !f.is_null()) {
-        return Err(unsupported(format!(
-            "This model does not support the deprecated 'messages[{i}].function_call': use 'tool_calls'."
-        )));
-    }
-    let mut out = Vec::new();
-    match m.get("content") {
-        Some(Value::String(s)) if !s.is_empty() => out.push(text_part(s)),
-        Some(Value::Array(parts)) => {
-            for (j, part) in parts.iter().enumerate() {
-                // A refusal the model gave earlier is still what it said: replay it as text.
-                let text = part_text(part, i, j, &["text", "refusal"])?;
-                if !text.is_empty() {
-                    out.push(text_part(text));
-                }
-            }
-        }
-        _ => {}
-    }
+    let mut out: Vec<Value> = assistant_texts(m, i)?.into_iter().map(text_part).collect();
     if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
         for (j, c) in calls.iter().enumerate() {
             let (id, name, part) = function_call_part(c, i, j)?;
