@@ -36,7 +36,8 @@ pub async fn run(cfg: &Config, out: &Path, email: &str) -> Result<(), BoxError> 
     }
 
     let password: String = rand::rngs::OsRng.sample_iter(&Alphanumeric).take(20).map(char::from).collect();
-    let (org_id, user_id) = match users::find_by_email(&mut conn, email).await? {
+    let address = gw_shared::email::parse(email).map_err(|e| e.to_string())?;
+    let (org_id, user_id) = match users::find_by_email(&mut conn, &address.normalized).await? {
         Some(user) => {
             // The saved credentials are gone or stale: reset this local operator's password.
             users::set_password(&mut conn, user.id, &hash_password_blocking(password.clone()).await?).await?;
@@ -44,7 +45,8 @@ pub async fn run(cfg: &Config, out: &Path, email: &str) -> Result<(), BoxError> 
             (m.org_id, user.id)
         }
         None => {
-            let (org, user) = create_org_with_owner(&mut conn, email, "Local operator", &password, "Default").await?;
+            let hash = hash_password_blocking(password.clone()).await?;
+            let (org, user) = create_org_with_owner(&mut conn, &address, "Local operator", &hash, "Default").await?;
             (org.id, user.id)
         }
     };
@@ -66,7 +68,7 @@ pub async fn run(cfg: &Config, out: &Path, email: &str) -> Result<(), BoxError> 
 }
 
 async fn still_valid(conn: &mut diesel_async::AsyncPgConnection, c: &Creds) -> Result<bool, BoxError> {
-    let Some(user) = users::find_by_email(conn, &c.email).await? else {
+    let Some(user) = users::find_by_email(conn, &gw_shared::email::normalize(&c.email)).await? else {
         return Ok(false);
     };
     let pw_ok = user.password_hash.as_deref().is_some_and(|h| verify_password(&c.password, h));

@@ -1,5 +1,6 @@
 //! The admin API's error type and its one mapping to HTTP. Every `/api/v1` error has the shape
-//! `{"error":{"code":"...","message":"..."}}`.
+//! `{"error":{"code":"...","message":"...","fields":[{"field":"...","message":"..."}]}}`;
+//! `fields` names the request fields at fault (empty when the fault is not a field's).
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
@@ -12,6 +13,9 @@ pub type ApiResult<T> = Result<T, ApiError>;
 pub enum ApiError {
     #[error("{0}")]
     Validation(String),
+    /// One request field is invalid.
+    #[error("{field}: {message}")]
+    Field { field: String, message: String },
     #[error("{0}")]
     Unauthorized(String),
     #[error("{0}")]
@@ -20,32 +24,56 @@ pub enum ApiError {
     NotFound(&'static str),
     /// A known path asked with a method it does not answer; holds the `Allow` list.
     #[error("method not allowed on this path; allowed: {0}")]
-    MethodNotAllowed(&'static str),
+    MethodNotAllowed(String),
+    /// The organization's plan does not include the feature.
+    #[error("{0}")]
+    PlanRequired(String),
     #[error("{0}")]
     Conflict(String),
     #[error("request body is larger than the {0}-byte limit")]
     PayloadTooLarge(usize),
     #[error("{0}")]
     Unavailable(String),
+    /// Too many attempts; holds the seconds after which a retry may succeed.
+    #[error("too many attempts; retry in {0} seconds")]
+    TooManyRequests(u64),
     #[error("internal error")]
     Internal(String),
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    error: Inner<'a>,
+/// The error body of every `/api/v1` response that is not a success.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
 }
 
-#[derive(Serialize)]
-struct Inner<'a> {
-    code: &'a str,
-    message: String,
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable: `validation_error`, `unauthorized`, `forbidden`, `not_found`,
+    /// `method_not_allowed`, `conflict`, `payload_too_large`, `rate_limited`, `plan_required`,
+    /// `unavailable`, `internal_error`.
+    pub code: String,
+    pub message: String,
+    /// The request fields at fault; empty when the error is not about a field.
+    pub fields: Vec<FieldError>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::Field { field: field.into(), message: message.into() }
+    }
 }
 
 impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
-            ApiError::Validation(_) => "validation_error",
+            ApiError::Validation(_) | ApiError::Field { .. } => "validation_error",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
@@ -53,6 +81,8 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::Unavailable(_) => "unavailable",
+            ApiError::TooManyRequests(_) => "rate_limited",
+            ApiError::PlanRequired(_) => "plan_required",
             ApiError::Internal(_) => "internal_error",
         }
     }
@@ -61,7 +91,7 @@ impl ApiError {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            ApiError::Validation(_) => StatusCode::BAD_REQUEST,
+            ApiError::Validation(_) | ApiError::Field { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -69,6 +99,8 @@ impl ResponseError for ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::PlanRequired(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -84,11 +116,20 @@ impl ResponseError for ApiError {
                 resp.insert_header(("WWW-Authenticate", "Bearer"));
             }
             ApiError::MethodNotAllowed(allow) => {
-                resp.insert_header(("Allow", *allow));
+                resp.insert_header(("Allow", allow.as_str()));
+            }
+            ApiError::TooManyRequests(secs) => {
+                resp.insert_header(("Retry-After", secs.max(&1).to_string()));
             }
             _ => {}
         }
-        resp.json(Body { error: Inner { code: self.code(), message: self.to_string() } })
+        let (message, fields) = match self {
+            ApiError::Field { field, message } => {
+                (format!("{field}: {message}"), vec![FieldError { field: field.clone(), message: message.clone() }])
+            }
+            other => (other.to_string(), Vec::new()),
+        };
+        resp.json(ErrorBody { error: ErrorDetail { code: self.code().to_string(), message, fields } })
     }
 }
 
@@ -131,4 +172,38 @@ pub fn is_unique_violation(e: &gw_shared::Error) -> bool {
             _
         ))
     )
+}
+
+/// The error responses any `/api/v1` operation may give, all with [`ErrorBody`]; listed on every
+/// operation of the OpenAPI document.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum Errors {
+    /// The request is invalid: a field (named in `fields`), the body or the query.
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// No valid session access token, or its session has ended.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The organization's plan does not include the feature.
+    #[response(status = 402)]
+    PlanRequired(ErrorBody),
+    /// The member's role does not allow the operation.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// No such resource in this organization.
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    /// The request conflicts with the resource's state.
+    #[response(status = 409)]
+    Conflict(ErrorBody),
+    /// The body is larger than the limit.
+    #[response(status = 413)]
+    PayloadTooLarge(ErrorBody),
+    /// Too many attempts; see `Retry-After`.
+    #[response(status = 429)]
+    TooManyRequests(ErrorBody),
+    /// A store is unavailable; retry shortly.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
 }

@@ -11,12 +11,20 @@
 //!    and invalidates the proxies' caches of the organizations it changed; it is safe to run again;
 //! 3. then drop `GW_ENCRYPTION_KEY_V<N>` everywhere.
 
+mod authz;
 mod bootstrap;
 mod error;
+mod jobs;
 mod metrics;
+mod oidc;
+mod openapi;
+mod pagination;
 mod routes;
 mod session;
 mod state;
+mod throttle;
+mod tokens;
+mod trail;
 mod validate;
 
 use std::path::PathBuf;
@@ -25,7 +33,7 @@ use std::time::Instant;
 
 use actix_web::dev::Service;
 use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::{error::JsonPayloadError, web, App, HttpResponse, HttpServer};
+use actix_web::{error::JsonPayloadError, web, App, HttpServer};
 use gw_shared::config::Config;
 
 use crate::error::ApiError;
@@ -160,6 +168,8 @@ fn method_label(method: &actix_web::http::Method) -> &'static str {
 }
 
 fn serve() -> Result<(), BoxError> {
+    use utoipa_actix_web::AppExt;
+
     let cfg = Config::load()?;
     let jwt_secret = cfg.jwt_secret()?.to_string();
     if jwt_secret.len() < 32 {
@@ -171,28 +181,31 @@ fn serve() -> Result<(), BoxError> {
     let listen = cfg.admin.listen.clone();
     let workers = cfg.admin.workers.max(1);
     let body_limit = cfg.admin.max_body_bytes;
-    let state = web::Data::new(AppState { cfg, db, redis, jwt_secret, metrics });
+    let doc = web::Data::new(openapi::Rendered(openapi::document().to_json()?));
+    let state = web::Data::new(AppState::new(cfg, db, redis, jwt_secret, metrics)?);
 
     let rt = actix_web::rt::System::new();
     rt.block_on(async move {
+        jobs::spawn(state.clone().into_inner());
         let server = HttpServer::new(move || {
             let metrics = state.metrics.clone();
             App::new()
                 .app_data(state.clone())
+                .app_data(doc.clone())
                 .app_data(
                     web::JsonConfig::default().limit(body_limit).error_handler(move |e, _| json_error(e, body_limit)),
                 )
-                .app_data(
-                    web::QueryConfig::default()
-                        .error_handler(|e, _| ApiError::Validation(format!("invalid query string: {e}")).into()),
-                )
+                .app_data(web::QueryConfig::default().error_handler(|e, _| query_error(e).into()))
                 .app_data(
                     web::PathConfig::default()
                         .error_handler(|e, _| ApiError::Validation(format!("invalid path parameter: {e}")).into()),
                 )
+                .wrap(actix_web::middleware::from_fn(authz::authorize))
+                .wrap(actix_web::middleware::NormalizePath::trim())
                 .wrap_fn(move |req, srv| {
                     let started = Instant::now();
                     let request_id = gw_shared::ids::new_id().to_string();
+                    actix_web::HttpMessage::extensions_mut(&req).insert(trail::RequestId(request_id.clone()));
                     let method = method_label(req.method());
                     let route = req.match_pattern().unwrap_or_else(|| "unmatched".into());
                     let metrics = metrics.clone();
@@ -209,8 +222,11 @@ fn serve() -> Result<(), BoxError> {
                         Ok(res)
                     }
                 })
-                .configure(routes::configure)
-                .default_service(web::to(|| async { HttpResponse::from_error(ApiError::NotFound("route")) }))
+                .configure(routes::ops)
+                .into_utoipa_app()
+                .configure(routes::api)
+                .into_app()
+                .default_service(web::to(routes::not_found))
         })
         .workers(workers)
         .max_connection_rate(256)
@@ -221,4 +237,11 @@ fn serve() -> Result<(), BoxError> {
         server.run().await
     })?;
     Ok(())
+}
+
+/// Query-string errors name the parameter when serde says which one.
+fn query_error(e: actix_web::error::QueryPayloadError) -> ApiError {
+    let text = e.to_string();
+    let detail = text.strip_prefix("Query deserialize error: ").unwrap_or(&text).to_string();
+    ApiError::Validation(format!("invalid query string: {detail}"))
 }

@@ -1,16 +1,22 @@
-//! The session extractor: a valid access token in `Authorization: Bearer`, and nothing else.
-//! API keys are refused here with a message that says so.
+//! Sessions: a valid access token in `Authorization: Bearer` whose sign-in session is still live
+//! and whose user is still a member. The role is re-read from the database on every request, so
+//! logout, refresh-reuse revocation, removal and demotion take effect at once. API keys are
+//! refused with a message that says so. The [`crate::authz`] middleware authenticates; handlers
+//! take [`Session`] from the request.
 
 use std::future::{ready, Ready};
 
 use actix_web::dev::Payload;
-use actix_web::{web, FromRequest, HttpRequest};
-use gw_shared::accounts::{ROLE_ADMIN, ROLE_OWNER};
-use gw_shared::jwt::{verify_access_token, AccessClaims};
+use actix_web::http::header::HeaderMap;
+use actix_web::{FromRequest, HttpMessage, HttpRequest};
+use diesel_async::AsyncPgConnection;
+use gw_shared::db::teams;
+use gw_shared::jwt::verify_access_token;
 use gw_shared::keys::{parse_bearer, API_KEY_PREFIX};
+use gw_shared::roles::Role;
 use uuid::Uuid;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// An authenticated management session, scoped to one organization.
@@ -18,30 +24,28 @@ use crate::state::AppState;
 pub struct Session {
     pub user_id: Uuid,
     pub org_id: Uuid,
-    pub role: String,
+    /// The sign-in session (refresh-token family) the access token belongs to.
+    pub session_id: Uuid,
+    /// The member's role as the database holds it now.
+    pub role: Role,
 }
 
 impl Session {
-    pub fn require_admin(&self) -> Result<(), ApiError> {
-        if self.role == ROLE_OWNER || self.role == ROLE_ADMIN {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden("this action needs the owner or admin role".into()))
+    pub fn is_admin(&self) -> bool {
+        self.role.is_admin()
+    }
+
+    /// Members act only on teams they belong to; admins and owners on every team of the org.
+    pub async fn require_team(&self, conn: &mut AsyncPgConnection, team_id: Uuid) -> ApiResult<()> {
+        if self.is_admin() || teams::is_member(conn, self.org_id, team_id, self.user_id).await? {
+            return Ok(());
         }
+        Err(ApiError::Forbidden("members act only on the teams they belong to".into()))
     }
 }
 
-impl From<AccessClaims> for Session {
-    fn from(c: AccessClaims) -> Self {
-        Session { user_id: c.sub, org_id: c.org, role: c.role }
-    }
-}
-
-fn authenticate(req: &HttpRequest) -> Result<Session, ApiError> {
-    let state =
-        req.app_data::<web::Data<AppState>>().ok_or_else(|| ApiError::Internal("application state missing".into()))?;
-    let header = req
-        .headers()
+pub async fn authenticate(state: &AppState, headers: &HeaderMap) -> ApiResult<Session> {
+    let header = headers
         .get(actix_web::http::header::AUTHORIZATION)
         .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <access_token>".into()))?;
     let token = parse_bearer(header.as_bytes()).ok_or_else(|| {
@@ -54,7 +58,13 @@ fn authenticate(req: &HttpRequest) -> Result<Session, ApiError> {
     }
     let claims = verify_access_token(&state.jwt_secret, token)
         .map_err(|_| ApiError::Unauthorized("invalid or expired access token".into()))?;
-    Ok(claims.into())
+    let mut conn = state.conn().await?;
+    let role =
+        gw_shared::db::sessions::live_role(&mut conn, claims.sid, claims.sub, claims.org).await?.ok_or_else(|| {
+            ApiError::Unauthorized("this session has ended (signed out, revoked or expired): sign in again".into())
+        })?;
+    let role = role.parse::<Role>().map_err(ApiError::Internal)?;
+    Ok(Session { user_id: claims.sub, org_id: claims.org, session_id: claims.sid, role })
 }
 
 impl FromRequest for Session {
@@ -62,6 +72,11 @@ impl FromRequest for Session {
     type Future = Ready<Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(authenticate(req))
+        ready(
+            req.extensions()
+                .get::<Session>()
+                .cloned()
+                .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <access_token>".into())),
+        )
     }
 }

@@ -1,4 +1,7 @@
-//! Input validation shared by handlers.
+//! Input validation shared by handlers. Failures name the field (`ApiError::Field`).
+
+use gw_shared::email::{self, Email};
+use serde_json::Value;
 
 use crate::error::{ApiError, ApiResult};
 
@@ -6,34 +9,50 @@ use crate::error::{ApiError, ApiResult};
 pub fn text(field: &str, value: &str, max: usize) -> ApiResult<String> {
     let v = value.trim();
     if v.is_empty() {
-        return Err(ApiError::Validation(format!("{field} must not be empty")));
+        return Err(ApiError::field(field, "must not be empty"));
     }
     if v.chars().count() > max {
-        return Err(ApiError::Validation(format!("{field} must be at most {max} characters")));
+        return Err(ApiError::field(field, format!("must be at most {max} characters")));
     }
     if v.chars().any(char::is_control) {
-        return Err(ApiError::Validation(format!("{field} must not contain control characters")));
+        return Err(ApiError::field(field, "must not contain control characters"));
     }
     Ok(v.to_string())
 }
 
-/// A plausible e-mail address: one `@`, something on each side, a dot in the domain, no spaces.
-pub fn email(value: &str) -> ApiResult<String> {
-    let v = value.trim();
-    let bad = || ApiError::Validation("email must be a valid e-mail address".into());
-    if v.len() > 254 || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(bad());
+/// Like [`text`] but may be empty (a description).
+pub fn optional_text(field: &str, value: &str, max: usize) -> ApiResult<String> {
+    if value.trim().is_empty() {
+        return Ok(String::new());
     }
-    let (local, domain) = v.split_once('@').ok_or_else(bad)?;
-    if local.is_empty()
-        || domain.contains('@')
-        || !domain.contains('.')
-        || domain.starts_with('.')
-        || domain.ends_with('.')
-    {
-        return Err(bad());
+    text(field, value, max)
+}
+
+/// A plausible e-mail address, with its normalized form (see `gw_shared::email`).
+pub fn email(field: &str, value: &str) -> ApiResult<Email> {
+    email::parse(value).map_err(|e| ApiError::field(field, e.to_string().trim_start_matches("email ").to_string()))
+}
+
+/// Most bytes of free-form JSON metadata a resource may carry.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+/// Free-form metadata: a JSON object of at most 64 keys and 16 KiB, no control characters in
+/// keys.
+pub fn metadata(field: &str, value: Value) -> ApiResult<Value> {
+    let Value::Object(map) = &value else {
+        return Err(ApiError::field(field, "must be a JSON object"));
+    };
+    if map.len() > 64 {
+        return Err(ApiError::field(field, "must have at most 64 keys"));
     }
-    Ok(v.to_string())
+    if map.keys().any(|k| k.is_empty() || k.chars().count() > 100 || k.chars().any(char::is_control)) {
+        return Err(ApiError::field(field, "keys must be 1 to 100 characters without control characters"));
+    }
+    let size = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size > MAX_METADATA_BYTES {
+        return Err(ApiError::field(field, format!("must be at most {MAX_METADATA_BYTES} bytes of JSON")));
+    }
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -42,9 +61,9 @@ mod tests {
 
     #[test]
     fn emails() {
-        assert_eq!(email(" a@b.co ").ok().as_deref(), Some("a@b.co"));
-        for bad in ["", "a", "a@b", "@b.co", "a@@b.co", "a b@c.co", "a@.co", "a@b."] {
-            assert!(email(bad).is_err(), "{bad}");
+        assert_eq!(email("email", " A@b.co ").ok().map(|e| e.normalized), Some("a@b.co".into()));
+        for bad in ["", "a", "a@b", "@b.co", "a@@b.co", "a b@c.co", "a@.co", "a@b.", "a\u{0}@b.co"] {
+            assert!(matches!(email("email", bad), Err(ApiError::Field { .. })), "{bad}");
         }
     }
 
@@ -54,5 +73,14 @@ mod tests {
         assert!(text("n", "   ", 3).is_err());
         assert!(text("n", "abcd", 3).is_err());
         assert!(text("n", "a\u{0}b", 3).is_err());
+        assert_eq!(optional_text("d", "  ", 3).ok().as_deref(), Some(""));
+    }
+
+    #[test]
+    fn metadata_is_bounded() {
+        assert!(metadata("m", serde_json::json!({"a": 1})).is_ok());
+        assert!(metadata("m", serde_json::json!([1])).is_err());
+        assert!(metadata("m", serde_json::json!({"a": "x".repeat(MAX_METADATA_BYTES)})).is_err());
+        assert!(metadata("m", serde_json::json!({"": 1})).is_err());
     }
 }

@@ -7,32 +7,49 @@ use uuid::Uuid;
 use crate::db::api_keys::{self, ApiKey, NewApiKey};
 use crate::db::orgs::{self, NewOrganization, Organization};
 use crate::db::users::{self, NewUser, User};
+use crate::email::Email;
 use crate::error::Result;
 use crate::ids::new_id;
 use crate::keys::generate_api_key;
-use crate::password::hash_password_blocking;
 
 pub const ROLE_OWNER: &str = "owner";
 pub const ROLE_ADMIN: &str = "admin";
 pub const ROLE_MEMBER: &str = "member";
 
-/// Permission strings an API key may carry.
-pub const KNOWN_PERMISSIONS: &[&str] = &["proxy:llm"];
-pub const DEFAULT_PERMISSION: &str = "proxy:llm";
+/// Permission strings an API key may carry (`docs/api.md`, "Permissions"): `proxy:llm` is
+/// every proxy endpoint; the others are one endpoint each.
+pub const KNOWN_PERMISSIONS: &[&str] = &[PERM_LLM, PERM_CHAT, PERM_EMBEDDINGS, PERM_MODELS];
+pub const PERM_LLM: &str = "proxy:llm";
+pub const PERM_CHAT: &str = "proxy:chat";
+pub const PERM_EMBEDDINGS: &str = "proxy:embeddings";
+pub const PERM_MODELS: &str = "proxy:models";
+pub const DEFAULT_PERMISSION: &str = PERM_LLM;
 
-/// Creates an organization and its owner in one transaction. The password is hashed before the
-/// transaction opens, so the (deliberately slow) hash never holds a database lock.
+/// Whether a key's permissions allow an endpoint's scope (`proxy:chat`, `proxy:embeddings`,
+/// `proxy:models`): `proxy:llm` allows them all.
+pub fn permits(permissions: &[String], scope: &str) -> bool {
+    permissions.iter().any(|p| p == PERM_LLM || p == scope)
+}
+
+/// Creates an organization and its owner in one transaction. The caller hashes the password
+/// first, without holding a database connection: argon2id is deliberately slow.
 pub async fn create_org_with_owner(
     conn: &mut AsyncPgConnection,
-    email: &str,
+    email: &Email,
     name: &str,
-    password: &str,
+    password_hash: &str,
     org_name: &str,
 ) -> Result<(Organization, User)> {
-    let hash = hash_password_blocking(password.to_string()).await?;
     conn.transaction(async |conn| {
         let org = orgs::insert(conn, &NewOrganization { id: new_id(), name: org_name }).await?;
-        let user = users::insert(conn, &NewUser { id: new_id(), email, name, password_hash: Some(&hash) }).await?;
+        let new = NewUser {
+            id: new_id(),
+            email: &email.display,
+            email_normalized: &email.normalized,
+            name,
+            password_hash: Some(password_hash),
+        };
+        let user = users::insert(conn, &new).await?;
         users::add_membership(conn, org.id, user.id, ROLE_OWNER).await?;
         Ok((org, user))
     })
@@ -72,4 +89,19 @@ pub async fn issue_api_key(conn: &mut AsyncPgConnection, spec: KeySpec<'_>) -> R
     )
     .await?;
     Ok((row, k.secret))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes() {
+        let llm = vec![PERM_LLM.to_string()];
+        let chat = vec![PERM_CHAT.to_string()];
+        assert!(permits(&llm, PERM_CHAT) && permits(&llm, PERM_EMBEDDINGS) && permits(&llm, PERM_MODELS));
+        assert!(permits(&chat, PERM_CHAT));
+        assert!(!permits(&chat, PERM_EMBEDDINGS) && !permits(&chat, PERM_MODELS));
+        assert!(!permits(&[], PERM_CHAT));
+    }
 }

@@ -24,6 +24,17 @@ impl EncryptionKey {
         Ok(Self(Key::<Aes256Gcm>::from(bytes)))
     }
 
+    /// A key derived from a high-entropy bearer secret (HKDF-SHA256, `purpose` as info): what
+    /// only the holder of that secret can open, such as the successor of a rotated refresh
+    /// token kept for the grace window.
+    pub fn derive_from_secret(secret: &[u8], purpose: &[u8]) -> Result<Self> {
+        let mut okm = [0u8; 32];
+        hkdf::Hkdf::<sha2::Sha256>::new(None, secret)
+            .expand(purpose, &mut okm)
+            .map_err(|_| Error::Crypto("key derivation failed".into()))?;
+        Ok(Self(Key::<Aes256Gcm>::from(okm)))
+    }
+
     pub fn generate() -> Self {
         Self(Aes256Gcm::generate_key(OsRng))
     }

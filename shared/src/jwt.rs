@@ -15,6 +15,8 @@ pub struct AccessClaims {
     pub sub: Uuid,
     /// The organization the session acts in.
     pub org: Uuid,
+    /// The sign-in session (refresh-token family): checked live on every request.
+    pub sid: Uuid,
     pub role: String,
     pub typ: String,
     pub iat: i64,
@@ -26,6 +28,7 @@ pub fn issue_access_token(
     secret: &str,
     user: Uuid,
     org: Uuid,
+    sid: Uuid,
     role: &str,
     ttl_secs: i64,
 ) -> Result<(String, AccessClaims)> {
@@ -33,6 +36,7 @@ pub fn issue_access_token(
     let claims = AccessClaims {
         sub: user,
         org,
+        sid,
         role: role.to_string(),
         typ: TOKEN_TYPE.into(),
         iat: now,
@@ -63,7 +67,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let (u, o) = (Uuid::new_v4(), Uuid::new_v4());
-        let (t, c) = issue_access_token("s3cret", u, o, "owner", 60).unwrap();
+        let (t, c) = issue_access_token("s3cret", u, o, Uuid::new_v4(), "owner", 60).unwrap();
         let back = verify_access_token("s3cret", &t).unwrap();
         assert_eq!(back, c);
         assert!(verify_access_token("other", &t).is_err());
@@ -71,7 +75,7 @@ mod tests {
 
     #[test]
     fn expired_is_rejected() {
-        let (t, _) = issue_access_token("s", Uuid::new_v4(), Uuid::new_v4(), "owner", -60).unwrap();
+        let (t, _) = issue_access_token("s", Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), "owner", -60).unwrap();
         assert!(verify_access_token("s", &t).is_err());
     }
 

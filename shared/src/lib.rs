@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod config;
 pub mod crypto;
 pub mod db;
+pub mod email;
 pub mod error;
 pub mod headers;
 pub mod ids;
@@ -20,6 +21,8 @@ pub mod policy;
 pub mod pricing;
 pub mod providers;
 pub mod redis;
+pub mod roles;
 pub mod routing;
+pub mod sso;
 
 pub use error::{Error, Result};

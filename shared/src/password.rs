@@ -6,9 +6,59 @@ use argon2::Argon2;
 
 use crate::error::{Error, Result};
 
-pub const MIN_PASSWORD_LEN: usize = 8;
+/// NIST SP 800-63B: length over composition rules, and no password found in breach lists.
+pub const MIN_PASSWORD_LEN: usize = 12;
 /// Bounds the work an attacker can make us do per login attempt.
 pub const MAX_PASSWORD_LEN: usize = 1024;
+
+/// Passwords that appear at the top of every breach corpus (lower-cased), refused outright.
+const COMMON: &[&str] = &[
+    "123456789012",
+    "password1234",
+    "passwordpassword",
+    "qwertyuiopas",
+    "111111111111",
+    "aaaaaaaaaaaa",
+    "password123!",
+    "iloveyou1234",
+    "administrator",
+    "letmeinletmein",
+    "qwerty123456",
+    "1234567890ab",
+    "welcome12345",
+    "changemechangeme",
+    "abc123abc123",
+    "passw0rd1234",
+    "p@ssw0rd1234",
+    "123123123123",
+];
+
+/// Why a new password is refused (the message never echoes it): too short or too long, too few
+/// distinct characters, a well-known password, or containing the account's e-mail name.
+pub fn check_rules(password: &str, email_local: &str) -> std::result::Result<(), String> {
+    let n = password.chars().count();
+    if n < MIN_PASSWORD_LEN || password.len() > MAX_PASSWORD_LEN {
+        return Err(format!("must be {MIN_PASSWORD_LEN} to {MAX_PASSWORD_LEN} characters long"));
+    }
+    if password.chars().any(char::is_control) {
+        return Err("must not contain control characters".into());
+    }
+    let mut distinct: Vec<char> = password.chars().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 5 {
+        return Err("must use at least 5 different characters".into());
+    }
+    let lower = password.to_lowercase();
+    if COMMON.contains(&lower.as_str()) {
+        return Err("is a well-known password; choose another".into());
+    }
+    let local = email_local.to_lowercase();
+    if local.chars().count() >= 4 && lower.contains(&local) {
+        return Err("must not contain your e-mail name".into());
+    }
+    Ok(())
+}
 
 pub fn hash_password(password: &str) -> Result<String> {
     let salt = SaltString::generate(&mut OsRng);
@@ -48,6 +98,17 @@ pub fn dummy_hash() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rules() {
+        assert!(check_rules("correct horse battery", "alice").is_ok());
+        assert!(check_rules("short", "a").is_err());
+        assert!(check_rules("aaaaaaaaaaaaaaa", "a").is_err());
+        assert!(check_rules("Password1234", "a").is_err());
+        assert!(check_rules("alice-in-wonderland", "alice").is_err());
+        assert!(check_rules("tab\there is bad", "x").is_err());
+        assert!(check_rules(&"ab1cd".repeat(300), "x").is_err());
+    }
 
     #[test]
     fn hash_and_verify() {

@@ -164,6 +164,8 @@ pub struct StackOptions {
     /// Postgres URL written into this stack's config instead of [`database_url`]. The harness
     /// migrates only the default database; one named here is used as it is.
     pub database_url: Option<String>,
+    /// Extra keys for the `[admin]` table (replacing the shared stack's where they repeat one).
+    pub admin_config: String,
     /// Extra environment variables for gw-proxy and gw-admin, set after the harness's own (so
     /// they can override them).
     pub env: Vec<(String, String)>,
@@ -242,6 +244,11 @@ upstream_read_timeout_ms = 5000
 [admin]
 listen = "127.0.0.1:{admin_port}"
 workers = 1
+# Every test signs up and in from 127.0.0.1: per-address throttling is tested on a stack of its
+# own (admin_auth.rs), with addresses taken from X-Forwarded-For.
+ip_attempts = 1000000
+max_concurrent_hashes = 4
+# admin-extra
 
 [routing]
 {routing}
@@ -340,6 +347,29 @@ deployments = [{{ provider = "azure", model = "my-embedding" }}]
     )
 }
 
+/// `config` with the `[admin]` keys of `extra` added, replacing those it repeats.
+fn with_admin_keys(config: &str, extra: &str) -> String {
+    let keys: Vec<&str> = extra.lines().filter_map(|l| l.split_once('=')).map(|(k, _)| k.trim()).collect();
+    let mut out = String::with_capacity(config.len() + extra.len());
+    let mut in_admin = false;
+    for line in config.lines() {
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            in_admin = t == "[admin]";
+        }
+        let repeated = in_admin && t.split_once('=').is_some_and(|(k, _)| keys.contains(&k.trim()));
+        if !repeated {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if t == "# admin-extra" {
+            out.push_str(extra);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// The processes of a stack just spawned (not yet known to be up).
 struct Launched {
     proxy: String,
@@ -371,6 +401,7 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
         &opts.extra_config,
         routing,
     );
+    let text = with_admin_keys(&text, &opts.admin_config);
     std::fs::write(&config, text).expect("write test config");
     let spawn = |name: &str| -> Proc {
         let mut cmd = command(&bin(name), guard.as_deref());
@@ -586,6 +617,53 @@ impl Stack {
             .expect("admin POST")
     }
 
+    /// `PATCH {admin}/api/v1{path}` with a session token and a JSON body.
+    pub async fn admin_patch(&self, path: &str, token: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .patch(format!("{}/api/v1{path}", self.admin))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("admin PATCH")
+    }
+
+    /// Invites a new user into `owner`'s organization with `role` (owner, admin, member,
+    /// viewer) and the given teams, accepts the invite, and returns the new user's session.
+    pub async fn join(&self, owner: &Session, role: &str, team_ids: &[Uuid]) -> Session {
+        let email = format!("{role}-{}@test.gw", Uuid::new_v4());
+        let r = self
+            .admin_post("/invites", &owner.access_token, &json!({"email": email, "role": role, "team_ids": team_ids}))
+            .await;
+        assert_eq!(r.status(), 201, "invite failed");
+        let invite: Value = r.json().await.expect("invite body");
+        let token = invite["token"].as_str().expect("invite token").to_string();
+        let r = self
+            .http
+            .post(format!("{}/api/v1/auth/invites/accept", self.admin))
+            .json(&json!({"token": token, "name": format!("Test {role}"), "password": PASSWORD}))
+            .send()
+            .await
+            .expect("accept invite");
+        assert_eq!(r.status(), 201, "accepting the invite failed");
+        let body: Value = r.json().await.expect("accept body");
+        Session {
+            email,
+            access_token: body["access_token"].as_str().expect("access_token").to_string(),
+            refresh_token: body["refresh_token"].as_str().expect("refresh_token").to_string(),
+            org_id: body["organization"]["id"].as_str().and_then(|s| s.parse().ok()).expect("org id"),
+            user_id: body["user"]["id"].as_str().and_then(|s| s.parse().ok()).expect("user id"),
+        }
+    }
+
+    /// Creates a team in `s`'s organization; returns its id.
+    pub async fn create_team(&self, s: &Session, name: &str) -> Uuid {
+        let r = self.admin_post("/teams", &s.access_token, &json!({"name": name})).await;
+        assert_eq!(r.status(), 201, "creating team {name:?} failed");
+        let body: Value = r.json().await.expect("team body");
+        body["id"].as_str().and_then(|s| s.parse().ok()).expect("team id")
+    }
+
     /// `DELETE {admin}/api/v1{path}` with a session token.
     pub async fn admin_delete(&self, path: &str, token: &str) -> reqwest::Response {
         self.http.delete(format!("{}/api/v1{path}", self.admin)).bearer_auth(token).send().await.expect("admin DELETE")
@@ -654,8 +732,10 @@ pub fn unique_tag() -> String {
 
 /// A session access token signed with the test stacks' secret, for roles or lifetimes that
 /// registration does not hand out (e.g. `member`, or an already expired token).
-pub fn session_token(user: Uuid, org: Uuid, role: &str, ttl_secs: i64) -> String {
-    gw_shared::jwt::issue_access_token(JWT_SECRET, user, org, role, ttl_secs).expect("issue access token").0
+/// Only the signature and lifetime are checked before the session itself, so a token naming no
+/// live session is refused as "session ended".
+pub fn session_token(user: Uuid, org: Uuid, sid: Uuid, role: &str, ttl_secs: i64) -> String {
+    gw_shared::jwt::issue_access_token(JWT_SECRET, user, org, sid, role, ttl_secs).expect("issue access token").0
 }
 
 /// `[{"role": "user", "content": text}]`.

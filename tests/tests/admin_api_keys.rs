@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use gw_shared::db::schema::api_keys;
-use gw_tests::{db, expect_api_error, expect_unauthorized, header, session_token, Session, Stack};
+use gw_tests::{db, expect_api_error, expect_unauthorized, header, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -22,8 +22,8 @@ fn keys_url(stack: &Stack) -> String {
 }
 
 /// A `member` session in `s`'s organization (registration makes owners only).
-fn member_token(s: &Session) -> String {
-    session_token(s.user_id, s.org_id, "member", 300)
+async fn member_token(stack: &Stack, s: &Session) -> String {
+    stack.join(s, "member", &[]).await.access_token
 }
 
 async fn expect_validation_error(resp: reqwest::Response, what: &str) {
@@ -92,13 +92,34 @@ async fn create_with_an_api_key_is_401() {
 }
 
 #[tokio::test]
-async fn create_as_member_is_403() {
+async fn create_as_member_without_a_team_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let r = stack.admin_post("/api-keys", &member_token(&s), &json!({"name": "x"})).await;
+    let r = stack.admin_post("/api-keys", &member_token(&stack, &s).await, &json!({"name": "x"})).await;
+    let b = expect_api_error(r, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "team_id");
+    assert_eq!(stack.list_keys(&s.access_token, "").await["data"], json!([]));
+}
+
+#[tokio::test]
+async fn create_as_member_for_another_team_is_403() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let theirs = stack.create_team(&s, "theirs").await;
+    let other = stack.create_team(&s, "other").await;
+    let member = stack.join(&s, "member", &[theirs]).await;
+    let r = stack.admin_post("/api-keys", &member.access_token, &json!({"name": "x", "team_id": other})).await;
     let b = expect_api_error(r, 403).await;
     assert_eq!(b["error"]["code"], "forbidden");
     assert_eq!(stack.list_keys(&s.access_token, "").await["data"], json!([]));
+    // For their own team it works, and they may revoke it; an admin's team-less key they may not.
+    let r = stack.admin_post("/api-keys", &member.access_token, &json!({"name": "x", "team_id": theirs})).await;
+    assert_eq!(r.status(), 201);
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    let admin_key: Value = stack.create_key(&s, json!({"name": "org key"})).await.json().await.unwrap();
+    let admin_key = admin_key["id"].as_str().unwrap().to_string();
+    expect_api_error(stack.admin_delete(&format!("/api-keys/{admin_key}"), &member.access_token).await, 403).await;
+    assert_eq!(stack.admin_delete(&format!("/api-keys/{id}"), &member.access_token).await.status(), 204);
 }
 
 #[tokio::test]
@@ -248,7 +269,7 @@ async fn list_with_an_api_key_is_401() {
 async fn list_is_open_to_members() {
     let stack = Stack::shared().await;
     let (s, _, id) = stack.org_with_key().await;
-    let list = stack.list_keys(&member_token(&s), "").await;
+    let list = stack.list_keys(&member_token(&stack, &s).await, "").await;
     assert_eq!(list["data"][0]["id"], id);
 }
 
@@ -312,7 +333,9 @@ async fn revoke_with_an_api_key_is_401() {
 async fn revoke_as_member_is_403() {
     let stack = Stack::shared().await;
     let (s, key, id) = stack.org_with_key().await;
-    let b = expect_api_error(stack.admin_delete(&format!("/api-keys/{id}"), &member_token(&s)).await, 403).await;
+    let b =
+        expect_api_error(stack.admin_delete(&format!("/api-keys/{id}"), &member_token(&stack, &s).await).await, 403)
+            .await;
     assert_eq!(b["error"]["code"], "forbidden");
     assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
 }
@@ -360,11 +383,11 @@ async fn put_on_the_collection_is_405_with_allow() {
 }
 
 #[tokio::test]
-async fn patch_on_a_key_is_405_with_allow() {
+async fn put_on_a_key_is_405_with_allow() {
     let stack = Stack::shared().await;
     let (s, _, id) = stack.org_with_key().await;
-    let r = stack.http.patch(format!("{}/{id}", keys_url(&stack))).bearer_auth(&s.access_token).send().await.unwrap();
-    assert_eq!(header(&r, "allow"), "DELETE");
+    let r = stack.http.put(format!("{}/{id}", keys_url(&stack))).bearer_auth(&s.access_token).send().await.unwrap();
+    assert_eq!(header(&r, "allow"), "GET, PATCH, DELETE");
     let b = expect_api_error(r, 405).await;
     assert_eq!(b["error"]["code"], "method_not_allowed");
 }

@@ -1,7 +1,7 @@
 //! `/api/v1/auth`: register, login, refresh-token rotation, each with the ways it is refused. All
 //! on the test binary's shared stack, each test with its own organization.
 
-use gw_tests::{expect_api_error, header, Stack, PASSWORD};
+use gw_tests::{expect_api_error, header, Stack, StackOptions, PASSWORD};
 use serde_json::{json, Value};
 
 async fn post(stack: &Stack, path: &str, body: Value) -> reqwest::Response {
@@ -30,6 +30,7 @@ async fn register_creates_an_org_and_returns_tokens() {
         ".user.id" => "[uuid]",
         ".user.email" => "[email]",
         ".organization.id" => "[uuid]",
+        ".session_expires_at" => "[time]",
     });
 }
 
@@ -153,13 +154,192 @@ async fn refresh_token_reuse_revokes_the_family() {
     let r1 = post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await;
     assert_eq!(r1.status(), 200);
     let next = r1.json::<Value>().await.unwrap()["refresh_token"].as_str().unwrap().to_string();
-    // Presenting the already-rotated token again is reuse: the whole family dies.
+    let r2 = post(&stack, "/auth/refresh", json!({"refresh_token": next})).await;
+    assert_eq!(r2.status(), 200);
+    let r2: Value = r2.json().await.unwrap();
+    let (latest, access) = (r2["refresh_token"].as_str().unwrap(), r2["access_token"].as_str().unwrap());
+    assert_eq!(stack.admin_get("/organizations/current", access).await.status(), 200);
+    // The first token again, after its successor was itself used: a stolen copy. The whole
+    // session dies: its newest refresh token and its live access token with it.
+    let b = expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await, 401).await;
+    assert!(b["error"]["message"].as_str().unwrap().contains("revoked"), "{b}");
+    expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": latest})).await, 401).await;
+    expect_api_error(stack.admin_get("/organizations/current", access).await, 401).await;
+    // The owner's other sign-ins are untouched.
+    let other = post(&stack, "/auth/login", json!({"email": s.email, "password": PASSWORD})).await;
+    let other: Value = other.json().await.unwrap();
+    let token = other["access_token"].as_str().unwrap();
+    assert_eq!(stack.admin_get("/organizations/current", token).await.status(), 200);
+}
+
+#[tokio::test]
+async fn concurrent_refreshes_of_one_token_get_the_same_successor() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let body = json!({"refresh_token": s.refresh_token});
+    let (a, b) = tokio::join!(post(&stack, "/auth/refresh", body.clone()), post(&stack, "/auth/refresh", body.clone()));
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    let (a, b): (Value, Value) = (a.json().await.unwrap(), b.json().await.unwrap());
+    assert_eq!(a["refresh_token"], b["refresh_token"], "both tabs continue the same session");
+    // Both access tokens work and the successor still refreshes: nobody was signed out.
+    for t in [&a, &b] {
+        let r = stack.admin_get("/organizations/current", t["access_token"].as_str().unwrap()).await;
+        assert_eq!(r.status(), 200);
+    }
+    let r = post(&stack, "/auth/refresh", json!({"refresh_token": a["refresh_token"]})).await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn logout_ends_the_session_at_once() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r = stack.admin_post("/auth/logout", &s.access_token, &json!({})).await;
+    assert_eq!(r.status(), 204);
+    expect_api_error(stack.admin_get("/organizations/current", &s.access_token).await, 401).await;
     expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await, 401).await;
-    expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": next})).await, 401).await;
+    // Its access token can no longer create keys either.
+    expect_api_error(stack.create_key(&s, json!({"name": "late"})).await, 401).await;
 }
 
 #[tokio::test]
 async fn refresh_with_an_unknown_token_is_401() {
     let stack = Stack::shared().await;
     expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": "rt_garbage"})).await, 401).await;
+}
+
+// ---- session security ----
+
+#[tokio::test]
+async fn failed_logins_lock_the_account_for_a_while() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    // The shared stack allows 10 failures per account per 15 minutes.
+    for _ in 0..10 {
+        let r = post(&stack, "/auth/login", json!({"email": s.email, "password": "wrong password!!"})).await;
+        assert_eq!(r.status(), 401);
+    }
+    // Now even the right password waits, so guessing cannot go on.
+    let r = post(&stack, "/auth/login", json!({"email": s.email, "password": PASSWORD})).await;
+    let retry: u64 = header(&r, "retry-after").parse().unwrap();
+    assert!(retry > 0 && retry <= 900, "{retry}");
+    let b = expect_api_error(r, 429).await;
+    assert_eq!(b["error"]["code"], "rate_limited");
+    // Upper-case and full-width spellings are the same account: no way around the lock.
+    let r = post(&stack, "/auth/login", json!({"email": s.email.to_uppercase(), "password": PASSWORD})).await;
+    assert_eq!(r.status(), 429);
+    // Other accounts are not affected.
+    let other = stack.register().await;
+    let r = post(&stack, "/auth/login", json!({"email": other.email, "password": PASSWORD})).await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn attempts_from_one_address_are_throttled() {
+    let stack = Stack::start_with(StackOptions {
+        admin_config: "ip_attempts = 5\nip_window_secs = 60\ntrust_forwarded_for = true".into(),
+        ..Default::default()
+    })
+    .await;
+    let ip = format!("10.{}.{}.{}", rand_octet(), rand_octet(), rand_octet());
+    let login = |ip: String| {
+        let stack = &stack;
+        async move {
+            stack
+                .http
+                .post(format!("{}/api/v1/auth/login", stack.admin))
+                .header("x-forwarded-for", ip)
+                .json(&json!({"email": "nobody@test.gw", "password": "whatever whatever"}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for _ in 0..5 {
+        assert_eq!(login(ip.clone()).await.status(), 401);
+    }
+    let r = login(ip.clone()).await;
+    assert_eq!(r.status(), 429);
+    assert!(!header(&r, "retry-after").is_empty());
+    // Another address still gets an answer.
+    assert_eq!(login(format!("{ip}1").replace("..", ".")).await.status(), 401);
+}
+
+fn rand_octet() -> u8 {
+    (uuid::Uuid::new_v4().as_bytes()[0] % 250) + 1
+}
+
+#[tokio::test]
+async fn a_login_flood_waits_for_hashing_slots_instead_of_growing() {
+    let stack = Stack::start_with(StackOptions {
+        admin_config: "max_concurrent_hashes = 1\nhash_wait_ms = 1".into(),
+        ..Default::default()
+    })
+    .await;
+    let logins = (0..8).map(|i| {
+        let stack = &stack;
+        async move {
+            let body = json!({"email": format!("flood-{i}-{}@test.gw", uuid::Uuid::new_v4()), "password": "whatever whatever"});
+            post(stack, "/auth/login", body).await
+        }
+    });
+    let statuses: Vec<u16> = futures::future::join_all(logins).await.iter().map(|r| r.status().as_u16()).collect();
+    // One slot: the first login hashes; those that cannot get the slot within 1 ms are told to
+    // retry (503) instead of queueing memory-hungry hashes.
+    assert!(statuses.contains(&401), "{statuses:?}");
+    assert!(statuses.contains(&503), "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 401 || *s == 503), "{statuses:?}");
+    let metrics = stack.http.get(format!("{}/metrics", stack.admin)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l.starts_with("gw_admin_hash_busy_total ") && !l.ends_with(" 0")), "{metrics}");
+}
+
+#[tokio::test]
+async fn unicode_capitals_are_one_account() {
+    let stack = Stack::shared().await;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let upper = format!("ÄRGER-{id}@TEST.GW");
+    let r = post(&stack, "/auth/register", json!({"email": upper, "password": PASSWORD, "name": "Ä", "org_name": "Ö"}))
+        .await;
+    assert_eq!(r.status(), 201);
+    // Signing in with the lower-case spelling finds the account.
+    let lower = format!("ärger-{id}@test.gw");
+    let r = post(&stack, "/auth/login", json!({"email": lower, "password": PASSWORD})).await;
+    assert_eq!(r.status(), 200);
+    // The lower-case twin cannot be registered beside it.
+    let r =
+        post(&stack, "/auth/register", json!({"email": lower, "password": PASSWORD, "name": "Twin", "org_name": "T"}))
+            .await;
+    assert_eq!(r.status(), 409);
+    // Nor the decomposed spelling (A + combining diaeresis).
+    let decomposed = format!("A\u{308}RGER-{id}@test.gw");
+    let r = post(
+        &stack,
+        "/auth/register",
+        json!({"email": decomposed, "password": PASSWORD, "name": "T", "org_name": "T"}),
+    )
+    .await;
+    assert_eq!(r.status(), 409);
+}
+
+#[tokio::test]
+async fn control_characters_in_the_login_email_are_400() {
+    let stack = Stack::shared().await;
+    for email in ["a\u{0}@test.gw", "a@test.gw\u{7}"] {
+        let r = post(&stack, "/auth/login", json!({"email": email, "password": PASSWORD})).await;
+        let b = expect_api_error(r, 400).await;
+        assert_eq!(b["error"]["fields"][0]["field"], "email");
+    }
+}
+
+#[tokio::test]
+async fn weak_passwords_are_refused_naming_the_field() {
+    let stack = Stack::shared().await;
+    for pw in ["short", "aaaaaaaaaaaaaaaa", "Password1234", "reg-weak-password"] {
+        let email = "reg-weak@test.gw";
+        let r =
+            post(&stack, "/auth/register", json!({"email": email, "password": pw, "name": "W", "org_name": "W"})).await;
+        let b = expect_api_error(r, 400).await;
+        assert_eq!(b["error"]["fields"][0]["field"], "password", "{pw}");
+        assert!(!b.to_string().contains(pw), "the message must not echo the password");
+    }
 }

@@ -13,8 +13,7 @@ use gw_shared::crypto::{EncryptionKey, Keyring};
 use gw_shared::db::provider_keys::SealedKey;
 use gw_shared::db::schema::provider_keys as pk;
 use gw_tests::{
-    db, expect_api_error, expect_unauthorized, header, session_token, unique_tag, Session, Stack, StackOptions,
-    ENCRYPTION_KEY,
+    db, expect_api_error, expect_unauthorized, header, unique_tag, Session, Stack, StackOptions, ENCRYPTION_KEY,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -38,8 +37,8 @@ fn url(stack: &Stack, path: &str) -> String {
 }
 
 /// A `member` session in `s`'s organization (registration makes owners only).
-fn member_token(s: &Session) -> String {
-    session_token(s.user_id, s.org_id, "member", 300)
+async fn member_token(stack: &Stack, s: &Session) -> String {
+    stack.join(s, "member", &[]).await.access_token
 }
 
 /// A secret of its own for each call: `sk-<32 hex>-WXYZ`. Its hint is `sk-…WXYZ`; the hex middle
@@ -199,8 +198,12 @@ async fn create_with_an_api_key_is_401() {
 async fn create_as_member_is_403() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let r =
-        create(&stack, &member_token(&s), json!({"provider": "upstream", "name": "x", "secret": new_secret()})).await;
+    let r = create(
+        &stack,
+        &member_token(&stack, &s).await,
+        json!({"provider": "upstream", "name": "x", "secret": new_secret()}),
+    )
+    .await;
     expect_forbidden(r).await;
     let list: Value = stack.admin_get("/provider-keys", &s.access_token).await.json().await.unwrap();
     assert_eq!(list["data"], json!([]));
@@ -378,11 +381,11 @@ async fn list_is_open_to_members() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let key = add_key(&stack, &s, "upstream", &new_secret()).await;
-    let r = stack.admin_get("/provider-keys", &member_token(&s)).await;
+    let r = stack.admin_get("/provider-keys", &member_token(&stack, &s).await).await;
     assert_eq!(r.status(), 200);
     let list: Value = r.json().await.unwrap();
     assert_eq!(list["data"][0]["id"], key["id"]);
-    assert_eq!(get_key(&stack, &id_of(&key), &member_token(&s)).await, key);
+    assert_eq!(get_key(&stack, &id_of(&key), &member_token(&stack, &s).await).await, key);
 }
 
 #[tokio::test]
@@ -476,7 +479,8 @@ async fn rename_as_member_is_403() {
     let s = stack.register().await;
     let key = add_key(&stack, &s, "upstream", &new_secret()).await;
     let id = id_of(&key);
-    expect_forbidden(patch(&stack, &format!("/{id}"), &member_token(&s), &json!({"name": "mine"})).await).await;
+    expect_forbidden(patch(&stack, &format!("/{id}"), &member_token(&stack, &s).await, &json!({"name": "mine"})).await)
+        .await;
     assert_eq!(get_key(&stack, &id, &s.access_token).await["name"], "ours");
 }
 
@@ -580,7 +584,7 @@ async fn rotate_as_member_is_403() {
     let s = stack.register().await;
     let secret = new_secret();
     let id = id_of(&add_key(&stack, &s, "upstream", &secret).await);
-    expect_forbidden(rotate(&stack, &id, &member_token(&s), &new_secret()).await).await;
+    expect_forbidden(rotate(&stack, &id, &member_token(&stack, &s).await, &new_secret()).await).await;
     assert_eq!(opened(&id).await, secret);
 }
 
@@ -674,7 +678,7 @@ async fn revoke_as_member_is_403() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let id = id_of(&add_key(&stack, &s, "upstream", &new_secret()).await);
-    expect_forbidden(stack.admin_delete(&format!("/provider-keys/{id}"), &member_token(&s)).await).await;
+    expect_forbidden(stack.admin_delete(&format!("/provider-keys/{id}"), &member_token(&stack, &s).await).await).await;
     assert_eq!(get_key(&stack, &id, &s.access_token).await["status"], "active");
 }
 

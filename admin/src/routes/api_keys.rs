@@ -1,33 +1,51 @@
-//! API keys: create (the secret is shown once; optionally limited to some models), list (never
-//! the secret), revoke.
+//! API keys: create (the secret is shown once), list with filters, get, update (name, expiry,
+//! model allow-list) and revoke; never the secret after creation. Members create and change only
+//! keys of the teams they belong to. Changes that alter what the proxy enforces (expiry, models,
+//! revocation) invalidate the proxies' cached copy of the key once committed.
 
-use actix_web::{web, HttpResponse};
+use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use gw_shared::accounts::{issue_api_key, KeySpec, DEFAULT_PERMISSION, KNOWN_PERMISSIONS};
 use gw_shared::db::{api_keys, teams};
+use gw_shared::keys::KeyHash;
 use gw_shared::redis::{invalidate, publish, Invalidation};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Errors};
+use crate::pagination::{self, Page};
 use crate::session::Session;
 use crate::state::AppState;
+use crate::trail::{self, Entry};
 use crate::validate;
 
 const WARNING: &str = "Store this key now: it is shown only once and cannot be retrieved again.";
-const DEFAULT_PAGE: i64 = 50;
-const MAX_PAGE: i64 = 200;
 /// Most entries a key's model allow-list may have.
 const MAX_MODELS: usize = 100;
 
-#[derive(Deserialize)]
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(list).service(create).service(get_one).service(update).service(revoke);
+}
+
+/// `Some(None)` for an explicit JSON null, `None` when the field is absent.
+pub fn double_option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
     name: String,
+    /// Default `["proxy:llm"]`. Known: `proxy:llm` (every proxy endpoint), `proxy:chat`,
+    /// `proxy:embeddings`, `proxy:models`.
     #[serde(default)]
     permissions: Option<Vec<String>>,
+    /// The team whose budget the key's usage counts toward; required for members.
     #[serde(default)]
-    team_id: Option<String>,
+    team_id: Option<Uuid>,
     #[serde(default)]
     expires_at: Option<DateTime<Utc>>,
     /// Models the key may use (names or aliases); omitted or null: every model; `[]`: none.
@@ -35,10 +53,26 @@ pub struct CreateBody {
     models: Option<Vec<String>>,
 }
 
-#[derive(Serialize)]
-struct Created {
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateBody {
+    #[serde(default)]
+    name: Option<String>,
+    /// A future time, or null for no expiry.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<DateTime<Utc>>)]
+    expires_at: Option<Option<DateTime<Utc>>>,
+    /// The model allow-list, or null for every model.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Vec<String>>)]
+    models: Option<Option<Vec<String>>>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Created {
     id: Uuid,
     name: String,
+    /// The secret: shown here once, never again.
     key: String,
     key_prefix: String,
     permissions: Vec<String>,
@@ -50,8 +84,8 @@ struct Created {
     warning: &'static str,
 }
 
-#[derive(Serialize)]
-struct KeyOut {
+#[derive(Serialize, ToSchema)]
+pub struct KeyOut {
     id: Uuid,
     name: String,
     key_prefix: String,
@@ -59,11 +93,13 @@ struct KeyOut {
     team_id: Option<Uuid>,
     created_by: Option<Uuid>,
     created_at: DateTime<Utc>,
+    /// Updated in batches by the audit writer, so it may trail real use by a few seconds.
     last_used_at: Option<DateTime<Utc>>,
     expires_at: Option<DateTime<Utc>>,
     revoked_at: Option<DateTime<Utc>>,
     /// The model allow-list; null: every model.
     models: Option<Vec<String>>,
+    /// `active`, `expired` or `revoked`.
     status: &'static str,
 }
 
@@ -93,30 +129,32 @@ impl From<api_keys::ApiKey> for KeyOut {
     }
 }
 
-#[derive(Serialize)]
-struct Page {
-    data: Vec<KeyOut>,
-    /// Pass as `cursor` to get the next page; null on the last page.
-    next_cursor: Option<Uuid>,
-}
-
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
+    /// 1 to 200; default 50.
     limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
     cursor: Option<Uuid>,
+    team_id: Option<Uuid>,
+    created_by: Option<Uuid>,
+    /// `active`, `expired` or `revoked`.
+    status: Option<String>,
+    /// Case-insensitive part of the name.
+    name: Option<String>,
 }
 
 fn permissions(requested: Option<Vec<String>>) -> ApiResult<Vec<String>> {
     let mut perms = requested.unwrap_or_else(|| vec![DEFAULT_PERMISSION.to_string()]);
     if perms.is_empty() {
-        return Err(ApiError::Validation("permissions must not be empty".into()));
+        return Err(ApiError::field("permissions", "must not be empty"));
     }
     if let Some(bad) = perms.iter().find(|p| !KNOWN_PERMISSIONS.contains(&p.as_str())) {
-        return Err(ApiError::Validation(format!(
-            "unknown permission {bad:?}; known permissions: {}",
-            KNOWN_PERMISSIONS.join(", ")
-        )));
+        return Err(ApiError::field(
+            "permissions",
+            format!("unknown permission {bad:?}; known permissions: {}", KNOWN_PERMISSIONS.join(", ")),
+        ));
     }
     perms.sort();
     perms.dedup();
@@ -125,20 +163,21 @@ fn permissions(requested: Option<Vec<String>>) -> ApiResult<Vec<String>> {
 
 /// The allow-list as stored: every entry a configured model name or alias, duplicates dropped
 /// (first occurrence kept, so the caller's order holds). `None` stays `None` (every model).
-fn models(state: &AppState, requested: Option<Vec<String>>) -> ApiResult<Option<Vec<String>>> {
+pub fn models(state: &AppState, requested: Option<Vec<String>>) -> ApiResult<Option<Vec<String>>> {
     let Some(requested) = requested else {
         return Ok(None);
     };
     if requested.len() > MAX_MODELS {
-        return Err(ApiError::Validation(format!("models must have at most {MAX_MODELS} entries")));
+        return Err(ApiError::field("models", format!("must have at most {MAX_MODELS} entries")));
     }
     let known = |m: &str| state.cfg.models.iter().any(|c| c.name == m || c.aliases.iter().any(|a| a == m));
     let mut out: Vec<String> = Vec::with_capacity(requested.len());
     for m in requested {
         if !known(&m) {
-            return Err(ApiError::Validation(format!(
-                "unknown model {m:?} in models: each entry must be a configured model name or alias"
-            )));
+            return Err(ApiError::field(
+                "models",
+                format!("unknown model {m:?}: each entry must be a configured model name or alias"),
+            ));
         }
         if !out.contains(&m) {
             out.push(m);
@@ -147,33 +186,67 @@ fn models(state: &AppState, requested: Option<Vec<String>>) -> ApiResult<Option<
     Ok(Some(out))
 }
 
+fn future(field: &str, t: Option<DateTime<Utc>>) -> ApiResult<()> {
+    if t.is_some_and(|t| t <= Utc::now()) {
+        return Err(ApiError::field(field, "must be in the future"));
+    }
+    Ok(())
+}
+
+/// Members act only on keys of their teams; a key without a team is an admin's.
+async fn require_key_access(
+    conn: &mut diesel_async::AsyncPgConnection,
+    session: &Session,
+    key: &api_keys::ApiKey,
+) -> ApiResult<()> {
+    if session.is_admin() {
+        return Ok(());
+    }
+    match key.team_id {
+        Some(team) => session.require_team(conn, team).await,
+        None => Err(ApiError::Forbidden("members act only on keys of the teams they belong to".into())),
+    }
+}
+
+async fn drop_cached(state: &AppState, id: Uuid, hash: Vec<u8>, what: &str) -> ApiResult<()> {
+    let hash: KeyHash = hash.try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
+    // The change is committed; if this publish fails the proxies' cache TTL still ends the old
+    // copy's life, so it is logged rather than failing the request.
+    if let Err(e) = invalidate(&state.redis, &Invalidation::ApiKey(hash)).await {
+        log::warn!("could not publish the {what} of key {id}: {e}");
+    }
+    Ok(())
+}
+
+/// Create an API key; the secret is in the response and nowhere else, ever.
+#[utoipa::path(tag = "api-keys", request_body = CreateBody, responses((status = 201, body = Created), Errors))]
+#[post("/api-keys")]
 pub async fn create(
     state: web::Data<AppState>,
     session: Session,
+    req: HttpRequest,
     body: web::Json<CreateBody>,
 ) -> ApiResult<HttpResponse> {
-    session.require_admin()?;
     let b = body.into_inner();
     let name = validate::text("name", &b.name, 200)?;
     let perms = permissions(b.permissions)?;
     let allowed_models = models(&state, b.models)?;
-    let team_id = match b.team_id.as_deref() {
-        None => None,
-        Some(raw) => Some(Uuid::parse_str(raw).map_err(|_| ApiError::Validation("team_id must be a UUID".into()))?),
-    };
-    if b.expires_at.is_some_and(|t| t <= Utc::now()) {
-        return Err(ApiError::Validation("expires_at must be in the future".into()));
-    }
+    future("expires_at", b.expires_at)?;
     let mut conn = state.conn().await?;
-    if let Some(team) = team_id {
+    match b.team_id {
         // Another org's team looks exactly like a missing one.
-        if !teams::exists_in_org(&mut conn, session.org_id, team).await? {
-            return Err(ApiError::Validation("team_id does not name a team of this organization".into()));
+        Some(team) if !teams::exists_in_org(&mut conn, session.org_id, team).await? => {
+            return Err(ApiError::field("team_id", "does not name a team of this organization"));
         }
+        Some(team) => session.require_team(&mut conn, team).await?,
+        None if !session.is_admin() => {
+            return Err(ApiError::field("team_id", "is required: members create keys for their teams"));
+        }
+        None => {}
     }
     let spec = KeySpec {
         org_id: session.org_id,
-        team_id,
+        team_id: b.team_id,
         name: &name,
         permissions: &perms,
         allowed_models: allowed_models.as_deref(),
@@ -181,6 +254,13 @@ pub async fn create(
         expires_at: b.expires_at,
     };
     let (row, secret) = issue_api_key(&mut conn, spec).await?;
+    let entry = Entry {
+        action: "api_key.create",
+        resource_type: "api_key",
+        resource_id: Some(row.id.to_string()),
+        detail: json!({"name": row.name, "key_prefix": row.key_prefix, "team_id": row.team_id, "permissions": row.permissions}),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
     log::info!("api key {} ({}) created in org {}", row.id, row.key_prefix, row.org_id);
     // Proxies may remember this hash as unknown (someone tried it before it existed).
     if let Err(e) = publish(&state.redis, &Invalidation::ApiKey(gw_shared::keys::hash_secret(&secret))).await {
@@ -200,40 +280,110 @@ pub async fn create(
     }))
 }
 
+/// List the organization's API keys, newest first.
+#[utoipa::path(tag = "api-keys", params(ListQuery), responses((status = 200, body = Page<KeyOut>), Errors))]
+#[get("/api-keys")]
 pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ListQuery>) -> ApiResult<HttpResponse> {
-    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::Validation(format!("limit must be between 1 and {MAX_PAGE}")));
-    }
+    let q = q.into_inner();
+    let limit = pagination::limit(q.limit)?;
+    let status = match q.status.as_deref() {
+        None => None,
+        Some("active") => Some(api_keys::Status::Active),
+        Some("revoked") => Some(api_keys::Status::Revoked),
+        Some("expired") => Some(api_keys::Status::Expired),
+        Some(_) => return Err(ApiError::field("status", "must be active, expired or revoked")),
+    };
+    let name = q.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?;
+    let filter = api_keys::Filter { team_id: q.team_id, created_by: q.created_by, status, name };
     let mut conn = state.conn().await?;
-    // One extra row tells whether another page exists.
-    let mut rows = api_keys::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
-    let more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    let next_cursor = if more { rows.last().map(|k| k.id) } else { None };
-    Ok(HttpResponse::Ok().json(Page { data: rows.into_iter().map(KeyOut::from).collect(), next_cursor }))
+    let rows = api_keys::list(&mut conn, session.org_id, &filter, q.cursor, limit + 1).await?;
+    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |k| k.id, KeyOut::from)))
 }
 
-pub async fn revoke(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
-    session.require_admin()?;
+/// One API key (never its secret).
+#[utoipa::path(tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
+    responses((status = 200, body = KeyOut), Errors))]
+#[get("/api-keys/{key_id}")]
+pub async fn get_one(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
+    let mut conn = state.conn().await?;
+    let key = api_keys::find(&mut conn, session.org_id, id.into_inner()).await?.ok_or(ApiError::NotFound("api key"))?;
+    Ok(HttpResponse::Ok().json(KeyOut::from(key)))
+}
+
+/// Update a live key's name, expiry or model allow-list.
+#[utoipa::path(tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
+    request_body = UpdateBody, responses((status = 200, body = KeyOut), Errors))]
+#[patch("/api-keys/{key_id}")]
+pub async fn update(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    id: web::Path<Uuid>,
+    body: web::Json<UpdateBody>,
+) -> ApiResult<HttpResponse> {
+    let id = id.into_inner();
+    let b = body.into_inner();
+    let name = b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?;
+    if let Some(t) = b.expires_at {
+        future("expires_at", t)?;
+    }
+    let allowed_models = match b.models {
+        Some(m) => Some(models(&state, m)?),
+        None => None,
+    };
+    if name.is_none() && b.expires_at.is_none() && allowed_models.is_none() {
+        return Err(ApiError::Validation("nothing to update: send name, expires_at or models".into()));
+    }
+    let mut changed = Vec::new();
+    for (field, set) in
+        [("name", name.is_some()), ("expires_at", b.expires_at.is_some()), ("models", allowed_models.is_some())]
+    {
+        if set {
+            changed.push(field);
+        }
+    }
+    let mut conn = state.conn().await?;
+    let key = api_keys::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("api key"))?;
+    require_key_access(&mut conn, &session, &key).await?;
+    let change = api_keys::Change { name, expires_at: b.expires_at, allowed_models };
+    let Some((row, hash)) = api_keys::update(&mut conn, session.org_id, id, &change).await? else {
+        return Err(ApiError::Conflict("api key is revoked".into()));
+    };
+    let entry = Entry {
+        action: "api_key.update",
+        resource_type: "api_key",
+        resource_id: Some(id.to_string()),
+        detail: json!({"changed": changed}),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
+    drop_cached(&state, id, hash, "update").await?;
+    Ok(HttpResponse::Ok().json(KeyOut::from(row)))
+}
+
+/// Revoke a key: the proxies refuse it within a second. Revoking again is a no-op.
+#[utoipa::path(tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
+    responses((status = 204, description = "Revoked"), Errors))]
+#[delete("/api-keys/{key_id}")]
+pub async fn revoke(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    id: web::Path<Uuid>,
+) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let mut conn = state.conn().await?;
-    match api_keys::revoke(&mut conn, session.org_id, id).await? {
-        Some(hash) => {
-            log::info!("api key {id} revoked in org {}", session.org_id);
-            let hash: [u8; 32] =
-                hash.try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
-            // The revoke is committed; if this publish fails the proxies' cache TTL still ends
-            // the key's life, so it is logged rather than failing the request.
-            if let Err(e) = invalidate(&state.redis, &Invalidation::ApiKey(hash)).await {
-                log::warn!("could not publish revocation of key {id}: {e}");
-            }
-            Ok(HttpResponse::NoContent().finish())
-        }
-        // Already revoked: revoking again is a no-op, not an error.
-        None if api_keys::find(&mut conn, session.org_id, id).await?.is_some() => {
-            Ok(HttpResponse::NoContent().finish())
-        }
-        None => Err(ApiError::NotFound("api key")),
+    let key = api_keys::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("api key"))?;
+    require_key_access(&mut conn, &session, &key).await?;
+    if let Some(hash) = api_keys::revoke(&mut conn, session.org_id, id).await? {
+        let entry = Entry {
+            action: "api_key.revoke",
+            resource_type: "api_key",
+            resource_id: Some(id.to_string()),
+            detail: json!({"name": key.name}),
+        };
+        trail::by(&mut conn, &session, &req, entry).await?;
+        log::info!("api key {id} revoked in org {}", session.org_id);
+        drop_cached(&state, id, hash, "revocation").await?;
     }
+    Ok(HttpResponse::NoContent().finish())
 }

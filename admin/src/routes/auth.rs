@@ -1,163 +1,196 @@
-//! Registration, login and refresh-token rotation.
+//! Sign-up, sign-in, refresh-token rotation and sign-out.
+//!
+//! Sign-in work is bounded: attempts are throttled per client address and failed sign-ins per
+//! account (Redis, shared by replicas) before any hashing; hashing waits for one of a few slots
+//! (`admin.max_concurrent_hashes`) and never holds a database connection. Unknown accounts are
+//! verified against a dummy hash so timing does not tell them apart.
 
-use actix_web::{web, HttpResponse};
-use chrono::{Duration, Utc};
+use actix_web::{post, web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::accounts::{create_org_with_owner, ROLE_OWNER};
-use gw_shared::db::refresh_tokens::{self, NewRefreshToken};
-use gw_shared::db::{orgs, users};
-use gw_shared::ids::new_id;
-use gw_shared::jwt::issue_access_token;
-use gw_shared::keys::{generate_refresh_token, hash_secret, MAX_BEARER_LEN};
-use gw_shared::password::{dummy_hash, verify_password_blocking, MAX_PASSWORD_LEN, MIN_PASSWORD_LEN};
+use gw_shared::crypto::EncryptionKey;
+use gw_shared::db::{orgs, refresh_tokens, sessions, users};
+use gw_shared::keys::{hash_secret, MAX_BEARER_LEN};
+use gw_shared::password::{check_rules, dummy_hash, hash_password, verify_password, MAX_PASSWORD_LEN};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
-use crate::error::{is_unique_violation, ApiError, ApiResult};
+use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
+use crate::session::Session;
 use crate::state::AppState;
-use crate::validate;
+use crate::tokens::{self, SessionRef, TokenResponse};
+use crate::trail::{self, Actor, Entry};
+use crate::{throttle, validate};
 
-#[derive(Deserialize)]
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(register).service(login).service(refresh).service(logout);
+}
+
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterBody {
     email: String,
+    /// 12 to 1024 characters, at least 5 different ones; not a well-known password.
     password: String,
     name: String,
     org_name: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginBody {
     email: String,
     password: String,
+    /// The organization to sign in to, for a user of several; default: the oldest membership.
+    #[serde(default)]
+    organization_id: Option<Uuid>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefreshBody {
     refresh_token: String,
 }
 
-#[derive(Serialize)]
-pub struct UserOut {
-    id: Uuid,
-    email: String,
-    name: String,
+/// Hashes a new password in a hashing slot, on the blocking pool.
+pub async fn hash_new_password(state: &AppState, password: String) -> ApiResult<String> {
+    let _slot = state.hash_slot().await?;
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| ApiError::Internal(format!("hashing task failed: {e}")))?
+        .map_err(ApiError::from)
 }
 
-#[derive(Serialize)]
-pub struct OrgOut {
-    id: Uuid,
-    name: String,
+/// Verifies a password in a hashing slot (against a dummy hash when there is none).
+pub async fn verify(state: &AppState, password: String, hash: Option<String>) -> ApiResult<bool> {
+    let _slot = state.hash_slot().await?;
+    let hash = hash.unwrap_or_else(|| dummy_hash().to_string());
+    tokio::task::spawn_blocking(move || verify_password(&password, &hash))
+        .await
+        .map_err(|e| ApiError::Internal(format!("verification task failed: {e}")))
 }
 
-#[derive(Serialize)]
-pub struct TokenResponse {
-    access_token: String,
-    token_type: &'static str,
-    /// Seconds until the access token expires.
-    expires_in: i64,
-    refresh_token: String,
-    refresh_expires_in: i64,
-    role: String,
-    user: UserOut,
-    organization: OrgOut,
+/// The password rules, as a field error.
+pub fn password_rules(password: &str, normalized_email: &str) -> ApiResult<()> {
+    let local = normalized_email.split('@').next().unwrap_or_default();
+    check_rules(password, local).map_err(|m| ApiError::field("password", m))
 }
 
-/// Issues an access token and a refresh token (a new family unless `family` continues one).
-async fn issue_tokens(
-    state: &AppState,
-    conn: &mut AsyncPgConnection,
-    user: &users::User,
-    org: &orgs::Organization,
-    role: &str,
-    family: Option<Uuid>,
-) -> ApiResult<TokenResponse> {
-    let ttl = state.cfg.admin.access_token_ttl_secs;
-    let (access_token, _) = issue_access_token(&state.jwt_secret, user.id, org.id, role, ttl)?;
-    let (refresh_token, hash) = generate_refresh_token();
-    let refresh_ttl = state.cfg.admin.refresh_token_ttl_secs;
-    refresh_tokens::insert(
-        conn,
-        &NewRefreshToken {
-            id: new_id(),
-            user_id: user.id,
-            org_id: org.id,
-            family_id: family.unwrap_or_else(new_id),
-            token_hash: &hash,
-            expires_at: Utc::now() + Duration::seconds(refresh_ttl),
-        },
-    )
-    .await?;
-    Ok(TokenResponse {
-        access_token,
-        token_type: "Bearer",
-        expires_in: ttl,
-        refresh_token,
-        refresh_expires_in: refresh_ttl,
-        role: role.to_string(),
-        user: UserOut { id: user.id, email: user.email.clone(), name: user.name.clone() },
-        organization: OrgOut { id: org.id, name: org.name.clone() },
-    })
-}
-
-fn check_password_shape(password: &str) -> ApiResult<()> {
-    let n = password.chars().count();
-    if n < MIN_PASSWORD_LEN || password.len() > MAX_PASSWORD_LEN {
-        return Err(ApiError::Validation(format!(
-            "password must be {MIN_PASSWORD_LEN} to {MAX_PASSWORD_LEN} characters long"
-        )));
-    }
-    Ok(())
-}
-
-pub async fn register(state: web::Data<AppState>, body: web::Json<RegisterBody>) -> ApiResult<HttpResponse> {
+/// Create an organization and its owner; returns the owner's session.
+#[utoipa::path(tag = "auth", security(()), request_body = RegisterBody,
+    responses((status = 201, description = "Registered and signed in", body = TokenResponse), Errors))]
+#[post("/auth/register")]
+pub async fn register(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Json<RegisterBody>,
+) -> ApiResult<HttpResponse> {
+    throttle::attempt(&state, &req, "register").await?;
     let b = body.into_inner();
-    let email = validate::email(&b.email)?;
+    let email = validate::email("email", &b.email)?;
     let name = validate::text("name", &b.name, 200)?;
     let org_name = validate::text("org_name", &b.org_name, 200)?;
-    check_password_shape(&b.password)?;
+    password_rules(&b.password, &email.normalized)?;
+    let hash = hash_new_password(&state, b.password).await?;
 
     let mut conn = state.conn().await?;
-    let (org, user) = match create_org_with_owner(&mut conn, &email, &name, &b.password, &org_name).await {
+    let (org, user) = match create_org_with_owner(&mut conn, &email, &name, &hash, &org_name).await {
         Ok(v) => v,
         Err(e) if is_unique_violation(&e) => {
-            return Err(ApiError::Conflict("an account with this email already exists".into()))
+            return Err(ApiError::Conflict("this e-mail address cannot be registered; sign in instead".into()))
         }
         Err(e) => return Err(e.into()),
     };
-    let tokens = issue_tokens(&state, &mut conn, &user, &org, ROLE_OWNER, None).await?;
+    let actor = Actor { user_id: Some(user.id), role: Some(ROLE_OWNER.into()) };
+    let entry = Entry {
+        action: "organization.create",
+        resource_type: "organization",
+        resource_id: Some(org.id.to_string()),
+        detail: serde_json::json!({"name": org.name}),
+    };
+    trail::record(&mut conn, org.id, actor, &req, entry).await?;
+    let tokens = tokens::open_session(&state, &mut conn, &user, &org, ROLE_OWNER, "password").await?;
     log::info!("registered org {} with owner {}", org.id, user.id);
     Ok(HttpResponse::Created().json(tokens))
 }
 
-pub async fn login(state: web::Data<AppState>, body: web::Json<LoginBody>) -> ApiResult<HttpResponse> {
+/// Sign in with e-mail and password.
+#[utoipa::path(tag = "auth", security(()), request_body = LoginBody,
+    responses((status = 200, description = "Signed in", body = TokenResponse), Errors))]
+#[post("/auth/login")]
+pub async fn login(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Json<LoginBody>,
+) -> ApiResult<HttpResponse> {
+    throttle::attempt(&state, &req, "login").await?;
     let b = body.into_inner();
     let invalid = || ApiError::Unauthorized("invalid email or password".into());
-    if b.password.len() > MAX_PASSWORD_LEN || b.email.len() > 320 {
+    let email = validate::email("email", &b.email)?;
+    if b.password.len() > MAX_PASSWORD_LEN {
         return Err(invalid());
     }
-    let mut conn = state.conn().await?;
-    let user = users::find_by_email(&mut conn, b.email.trim()).await?;
-    // Verify against a dummy hash when there is no such user, so timing does not reveal accounts.
-    let hash = user.as_ref().and_then(|u| u.password_hash.clone()).unwrap_or_else(|| dummy_hash().to_string());
-    let ok = verify_password_blocking(b.password, hash).await;
+    throttle::check_account(&state, &email.normalized).await?;
+    // The connection goes back to the pool before the slow hash.
+    let user = {
+        let mut conn = state.conn().await?;
+        users::find_by_email(&mut conn, &email.normalized).await?
+    };
+    let ok = verify(&state, b.password, user.as_ref().and_then(|u| u.password_hash.clone())).await?;
     let user = match user {
         Some(u) if ok => u,
-        _ => return Err(invalid()),
+        _ => {
+            throttle::account_failed(&state, &email.normalized).await;
+            return Err(invalid());
+        }
     };
-    let membership = users::primary_membership(&mut conn, user.id).await?.ok_or_else(invalid)?;
+    throttle::account_succeeded(&state, &email.normalized).await;
+    let mut conn = state.conn().await?;
+    let membership = match b.organization_id {
+        Some(org_id) => users::membership(&mut conn, org_id, user.id).await?,
+        None => users::primary_membership(&mut conn, user.id).await?,
+    };
+    let membership =
+        membership.ok_or_else(|| ApiError::Unauthorized("this account belongs to no such organization".into()))?;
     let org = orgs::find(&mut conn, membership.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
-    let tokens = issue_tokens(&state, &mut conn, &user, &org, &membership.role, None).await?;
+    let tokens = tokens::open_session(&state, &mut conn, &user, &org, &membership.role, "password").await?;
     Ok(HttpResponse::Ok().json(tokens))
 }
 
 enum Rotation {
-    Rotated(TokenResponse),
+    Rotated(Box<TokenResponse>),
     Rejected(&'static str),
 }
 
+/// What a rotated token keeps of its successor, sealed with a key derived from itself.
+#[derive(Serialize, Deserialize)]
+struct Successor {
+    token: String,
+    expires_at: DateTime<Utc>,
+}
+
+const SUCCESSOR_PURPOSE: &[u8] = b"gw refresh-token successor v1";
+
+fn seal_successor(presented: &str, row: Uuid, s: &Successor) -> ApiResult<Vec<u8>> {
+    let key = EncryptionKey::derive_from_secret(presented.as_bytes(), SUCCESSOR_PURPOSE)?;
+    let plain = serde_json::to_vec(s).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(key.encrypt(&plain, row.as_bytes())?)
+}
+
+fn open_successor(presented: &str, row: Uuid, sealed: &[u8]) -> Option<Successor> {
+    let key = EncryptionKey::derive_from_secret(presented.as_bytes(), SUCCESSOR_PURPOSE).ok()?;
+    serde_json::from_slice(&key.decrypt(sealed, row.as_bytes()).ok()?).ok()
+}
+
+/// Exchange a refresh token for new tokens. Each refresh token works once: a second use within
+/// `admin.refresh_grace_secs` (two tabs refreshing at once) gets the same successor; any later
+/// reuse revokes the whole session.
+#[utoipa::path(tag = "auth", security(()), request_body = RefreshBody,
+    responses((status = 200, description = "New tokens", body = TokenResponse), Errors))]
+#[post("/auth/refresh")]
 pub async fn refresh(state: web::Data<AppState>, body: web::Json<RefreshBody>) -> ApiResult<HttpResponse> {
     let token = body.into_inner().refresh_token;
     if token.is_empty() || token.len() > MAX_BEARER_LEN {
@@ -166,35 +199,77 @@ pub async fn refresh(state: web::Data<AppState>, body: web::Json<RefreshBody>) -
     let hash = hash_secret(&token);
     let mut conn = state.conn().await?;
     let state_ref = state.get_ref();
-    // The rejection paths commit too: revoking a family on reuse must stick.
-    let outcome = conn
-        .transaction(async |conn| {
-            let Some(rt) = refresh_tokens::find_for_update(conn, &hash).await? else {
-                return Ok::<_, ApiError>(Rotation::Rejected("invalid refresh token"));
-            };
-            if rt.revoked_at.is_some() {
-                return Ok(Rotation::Rejected("refresh token revoked"));
-            }
-            if rt.used_at.is_some() {
-                refresh_tokens::revoke_family(conn, rt.family_id).await?;
-                log::warn!("refresh token reuse for user {}: family {} revoked", rt.user_id, rt.family_id);
-                return Ok(Rotation::Rejected("refresh token already used; every session of this sign-in was revoked"));
-            }
-            if rt.expires_at <= Utc::now() {
-                return Ok(Rotation::Rejected("refresh token expired"));
-            }
-            refresh_tokens::mark_used(conn, rt.id).await?;
-            let Some(m) = users::membership(conn, rt.org_id, rt.user_id).await? else {
-                return Ok(Rotation::Rejected("no longer a member of this organization"));
-            };
-            let user = users::find(conn, rt.user_id).await?.ok_or(ApiError::NotFound("user"))?;
-            let org = orgs::find(conn, rt.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
-            let tokens = issue_tokens(state_ref, conn, &user, &org, &m.role, Some(rt.family_id)).await?;
-            Ok(Rotation::Rotated(tokens))
-        })
-        .await?;
+    // The rejection paths commit too: revoking a session on reuse must stick.
+    let outcome = conn.transaction(async |conn| rotate(state_ref, conn, &token, &hash).await).await?;
     match outcome {
         Rotation::Rotated(tokens) => Ok(HttpResponse::Ok().json(tokens)),
         Rotation::Rejected(why) => Err(ApiError::Unauthorized(why.into())),
+    }
+}
+
+async fn rotate(state: &AppState, conn: &mut AsyncPgConnection, token: &str, hash: &[u8]) -> ApiResult<Rotation> {
+    let Some(rt) = refresh_tokens::find_for_update(conn, hash).await? else {
+        return Ok(Rotation::Rejected("invalid refresh token"));
+    };
+    if rt.revoked_at.is_some() {
+        return Ok(Rotation::Rejected("refresh token revoked"));
+    }
+    let Some(session) = sessions::find(conn, rt.family_id).await? else {
+        return Ok(Rotation::Rejected("this session has ended; sign in again"));
+    };
+    if session.revoked_at.is_some() || session.expires_at <= Utc::now() {
+        return Ok(Rotation::Rejected("this session has ended; sign in again"));
+    }
+    let Some(m) = users::membership(conn, rt.org_id, rt.user_id).await? else {
+        return Ok(Rotation::Rejected("no longer a member of this organization"));
+    };
+    let user = users::find(conn, rt.user_id).await?.ok_or(ApiError::NotFound("user"))?;
+    let org = orgs::find(conn, rt.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
+    let sref = SessionRef { id: session.id, expires_at: session.expires_at };
+    if let Some(used_at) = rt.used_at {
+        let grace = chrono::Duration::seconds(state.cfg.admin.refresh_grace_secs);
+        let successor = rt.successor_sealed.as_deref().and_then(|s| open_successor(token, rt.id, s));
+        if let Some(next) = successor.filter(|_| Utc::now() - used_at <= grace) {
+            if refresh_tokens::is_live(conn, &hash_secret(&next.token)).await? {
+                let tokens = tokens::response(state, &user, &org, &m.role, &sref, next.token, next.expires_at)?;
+                return Ok(Rotation::Rotated(Box::new(tokens)));
+            }
+        }
+        sessions::revoke(conn, rt.family_id).await?;
+        state.metrics.refresh_reuse.inc();
+        log::warn!("refresh token reuse for user {}: session {} revoked", rt.user_id, rt.family_id);
+        return Ok(Rotation::Rejected("refresh token already used; this session was revoked: sign in again"));
+    }
+    if rt.expires_at <= Utc::now() {
+        return Ok(Rotation::Rejected("refresh token expired"));
+    }
+    let (tokens, _) = tokens::issue(state, conn, &user, &org, &m.role, &sref).await?;
+    let expires_at = Utc::now() + chrono::Duration::seconds(tokens.refresh_expires_in);
+    let sealed = seal_successor(token, rt.id, &Successor { token: tokens.refresh_token.clone(), expires_at })?;
+    refresh_tokens::mark_used(conn, rt.id, &sealed).await?;
+    Ok(Rotation::Rotated(Box::new(tokens)))
+}
+
+/// Sign out: ends this session at once (its access and refresh tokens stop working).
+#[utoipa::path(tag = "auth", responses((status = 204, description = "Signed out"), Errors))]
+#[post("/auth/logout")]
+pub async fn logout(state: web::Data<AppState>, session: Session) -> ApiResult<HttpResponse> {
+    let mut conn = state.conn().await?;
+    sessions::revoke(&mut conn, session.session_id).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn successors_open_only_with_the_presented_token() {
+        let row = Uuid::now_v7();
+        let s = Successor { token: "rt_next".into(), expires_at: Utc::now() };
+        let sealed = seal_successor("rt_old", row, &s).unwrap();
+        assert_eq!(open_successor("rt_old", row, &sealed).map(|s| s.token).as_deref(), Some("rt_next"));
+        assert!(open_successor("rt_other", row, &sealed).is_none());
+        assert!(open_successor("rt_old", Uuid::now_v7(), &sealed).is_none());
     }
 }

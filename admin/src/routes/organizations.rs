@@ -1,42 +1,133 @@
-//! The caller's organization.
+//! The caller's organization: read it; owners and admins update its name, data-residency region
+//! and metadata. The plan is read-only here (billing changes it).
 
-use actix_web::{web, HttpResponse};
-use serde::Serialize;
-use serde_json::Value;
+use actix_web::{get, patch, web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use gw_shared::db::orgs;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
-use gw_shared::db::orgs;
-
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Errors};
 use crate::session::Session;
 use crate::state::AppState;
+use crate::trail::{self, Entry};
+use crate::validate;
 
-#[derive(Serialize)]
-struct DataResidency {
+/// Regions an organization's data may be pinned to.
+pub const REGIONS: &[&str] = &["us", "eu", "apac"];
+
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(current).service(update);
+}
+
+#[derive(Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DataResidency {
+    /// One of `us`, `eu`, `apac`.
     region: String,
 }
 
-#[derive(Serialize)]
-struct OrganizationOut {
+#[derive(Serialize, ToSchema)]
+pub struct OrganizationOut {
     id: Uuid,
     name: String,
+    /// `free`, `growth` or `enterprise`; changed by billing, not here.
     plan: String,
     data_residency: DataResidency,
+    #[schema(value_type = Object)]
     metadata: Value,
-    created_at: chrono::DateTime<chrono::Utc>,
-    updated_at: chrono::DateTime<chrono::Utc>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
 }
 
+impl From<orgs::Organization> for OrganizationOut {
+    fn from(org: orgs::Organization) -> Self {
+        OrganizationOut {
+            id: org.id,
+            name: org.name,
+            plan: org.plan,
+            data_residency: DataResidency { region: org.data_residency_region },
+            metadata: org.metadata,
+            created_at: org.created_at,
+            updated_at: org.updated_at,
+        }
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateBody {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    data_residency: Option<DataResidency>,
+    /// Replaces the metadata: a JSON object of at most 64 keys and 16 KiB.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+    /// Read-only: sending it is an error.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    plan: Option<Value>,
+}
+
+/// The caller's organization.
+#[utoipa::path(tag = "organizations", responses((status = 200, body = OrganizationOut), Errors))]
+#[get("/organizations/current")]
 pub async fn current(state: web::Data<AppState>, session: Session) -> ApiResult<HttpResponse> {
     let mut conn = state.conn().await?;
     let org = orgs::find(&mut conn, session.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
-    Ok(HttpResponse::Ok().json(OrganizationOut {
-        id: org.id,
-        name: org.name,
-        plan: org.plan,
-        data_residency: DataResidency { region: org.data_residency_region },
-        metadata: org.metadata,
-        created_at: org.created_at,
-        updated_at: org.updated_at,
-    }))
+    Ok(HttpResponse::Ok().json(OrganizationOut::from(org)))
+}
+
+/// Update the organization's name, data-residency region or metadata.
+#[utoipa::path(tag = "organizations", request_body = UpdateBody,
+    responses((status = 200, body = OrganizationOut), Errors))]
+#[patch("/organizations/current")]
+pub async fn update(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: web::Json<UpdateBody>,
+) -> ApiResult<HttpResponse> {
+    let b = body.into_inner();
+    if b.plan.is_some() {
+        return Err(ApiError::field("plan", "is read-only: the plan changes through billing"));
+    }
+    let name = b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?;
+    let region = match b.data_residency {
+        Some(d) if REGIONS.contains(&d.region.as_str()) => Some(d.region),
+        Some(_) => {
+            return Err(ApiError::field("data_residency.region", format!("must be one of {}", REGIONS.join(", "))))
+        }
+        None => None,
+    };
+    let metadata = b.metadata.map(|m| validate::metadata("metadata", m)).transpose()?;
+    if name.is_none() && region.is_none() && metadata.is_none() {
+        return Err(ApiError::Validation("nothing to update: send name, data_residency or metadata".into()));
+    }
+    let mut changed = Vec::new();
+    if name.is_some() {
+        changed.push("name");
+    }
+    if region.is_some() {
+        changed.push("data_residency");
+    }
+    if metadata.is_some() {
+        changed.push("metadata");
+    }
+    let mut conn = state.conn().await?;
+    let change = orgs::Change { name, data_residency_region: region, metadata };
+    let org = orgs::update(&mut conn, session.org_id, &change).await?.ok_or(ApiError::NotFound("organization"))?;
+    let entry = Entry {
+        action: "organization.update",
+        resource_type: "organization",
+        resource_id: Some(org.id.to_string()),
+        detail: json!({"changed": changed}),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
+    Ok(HttpResponse::Ok().json(OrganizationOut::from(org)))
 }

@@ -5,7 +5,7 @@
 //!
 //! Log lines name the key id, the provider and the organization: never the secret or its hint.
 
-use actix_web::{web, HttpResponse};
+use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
 use gw_shared::crypto::Keyring;
@@ -13,20 +13,26 @@ use gw_shared::db::provider_keys::{self, NewKey, ProviderKey};
 use gw_shared::ids::new_id;
 use gw_shared::redis::{invalidate, Invalidation};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
-use crate::error::{is_unique_violation, ApiError, ApiResult};
+use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
+use crate::pagination::{self, Page};
 use crate::session::Session;
 use crate::state::AppState;
+use crate::trail::{self, Entry};
 use crate::validate;
 
-const DEFAULT_PAGE: i64 = 50;
-const MAX_PAGE: i64 = 200;
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(list).service(create).service(get).service(rename).service(revoke).service(rotate);
+}
 const MAX_SECRET_CHARS: usize = 4096;
 /// The provider kind served in process: it takes no key.
 const IN_PROCESS_KIND: &str = "mock";
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
     provider: String,
@@ -34,33 +40,37 @@ pub struct CreateBody {
     secret: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenameBody {
     name: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RotateBody {
     secret: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
+    /// 1 to 200; default 50.
     limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
     cursor: Option<Uuid>,
 }
 
 /// A provider key as the API shows it: never the secret, never the ciphertext.
-#[derive(Serialize)]
-struct KeyOut {
+#[derive(Serialize, ToSchema)]
+pub struct KeyOut {
     id: Uuid,
     provider: String,
     name: String,
     secret_hint: String,
     key_version: i16,
+    /// `active` or `revoked`.
     status: &'static str,
     created_by: Option<Uuid>,
     created_at: DateTime<Utc>,
@@ -87,13 +97,6 @@ impl From<ProviderKey> for KeyOut {
     }
 }
 
-#[derive(Serialize)]
-struct Page {
-    data: Vec<KeyOut>,
-    /// Pass as `cursor` to get the next page; null on the last page.
-    next_cursor: Option<Uuid>,
-}
-
 /// The master keyring; without it no secret can be sealed.
 fn keyring(state: &AppState) -> ApiResult<&Keyring> {
     state.cfg.secrets.keyring.as_ref().ok_or_else(|| {
@@ -118,12 +121,13 @@ fn provider(state: &AppState, requested: &str) -> ApiResult<String> {
     };
     match state.cfg.providers.iter().find(|p| p.name == requested) {
         Some(p) if p.kind != IN_PROCESS_KIND => Ok(p.name.clone()),
-        Some(p) => Err(ApiError::Validation(format!(
-            "provider {:?} runs in process and takes no key; known providers: {}",
-            p.name,
-            known()
-        ))),
-        None => Err(ApiError::Validation(format!("unknown provider {requested:?}; known providers: {}", known()))),
+        Some(p) => Err(ApiError::field(
+            "provider",
+            format!("provider {:?} runs in process and takes no key; known providers: {}", p.name, known()),
+        )),
+        None => {
+            Err(ApiError::field("provider", format!("unknown provider {requested:?}; known providers: {}", known())))
+        }
     }
 }
 
@@ -132,13 +136,13 @@ fn provider(state: &AppState, requested: &str) -> ApiResult<String> {
 fn secret(value: &str) -> ApiResult<String> {
     let v = value.trim();
     if v.is_empty() {
-        return Err(ApiError::Validation("secret must not be empty".into()));
+        return Err(ApiError::field("secret", "must not be empty"));
     }
     if v.chars().count() > MAX_SECRET_CHARS {
-        return Err(ApiError::Validation(format!("secret must be at most {MAX_SECRET_CHARS} characters")));
+        return Err(ApiError::field("secret", format!("must be at most {MAX_SECRET_CHARS} characters")));
     }
     if v.chars().any(char::is_control) {
-        return Err(ApiError::Validation("secret must not contain control characters".into()));
+        return Err(ApiError::field("secret", "must not contain control characters"));
     }
     Ok(v.to_string())
 }
@@ -161,12 +165,15 @@ async fn not_live(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> ApiEr
     }
 }
 
+/// Store an organization's own key for a configured provider (sealed with the master key).
+#[utoipa::path(tag = "provider-keys", request_body = CreateBody, responses((status = 201, body = KeyOut), Errors))]
+#[post("/provider-keys")]
 pub async fn create(
     state: web::Data<AppState>,
     session: Session,
+    req: HttpRequest,
     body: web::Json<CreateBody>,
 ) -> ApiResult<HttpResponse> {
-    session.require_admin()?;
     let ring = keyring(&state)?;
     let b = body.into_inner();
     let provider = provider(&state, &b.provider)?;
@@ -190,25 +197,31 @@ pub async fn create(
         }
         Err(e) => return Err(e.into()),
     };
+    let entry = Entry {
+        action: "provider_key.create",
+        resource_type: "provider_key",
+        resource_id: Some(row.id.to_string()),
+        detail: json!({"provider": row.provider, "name": row.name}),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
     log::info!("provider key {} for {} created in org {}", row.id, row.provider, row.org_id);
     invalidate_org(&state, row.org_id, "creation", row.id).await;
     Ok(HttpResponse::Created().json(KeyOut::from(row)))
 }
 
+/// List the organization's provider keys, newest first.
+#[utoipa::path(tag = "provider-keys", params(ListQuery), responses((status = 200, body = Page<KeyOut>), Errors))]
+#[get("/provider-keys")]
 pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ListQuery>) -> ApiResult<HttpResponse> {
-    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::Validation(format!("limit must be between 1 and {MAX_PAGE}")));
-    }
+    let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;
-    // One extra row tells whether another page exists.
-    let mut rows = provider_keys::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
-    let more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    let next_cursor = if more { rows.last().map(|k| k.id) } else { None };
-    Ok(HttpResponse::Ok().json(Page { data: rows.into_iter().map(KeyOut::from).collect(), next_cursor }))
+    let rows = provider_keys::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
+    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |k| k.id, KeyOut::from)))
 }
 
+/// One provider key (a hint of the secret, never the secret).
+#[utoipa::path(tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), responses((status = 200, body = KeyOut), Errors))]
+#[get("/provider-keys/{key_id}")]
 pub async fn get(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
     let mut conn = state.conn().await?;
     let row = provider_keys::find(&mut conn, session.org_id, id.into_inner())
@@ -217,19 +230,29 @@ pub async fn get(state: web::Data<AppState>, session: Session, id: web::Path<Uui
     Ok(HttpResponse::Ok().json(KeyOut::from(row)))
 }
 
+/// Rename a live provider key.
+#[utoipa::path(tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), request_body = RenameBody, responses((status = 200, body = KeyOut), Errors))]
+#[patch("/provider-keys/{key_id}")]
 pub async fn rename(
     state: web::Data<AppState>,
     session: Session,
+    req: HttpRequest,
     id: web::Path<Uuid>,
     body: web::Json<RenameBody>,
 ) -> ApiResult<HttpResponse> {
-    session.require_admin()?;
     let id = id.into_inner();
     let name = validate::text("name", &body.name, 200)?;
     let mut conn = state.conn().await?;
     // The name is not part of what the proxy caches: no invalidation.
     match provider_keys::rename(&mut conn, session.org_id, id, &name).await? {
         Some(row) => {
+            let entry = Entry {
+                action: "provider_key.rename",
+                resource_type: "provider_key",
+                resource_id: Some(id.to_string()),
+                detail: json!({"name": row.name}),
+            };
+            trail::by(&mut conn, &session, &req, entry).await?;
             log::info!("provider key {id} for {} renamed in org {}", row.provider, row.org_id);
             Ok(HttpResponse::Ok().json(KeyOut::from(row)))
         }
@@ -237,19 +260,29 @@ pub async fn rename(
     }
 }
 
+/// Replace a live provider key's secret (same id); the old secret stops being used at once.
+#[utoipa::path(tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), request_body = RotateBody, responses((status = 200, body = KeyOut), Errors))]
+#[post("/provider-keys/{key_id}/rotate")]
 pub async fn rotate(
     state: web::Data<AppState>,
     session: Session,
+    req: HttpRequest,
     id: web::Path<Uuid>,
     body: web::Json<RotateBody>,
 ) -> ApiResult<HttpResponse> {
-    session.require_admin()?;
     let ring = keyring(&state)?;
     let id = id.into_inner();
     let secret = secret(&body.secret)?;
     let mut conn = state.conn().await?;
     match provider_keys::rotate(&mut conn, ring, session.org_id, id, &secret).await? {
         Some(row) => {
+            let entry = Entry {
+                action: "provider_key.rotate",
+                resource_type: "provider_key",
+                resource_id: Some(id.to_string()),
+                detail: json!({"provider": row.provider}),
+            };
+            trail::by(&mut conn, &session, &req, entry).await?;
             log::info!("provider key {id} for {} rotated in org {}", row.provider, row.org_id);
             invalidate_org(&state, row.org_id, "rotation", id).await;
             Ok(HttpResponse::Ok().json(KeyOut::from(row)))
@@ -258,12 +291,26 @@ pub async fn rotate(
     }
 }
 
-pub async fn revoke(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
-    session.require_admin()?;
+/// Revoke a provider key. Revoking again is a no-op.
+#[utoipa::path(tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), responses((status = 204, description = "Revoked"), Errors))]
+#[delete("/provider-keys/{key_id}")]
+pub async fn revoke(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    id: web::Path<Uuid>,
+) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let mut conn = state.conn().await?;
     match provider_keys::revoke(&mut conn, session.org_id, id).await? {
         Some(row) => {
+            let entry = Entry {
+                action: "provider_key.revoke",
+                resource_type: "provider_key",
+                resource_id: Some(id.to_string()),
+                detail: json!({"provider": row.provider}),
+            };
+            trail::by(&mut conn, &session, &req, entry).await?;
             log::info!("provider key {id} for {} revoked in org {}", row.provider, row.org_id);
             invalidate_org(&state, row.org_id, "revocation", id).await;
             Ok(HttpResponse::NoContent().finish())
@@ -284,12 +331,12 @@ mod tests {
     fn secrets_are_checked_without_being_echoed() {
         assert_eq!(secret(" sk-abc\n").ok().as_deref(), Some("sk-abc"));
         for bad in ["", "   ", "\n"] {
-            assert!(matches!(secret(bad), Err(ApiError::Validation(_))), "{bad:?}");
+            assert!(matches!(secret(bad), Err(ApiError::Field { .. })), "{bad:?}");
         }
         let long = "hidden".repeat(MAX_SECRET_CHARS);
         for bad in ["sk-\u{0}-hidden", long.as_str()] {
             let e = secret(bad).unwrap_err();
-            assert!(matches!(e, ApiError::Validation(_)));
+            assert!(matches!(e, ApiError::Field { .. }));
             assert!(!e.to_string().contains("hidden"), "{e}");
         }
         assert!(secret(&"x".repeat(MAX_SECRET_CHARS)).is_ok());

@@ -14,8 +14,18 @@ use crate::error::ProxyError;
 use crate::gateway::Gateway;
 use crate::lookup::{LookupError, Source};
 
-/// The permission every `/v1` call needs.
-pub const PROXY_PERMISSION: &str = "proxy:llm";
+use gw_shared::accounts::{permits, PERM_CHAT, PERM_EMBEDDINGS, PERM_MODELS};
+
+use crate::ctx::Endpoint;
+
+/// The permission scope an endpoint needs (`proxy:llm` carries every one).
+fn scope(endpoint: Option<Endpoint>) -> &'static str {
+    match endpoint {
+        Some(Endpoint::Models) => PERM_MODELS,
+        Some(Endpoint::Embeddings) => PERM_EMBEDDINGS,
+        Some(Endpoint::ChatCompletions) | None => PERM_CHAT,
+    }
+}
 
 pub struct KeySource {
     pub db: DbPool,
@@ -68,8 +78,9 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
     if key.expires_at.is_some_and(|t| t <= Utc::now()) {
         return Err(ProxyError::ExpiredKey(redacted(token)));
     }
-    if !key.permissions.iter().any(|p| p == PROXY_PERMISSION) {
-        return Err(ProxyError::PermissionDenied(PROXY_PERMISSION));
+    let scope = scope(ctx.endpoint);
+    if !permits(&key.permissions, scope) {
+        return Err(ProxyError::PermissionDenied(scope));
     }
     ctx.key = Some(key);
     Ok(())

@@ -44,13 +44,91 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &NewApiKey<'_>) -> Result
     Ok(diesel::insert_into(api_keys::table).values(new).returning(ApiKey::as_returning()).get_result(conn).await?)
 }
 
+/// Which keys a list shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Active,
+    Revoked,
+    Expired,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub team_id: Option<Uuid>,
+    pub created_by: Option<Uuid>,
+    pub status: Option<Status>,
+    /// Case-insensitive substring of the name.
+    pub name: Option<String>,
+}
+
 /// One page of an org's keys, newest first. Ids are UUIDv7, so `id < before` is "older than".
-pub async fn list(conn: &mut AsyncPgConnection, org_id: Uuid, before: Option<Uuid>, limit: i64) -> Result<Vec<ApiKey>> {
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    f: &Filter,
+    before: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<ApiKey>> {
+    let now = Utc::now();
     let mut q = api_keys::table.filter(api_keys::org_id.eq(org_id)).into_boxed();
+    if let Some(t) = f.team_id {
+        q = q.filter(api_keys::team_id.eq(t));
+    }
+    if let Some(c) = f.created_by {
+        q = q.filter(api_keys::created_by.eq(c));
+    }
+    if let Some(name) = &f.name {
+        let escaped = name.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        q = q.filter(api_keys::name.ilike(format!("%{escaped}%")));
+    }
+    match f.status {
+        Some(Status::Active) => {
+            q = q
+                .filter(api_keys::revoked_at.is_null())
+                .filter(api_keys::expires_at.is_null().or(api_keys::expires_at.gt(now)))
+        }
+        Some(Status::Revoked) => q = q.filter(api_keys::revoked_at.is_not_null()),
+        Some(Status::Expired) => q = q.filter(api_keys::revoked_at.is_null()).filter(api_keys::expires_at.le(now)),
+        None => {}
+    }
     if let Some(before) = before {
         q = q.filter(api_keys::id.lt(before));
     }
     Ok(q.order(api_keys::id.desc()).limit(limit).select(ApiKey::as_select()).load(conn).await?)
+}
+
+/// What an update sets: `None` leaves a field; `Some(None)` clears a nullable one.
+#[derive(Debug, Default, AsChangeset)]
+#[diesel(table_name = api_keys)]
+pub struct Change {
+    pub name: Option<String>,
+    pub expires_at: Option<Option<DateTime<Utc>>>,
+    pub allowed_models: Option<Option<Vec<String>>>,
+}
+
+/// Updates a live (not revoked) key of `org_id`; returns it and its hash (to invalidate caches).
+pub async fn update(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+    change: &Change,
+) -> Result<Option<(ApiKey, Vec<u8>)>> {
+    let row: Option<ApiKey> = diesel::update(
+        api_keys::table
+            .filter(api_keys::org_id.eq(org_id))
+            .filter(api_keys::id.eq(id))
+            .filter(api_keys::revoked_at.is_null()),
+    )
+    .set((change, api_keys::updated_at.eq(Utc::now())))
+    .returning(ApiKey::as_returning())
+    .get_result(conn)
+    .await
+    .optional()?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let hash: Vec<u8> = api_keys::table.filter(api_keys::id.eq(id)).select(api_keys::key_hash).first(conn).await?;
+    Ok(Some((row, hash)))
 }
 
 pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<ApiKey>> {

@@ -1,13 +1,17 @@
 //! PostgreSQL access: the pool, the embedded migrations, and one module of queries per resource.
 //! Every query that touches tenant data takes the `org_id` and filters on it.
 
+pub mod admin_audit;
 pub mod api_keys;
 pub mod audit_copy;
 pub mod audit_logs;
+pub mod invites;
 pub mod orgs;
 pub mod provider_keys;
 pub mod refresh_tokens;
 pub mod schema;
+pub mod sessions;
+pub mod sso;
 pub mod teams;
 pub mod users;
 

@@ -44,3 +44,21 @@ pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<O
         .await
         .optional()?)
 }
+
+/// The fields an update sets; `None` leaves one as it is.
+#[derive(Debug, Default, AsChangeset)]
+#[diesel(table_name = organizations)]
+pub struct Change {
+    pub name: Option<String>,
+    pub data_residency_region: Option<String>,
+    pub metadata: Option<serde_json::Value>,
+}
+
+pub async fn update(conn: &mut AsyncPgConnection, org_id: Uuid, change: &Change) -> Result<Option<Organization>> {
+    Ok(diesel::update(organizations::table.filter(organizations::id.eq(org_id)))
+        .set((change, organizations::updated_at.eq(Utc::now())))
+        .returning(Organization::as_returning())
+        .get_result(conn)
+        .await
+        .optional()?)
+}

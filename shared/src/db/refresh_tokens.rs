@@ -19,6 +19,8 @@ pub struct RefreshToken {
     pub expires_at: DateTime<Utc>,
     pub used_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// The successor this token was rotated into, sealed with a key only this token derives.
+    pub successor_sealed: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Insertable)]
@@ -49,12 +51,26 @@ pub async fn find_for_update(conn: &mut AsyncPgConnection, hash: &[u8]) -> Resul
         .optional()?)
 }
 
-pub async fn mark_used(conn: &mut AsyncPgConnection, id: Uuid) -> Result<()> {
+/// Marks a token rotated, keeping its successor sealed for the grace window.
+pub async fn mark_used(conn: &mut AsyncPgConnection, id: Uuid, successor_sealed: &[u8]) -> Result<()> {
     diesel::update(refresh_tokens::table.filter(refresh_tokens::id.eq(id)))
-        .set(refresh_tokens::used_at.eq(Utc::now()))
+        .set((refresh_tokens::used_at.eq(Utc::now()), refresh_tokens::successor_sealed.eq(successor_sealed)))
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// Whether the token with this digest is live (not used, not revoked, not expired).
+pub async fn is_live(conn: &mut AsyncPgConnection, hash: &[u8]) -> Result<bool> {
+    let n: i64 = refresh_tokens::table
+        .filter(refresh_tokens::token_hash.eq(hash))
+        .filter(refresh_tokens::used_at.is_null())
+        .filter(refresh_tokens::revoked_at.is_null())
+        .filter(refresh_tokens::expires_at.gt(Utc::now()))
+        .count()
+        .get_result(conn)
+        .await?;
+    Ok(n > 0)
 }
 
 pub async fn revoke_family(conn: &mut AsyncPgConnection, family_id: Uuid) -> Result<usize> {

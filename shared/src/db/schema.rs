@@ -20,6 +20,7 @@ diesel::table! {
         password_hash -> Nullable<Text>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        email_normalized -> Text,
     }
 }
 
@@ -41,6 +42,11 @@ diesel::table! {
         created_at -> Timestamptz,
         deleted_at -> Nullable<Timestamptz>,
         allowed_models -> Nullable<Array<Text>>,
+        description -> Text,
+        default_policies -> Array<Text>,
+        budget -> Nullable<Jsonb>,
+        rate_limits -> Nullable<Jsonb>,
+        updated_at -> Timestamptz,
     }
 }
 
@@ -69,6 +75,7 @@ diesel::table! {
         expires_at -> Nullable<Timestamptz>,
         revoked_at -> Nullable<Timestamptz>,
         allowed_models -> Nullable<Array<Text>>,
+        updated_at -> Timestamptz,
     }
 }
 
@@ -83,6 +90,7 @@ diesel::table! {
         expires_at -> Timestamptz,
         used_at -> Nullable<Timestamptz>,
         revoked_at -> Nullable<Timestamptz>,
+        successor_sealed -> Nullable<Bytea>,
     }
 }
 
@@ -135,7 +143,89 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    invites (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        email -> Text,
+        email_normalized -> Text,
+        role -> Text,
+        team_ids -> Array<Uuid>,
+        token_hash -> Bytea,
+        invited_by -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        accepted_at -> Nullable<Timestamptz>,
+        accepted_by -> Nullable<Uuid>,
+        revoked_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    sessions (id) {
+        id -> Uuid,
+        user_id -> Uuid,
+        org_id -> Uuid,
+        method -> Text,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        revoked_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    admin_audit_events (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        actor_user_id -> Nullable<Uuid>,
+        actor_role -> Nullable<Text>,
+        action -> Text,
+        resource_type -> Text,
+        resource_id -> Nullable<Text>,
+        request_id -> Nullable<Text>,
+        detail -> Jsonb,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    sso_connections (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        name -> Text,
+        issuer -> Text,
+        client_id -> Text,
+        client_secret_sealed -> Bytea,
+        key_version -> SmallInt,
+        email_domains -> Array<Text>,
+        groups_claim -> Text,
+        role_mapping -> Jsonb,
+        team_mapping -> Jsonb,
+        default_role -> Text,
+        enabled -> Bool,
+        created_by -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    sso_domains (domain) {
+        domain -> Text,
+        connection_id -> Uuid,
+        org_id -> Uuid,
+    }
+}
+
+diesel::joinable!(team_members -> users (user_id));
+diesel::joinable!(org_memberships -> users (user_id));
+
 diesel::allow_tables_to_appear_in_same_query!(
+    invites,
+    sessions,
+    admin_audit_events,
+    sso_connections,
+    sso_domains,
     organizations,
     users,
     org_memberships,

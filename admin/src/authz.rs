@@ -1,0 +1,186 @@
+//! The role matrix, enforced in one place: every `/api/v1` operation has exactly one rule here
+//! (a unit test holds the matrix equal to the OpenAPI document, so an endpoint cannot be added
+//! without one), and the [`authorize`] middleware applies it before any handler runs. A request
+//! whose route has no rule for its method is refused (405 when the path exists).
+//!
+//! Roles are ordered viewer < member < admin < owner; a rule names the least role allowed.
+//! Finer rules live with the resource and are listed in `docs/roles.md`: members act only on
+//! the teams they belong to; only owners grant, change or remove the owner role.
+
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage, ResponseError};
+use gw_shared::roles::Role;
+
+use crate::error::ApiError;
+use crate::session;
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No session: sign-up, sign-in, token refresh, SSO, invite acceptance, the API document.
+    Public,
+    /// A live session whose member has at least this role.
+    Least(Role),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    pub method: &'static str,
+    /// The route pattern as registered, e.g. `/api/v1/teams/{team_id}`.
+    pub path: &'static str,
+    pub access: Access,
+}
+
+const fn rule(method: &'static str, path: &'static str, access: Access) -> Rule {
+    Rule { method, path, access }
+}
+
+use Access::{Least, Public};
+const VIEWER: Access = Least(Role::Viewer);
+const MEMBER: Access = Least(Role::Member);
+const ADMIN: Access = Least(Role::Admin);
+
+pub const MATRIX: &[Rule] = &[
+    rule("GET", "/api/v1/openapi.json", Public),
+    rule("POST", "/api/v1/auth/register", Public),
+    rule("POST", "/api/v1/auth/login", Public),
+    rule("POST", "/api/v1/auth/refresh", Public),
+    rule("POST", "/api/v1/auth/logout", VIEWER),
+    rule("POST", "/api/v1/auth/sso/initiate", Public),
+    rule("GET", "/api/v1/auth/sso/callback", Public),
+    rule("POST", "/api/v1/auth/invites/accept", Public),
+    rule("GET", "/api/v1/organizations/current", VIEWER),
+    rule("PATCH", "/api/v1/organizations/current", ADMIN),
+    rule("GET", "/api/v1/teams", VIEWER),
+    rule("POST", "/api/v1/teams", ADMIN),
+    rule("GET", "/api/v1/teams/{team_id}", VIEWER),
+    rule("PATCH", "/api/v1/teams/{team_id}", ADMIN),
+    rule("DELETE", "/api/v1/teams/{team_id}", ADMIN),
+    rule("GET", "/api/v1/teams/{team_id}/members", VIEWER),
+    rule("POST", "/api/v1/teams/{team_id}/members/{user_id}", ADMIN),
+    rule("DELETE", "/api/v1/teams/{team_id}/members/{user_id}", ADMIN),
+    rule("GET", "/api/v1/users", VIEWER),
+    rule("GET", "/api/v1/users/{user_id}", VIEWER),
+    rule("PATCH", "/api/v1/users/{user_id}", ADMIN),
+    rule("DELETE", "/api/v1/users/{user_id}", ADMIN),
+    rule("GET", "/api/v1/invites", ADMIN),
+    rule("POST", "/api/v1/invites", ADMIN),
+    rule("DELETE", "/api/v1/invites/{invite_id}", ADMIN),
+    rule("GET", "/api/v1/api-keys", VIEWER),
+    rule("POST", "/api/v1/api-keys", MEMBER),
+    rule("GET", "/api/v1/api-keys/{key_id}", VIEWER),
+    rule("PATCH", "/api/v1/api-keys/{key_id}", MEMBER),
+    rule("DELETE", "/api/v1/api-keys/{key_id}", MEMBER),
+    rule("GET", "/api/v1/provider-keys", VIEWER),
+    rule("POST", "/api/v1/provider-keys", ADMIN),
+    rule("GET", "/api/v1/provider-keys/{key_id}", VIEWER),
+    rule("PATCH", "/api/v1/provider-keys/{key_id}", ADMIN),
+    rule("DELETE", "/api/v1/provider-keys/{key_id}", ADMIN),
+    rule("POST", "/api/v1/provider-keys/{key_id}/rotate", ADMIN),
+    rule("GET", "/api/v1/sso/connections", ADMIN),
+    rule("POST", "/api/v1/sso/connections", ADMIN),
+    rule("GET", "/api/v1/sso/connections/{connection_id}", ADMIN),
+    rule("PATCH", "/api/v1/sso/connections/{connection_id}", ADMIN),
+    rule("DELETE", "/api/v1/sso/connections/{connection_id}", ADMIN),
+    rule("GET", "/api/v1/audit-events", ADMIN),
+];
+
+/// The rule for a route, if the matrix has one.
+pub fn lookup(method: &str, path: &str) -> Option<Access> {
+    MATRIX.iter().find(|r| r.method == method && r.path == path).map(|r| r.access)
+}
+
+/// The methods the matrix allows on a path, for a 405's `Allow`.
+pub fn allowed_methods(path: &str) -> Vec<&'static str> {
+    MATRIX.iter().filter(|r| r.path == path).map(|r| r.method).collect()
+}
+
+/// Applies the matrix. Routes outside `/api/v1` (health, metrics) pass through; an unmatched
+/// path goes on to the 404; a matched path without a rule for the method gets 405.
+pub async fn authorize(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let Some(pattern) = req.match_pattern() else {
+        return Ok(next.call(req).await?.map_into_left_body());
+    };
+    if !pattern.starts_with("/api/v1/") {
+        return Ok(next.call(req).await?.map_into_left_body());
+    }
+    let refuse = |req: ServiceRequest, e: ApiError| Ok(req.into_response(e.error_response()).map_into_right_body());
+    let access = match lookup(req.method().as_str(), &pattern) {
+        Some(a) => a,
+        None => {
+            let allow = allowed_methods(&pattern);
+            if allow.is_empty() {
+                return refuse(req, ApiError::NotFound("route"));
+            }
+            return refuse(req, ApiError::MethodNotAllowed(allow.join(", ")));
+        }
+    };
+    let Access::Least(least) = access else {
+        return Ok(next.call(req).await?.map_into_left_body());
+    };
+    let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
+        return refuse(req, ApiError::Internal("application state missing".into()));
+    };
+    let session = match session::authenticate(&state, req.headers()).await {
+        Ok(s) => s,
+        Err(e) => return refuse(req, e),
+    };
+    if session.role < least {
+        let e = ApiError::Forbidden(format!("this action needs the {least} role or higher; you are {}", session.role));
+        return refuse(req, e);
+    }
+    req.extensions_mut().insert(session);
+    Ok(next.call(req).await?.map_into_left_body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_rule_per_operation() {
+        for (i, a) in MATRIX.iter().enumerate() {
+            for b in &MATRIX[i + 1..] {
+                assert!(!(a.method == b.method && a.path == b.path), "{} {} twice", a.method, a.path);
+            }
+        }
+    }
+
+    #[test]
+    fn the_matrix_is_the_documented_api() {
+        use utoipa::OpenApi;
+        let doc = crate::openapi::document();
+        let mut documented: Vec<(String, String)> = Vec::new();
+        for (path, item) in &doc.paths.paths {
+            let ops = [
+                ("GET", item.get.is_some()),
+                ("POST", item.post.is_some()),
+                ("PATCH", item.patch.is_some()),
+                ("PUT", item.put.is_some()),
+                ("DELETE", item.delete.is_some()),
+            ];
+            for (m, present) in ops {
+                if present {
+                    documented.push((m.to_string(), path.clone()));
+                }
+            }
+        }
+        let _ = crate::openapi::ApiDoc::openapi();
+        for (m, p) in &documented {
+            assert!(lookup(m, p).is_some(), "{m} {p} is documented but has no rule in the role matrix");
+        }
+        for r in MATRIX {
+            assert!(
+                documented.iter().any(|(m, p)| m == r.method && p == r.path),
+                "{} {} has a rule but is not a documented operation",
+                r.method,
+                r.path
+            );
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! Background jobs of the control plane, one leader per cluster: each run takes a Postgres
+//! advisory lock for the duration of its transaction, so when several admin replicas wake at
+//! once only one does the work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::sql_types::Bool;
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, RunQueryDsl};
+
+use crate::state::AppState;
+
+/// `pg_try_advisory_xact_lock` key of the session-pruning job ("gwprune").
+const PRUNE_LOCK: i64 = 0x6777_7072_756e_65;
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+#[derive(QueryableByName)]
+struct Locked {
+    #[diesel(sql_type = Bool)]
+    locked: bool,
+}
+
+pub fn spawn(state: Arc<AppState>) {
+    actix_web::rt::spawn(async move {
+        loop {
+            if let Err(e) = prune_once(&state).await {
+                log::warn!("session pruning failed: {e}");
+            }
+            actix_web::rt::time::sleep(PRUNE_EVERY).await;
+        }
+    });
+}
+
+/// Deletes refresh tokens and sessions that ended over a day ago.
+pub async fn prune_once(state: &AppState) -> Result<(), String> {
+    let mut conn = state.db.get().await.map_err(|e| e.to_string())?;
+    let pruned = conn
+        .transaction(async |conn| {
+            let lock: Locked = diesel::sql_query(format!("SELECT pg_try_advisory_xact_lock({PRUNE_LOCK}) AS locked"))
+                .get_result(conn)
+                .await?;
+            if !lock.locked {
+                return Ok::<_, gw_shared::Error>(None);
+            }
+            Ok(Some(gw_shared::db::sessions::prune(conn, chrono::Duration::days(1)).await?))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some((tokens, sessions)) = pruned {
+        if tokens + sessions > 0 {
+            log::info!("pruned {tokens} refresh token(s) and {sessions} session(s)");
+        }
+    }
+    Ok(())
+}

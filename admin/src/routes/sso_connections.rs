@@ -1,0 +1,490 @@
+//! SSO connections: an organization's OpenID Connect identity provider (admins only; the plan must
+//! be growth or enterprise). Create, list, get, update and delete. The client secret is sealed
+//! with the master keyring and never returned (`client_secret_set: true` says one is stored); an
+//! e-mail domain signs in through at most one connection across all organizations (409 when
+//! another connection holds it). Every write is in the admin audit trail, without the secret.
+//!
+//! Sign-in through a connection is `routes::sso`; see docs/sso.md.
+
+use std::collections::BTreeMap;
+
+use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use diesel_async::AsyncPgConnection;
+use gw_shared::crypto::Keyring;
+use gw_shared::db::sso::{self as sso_db, Change, Connection, NewConnection};
+use gw_shared::db::{orgs, teams};
+use gw_shared::ids::new_id;
+use gw_shared::roles::Role;
+use gw_shared::sso::{self, RoleMapping, TeamMapping};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_actix_web::service_config::ServiceConfig;
+use uuid::Uuid;
+
+use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
+use crate::pagination::{self, Page};
+use crate::session::Session;
+use crate::state::AppState;
+use crate::trail::{self, Entry};
+use crate::validate;
+
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(list).service(create).service(get).service(update).service(remove);
+}
+
+const MAX_SECRET_CHARS: usize = 4096;
+const MAX_CLIENT_ID_CHARS: usize = 512;
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBody {
+    /// 1 to 200 characters.
+    name: String,
+    /// The identity provider's issuer URL, exactly as its ID tokens' `iss` claim spells it
+    /// (`https`; plain `http` only on localhost).
+    issuer: String,
+    client_id: String,
+    /// Stored sealed; never returned.
+    client_secret: String,
+    /// 1 to 20 domains whose users sign in through this connection (`example.com`; no wildcards).
+    email_domains: Vec<String>,
+    /// The ID token claim holding group names; default `groups`.
+    #[serde(default)]
+    groups_claim: Option<String>,
+    /// Group name → `admin`, `member` or `viewer`; the highest role among a user's groups wins.
+    #[serde(default)]
+    role_mapping: Option<BTreeMap<String, String>>,
+    /// Group name → ids of teams of this organization the user is added to.
+    #[serde(default)]
+    team_mapping: Option<BTreeMap<String, Vec<Uuid>>>,
+    /// The role of a user none of whose groups is mapped: `admin`, `member` (default) or `viewer`.
+    #[serde(default)]
+    default_role: Option<String>,
+    /// Default true.
+    #[serde(default)]
+    enabled: Option<bool>,
+}
+
+/// Any subset of the fields of a connection; `email_domains`, `role_mapping` and `team_mapping`
+/// replace the whole list or map; `client_secret` replaces the stored secret.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateBody {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    issuer: Option<String>,
+    #[serde(default)]
+    client_id: Option<String>,
+    #[serde(default)]
+    client_secret: Option<String>,
+    #[serde(default)]
+    email_domains: Option<Vec<String>>,
+    #[serde(default)]
+    groups_claim: Option<String>,
+    #[serde(default)]
+    role_mapping: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    team_mapping: Option<BTreeMap<String, Vec<Uuid>>>,
+    #[serde(default)]
+    default_role: Option<String>,
+    #[serde(default)]
+    enabled: Option<bool>,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// 1 to 200; default 50.
+    limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<Uuid>,
+}
+
+/// A connection as the API shows it: never the client secret or its ciphertext.
+#[derive(Serialize, ToSchema)]
+pub struct ConnectionOut {
+    id: Uuid,
+    name: String,
+    issuer: String,
+    client_id: String,
+    /// Always true: a client secret is stored (sealed); it is never returned.
+    client_secret_set: bool,
+    email_domains: Vec<String>,
+    groups_claim: String,
+    /// Group name → `admin`, `member` or `viewer`.
+    role_mapping: BTreeMap<String, String>,
+    /// Group name → team ids.
+    team_mapping: BTreeMap<String, Vec<Uuid>>,
+    default_role: String,
+    enabled: bool,
+    /// The redirect URI to register with the identity provider.
+    redirect_uri: String,
+    created_by: Option<Uuid>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+/// Where identity providers send users back: `{admin.public_url}/api/v1/auth/sso/callback`.
+pub fn redirect_uri(state: &AppState) -> String {
+    format!("{}/api/v1/auth/sso/callback", state.cfg.admin.public_base())
+}
+
+fn out(state: &AppState, c: Connection) -> ConnectionOut {
+    let role_mapping =
+        sso::role_mapping_from_json(&c.role_mapping).into_iter().map(|(g, r)| (g, r.as_str().to_string())).collect();
+    ConnectionOut {
+        id: c.id,
+        name: c.name,
+        issuer: c.issuer,
+        client_id: c.client_id,
+        client_secret_set: !c.client_secret_sealed.is_empty(),
+        email_domains: c.email_domains,
+        groups_claim: c.groups_claim,
+        role_mapping,
+        team_mapping: sso::team_mapping_from_json(&c.team_mapping),
+        default_role: c.default_role,
+        enabled: c.enabled,
+        redirect_uri: redirect_uri(state),
+        created_by: c.created_by,
+        created_at: c.created_at,
+        updated_at: c.updated_at,
+    }
+}
+
+/// The master keyring; without it no client secret can be sealed or opened.
+pub fn keyring(state: &AppState) -> ApiResult<&Keyring> {
+    state.cfg.secrets.keyring.as_ref().ok_or_else(|| {
+        log::error!("SSO needs GW_ENCRYPTION_KEY, which is not set");
+        ApiError::Unavailable("SSO connections need GW_ENCRYPTION_KEY".into())
+    })
+}
+
+/// 402 for an organization whose plan does not include SSO.
+pub fn plan_required(plan: &str) -> ApiError {
+    ApiError::PlanRequired(format!("SSO needs the growth or enterprise plan; this organization is on {plan}"))
+}
+
+async fn require_plan(conn: &mut AsyncPgConnection, org_id: Uuid) -> ApiResult<()> {
+    let org = orgs::find(conn, org_id).await?.ok_or(ApiError::NotFound("organization"))?;
+    if sso::plan_allows_sso(&org.plan) {
+        Ok(())
+    } else {
+        Err(plan_required(&org.plan))
+    }
+}
+
+/// Surrounding whitespace is dropped; the rest must be 1 to 4096 characters without control
+/// characters. Messages never echo the secret.
+fn secret(value: &str) -> ApiResult<String> {
+    let v = value.trim();
+    if v.is_empty() {
+        return Err(ApiError::field("client_secret", "must not be empty"));
+    }
+    if v.chars().count() > MAX_SECRET_CHARS {
+        return Err(ApiError::field("client_secret", format!("must be at most {MAX_SECRET_CHARS} characters")));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(ApiError::field("client_secret", "must not contain control characters"));
+    }
+    Ok(v.to_string())
+}
+
+/// 1 to 20 domains, each normalized; duplicates dropped (first kept).
+fn domains(raw: &[String]) -> ApiResult<Vec<String>> {
+    if raw.is_empty() || raw.len() > sso::MAX_DOMAINS {
+        return Err(ApiError::field("email_domains", format!("must list 1 to {} domains", sso::MAX_DOMAINS)));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(raw.len());
+    for d in raw {
+        let d = sso::normalize_domain(d).map_err(|m| ApiError::field("email_domains", m))?;
+        if !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    Ok(out)
+}
+
+fn groups_claim(raw: &str) -> ApiResult<String> {
+    sso::validate_groups_claim(raw).map_err(|m| ApiError::field("groups_claim", m))
+}
+
+fn role_mapping(raw: &BTreeMap<String, String>) -> ApiResult<RoleMapping> {
+    sso::parse_role_mapping(raw).map_err(|m| ApiError::field("role_mapping", m))
+}
+
+fn default_role(raw: &str) -> ApiResult<Role> {
+    sso::grantable_role(raw).map_err(|m| ApiError::field("default_role", m))
+}
+
+/// A team mapping whose every team is a live team of the organization.
+async fn team_mapping(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    raw: &BTreeMap<String, Vec<Uuid>>,
+) -> ApiResult<TeamMapping> {
+    let mapping = sso::check_team_mapping(raw).map_err(|m| ApiError::field("team_mapping", m))?;
+    let mut checked: Vec<Uuid> = Vec::new();
+    for team in mapping.values().flatten() {
+        if checked.contains(team) {
+            continue;
+        }
+        // Another organization's team looks exactly like a missing one.
+        if !teams::exists_in_org(conn, org_id, *team).await? {
+            return Err(ApiError::field("team_mapping", format!("{team} is not a team of this organization")));
+        }
+        checked.push(*team);
+    }
+    Ok(mapping)
+}
+
+/// 409 naming a domain another connection already signs in, if any.
+async fn domains_free(conn: &mut AsyncPgConnection, domains: &[String], except: Option<Uuid>) -> ApiResult<()> {
+    match sso_db::domain_taken(conn, domains, except).await? {
+        Some(d) => {
+            Err(ApiError::Conflict(format!("the e-mail domain {d} already signs in through another SSO connection")))
+        }
+        None => Ok(()),
+    }
+}
+
+fn domain_conflict() -> ApiError {
+    ApiError::Conflict("one of email_domains already signs in through another SSO connection".into())
+}
+
+/// Create an SSO connection (growth and enterprise plans).
+#[utoipa::path(tag = "sso", request_body = CreateBody,
+    responses((status = 201, description = "Created", body = ConnectionOut), Errors))]
+#[post("/sso/connections")]
+pub async fn create(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: web::Json<CreateBody>,
+) -> ApiResult<HttpResponse> {
+    let ring = keyring(&state)?;
+    let b = body.into_inner();
+    let name = validate::text("name", &b.name, 200)?;
+    let issuer = sso::validate_issuer(&b.issuer).map_err(|m| ApiError::field("issuer", m))?;
+    let client_id = validate::text("client_id", &b.client_id, MAX_CLIENT_ID_CHARS)?;
+    let client_secret = secret(&b.client_secret)?;
+    let email_domains = domains(&b.email_domains)?;
+    let groups = match b.groups_claim.as_deref() {
+        Some(c) => groups_claim(c)?,
+        None => sso::DEFAULT_GROUPS_CLAIM.to_string(),
+    };
+    let roles = role_mapping(&b.role_mapping.unwrap_or_default())?;
+    let default = match b.default_role.as_deref() {
+        Some(r) => default_role(r)?,
+        None => Role::Member,
+    };
+    let mut conn = state.conn().await?;
+    require_plan(&mut conn, session.org_id).await?;
+    let team_map = team_mapping(&mut conn, session.org_id, &b.team_mapping.unwrap_or_default()).await?;
+    domains_free(&mut conn, &email_domains, None).await?;
+    let role_json = sso::role_mapping_to_json(&roles);
+    let team_json = sso::team_mapping_to_json(&team_map);
+    let new = NewConnection {
+        id: new_id(),
+        org_id: session.org_id,
+        name: &name,
+        issuer: &issuer,
+        client_id: &client_id,
+        client_secret: &client_secret,
+        email_domains: &email_domains,
+        groups_claim: &groups,
+        role_mapping: &role_json,
+        team_mapping: &team_json,
+        default_role: default.as_str(),
+        enabled: b.enabled.unwrap_or(true),
+        created_by: Some(session.user_id),
+    };
+    let row = match sso_db::insert(&mut conn, ring, &new).await {
+        Ok(row) => row,
+        Err(e) if is_unique_violation(&e) => return Err(domain_conflict()),
+        Err(e) => return Err(e.into()),
+    };
+    let entry = Entry {
+        action: "sso_connection.create",
+        resource_type: "sso_connection",
+        resource_id: Some(row.id.to_string()),
+        detail: json!({
+            "name": row.name,
+            "issuer": row.issuer,
+            "email_domains": row.email_domains,
+            "default_role": row.default_role,
+            "enabled": row.enabled,
+        }),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
+    log::info!("SSO connection {} created in org {}", row.id, row.org_id);
+    Ok(HttpResponse::Created().json(out(&state, row)))
+}
+
+/// List the organization's SSO connections, newest first.
+#[utoipa::path(tag = "sso", params(ListQuery), responses((status = 200, body = Page<ConnectionOut>), Errors))]
+#[get("/sso/connections")]
+pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ListQuery>) -> ApiResult<HttpResponse> {
+    let limit = pagination::limit(q.limit)?;
+    let mut conn = state.conn().await?;
+    let rows = sso_db::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
+    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |c| c.id, |c| out(&state, c))))
+}
+
+/// One SSO connection (never its client secret).
+#[utoipa::path(tag = "sso",
+    params(("connection_id" = Uuid, Path, description = "The SSO connection's id")),
+    responses((status = 200, body = ConnectionOut), Errors))]
+#[get("/sso/connections/{connection_id}")]
+pub async fn get(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
+    let mut conn = state.conn().await?;
+    let row =
+        sso_db::find(&mut conn, session.org_id, id.into_inner()).await?.ok_or(ApiError::NotFound("SSO connection"))?;
+    Ok(HttpResponse::Ok().json(out(&state, row)))
+}
+
+/// Update an SSO connection. Only disabling (`{"enabled": false}`) is allowed once the plan no
+/// longer includes SSO.
+#[utoipa::path(tag = "sso",
+    params(("connection_id" = Uuid, Path, description = "The SSO connection's id")),
+    request_body = UpdateBody,
+    responses((status = 200, body = ConnectionOut), Errors))]
+#[patch("/sso/connections/{connection_id}")]
+pub async fn update(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    id: web::Path<Uuid>,
+    body: web::Json<UpdateBody>,
+) -> ApiResult<HttpResponse> {
+    let ring = keyring(&state)?;
+    let id = id.into_inner();
+    let b = body.into_inner();
+    let mut change = Change {
+        name: b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?,
+        issuer: b
+            .issuer
+            .as_deref()
+            .map(|i| sso::validate_issuer(i).map_err(|m| ApiError::field("issuer", m)))
+            .transpose()?,
+        client_id: b.client_id.as_deref().map(|c| validate::text("client_id", c, MAX_CLIENT_ID_CHARS)).transpose()?,
+        client_secret: b.client_secret.as_deref().map(secret).transpose()?,
+        email_domains: b.email_domains.as_deref().map(domains).transpose()?,
+        groups_claim: b.groups_claim.as_deref().map(groups_claim).transpose()?,
+        role_mapping: b.role_mapping.as_ref().map(role_mapping).transpose()?.map(|m| sso::role_mapping_to_json(&m)),
+        team_mapping: None,
+        default_role: b.default_role.as_deref().map(default_role).transpose()?.map(|r| r.as_str().to_string()),
+        enabled: b.enabled,
+    };
+    let mut changed: Vec<&str> = Vec::new();
+    let fields = [
+        ("name", change.name.is_some()),
+        ("issuer", change.issuer.is_some()),
+        ("client_id", change.client_id.is_some()),
+        ("client_secret", change.client_secret.is_some()),
+        ("email_domains", change.email_domains.is_some()),
+        ("groups_claim", change.groups_claim.is_some()),
+        ("role_mapping", change.role_mapping.is_some()),
+        ("team_mapping", b.team_mapping.is_some()),
+        ("default_role", change.default_role.is_some()),
+        ("enabled", change.enabled.is_some()),
+    ];
+    for (field, present) in fields {
+        if present {
+            changed.push(field);
+        }
+    }
+    if changed.is_empty() {
+        return Err(ApiError::Validation("nothing to update: send at least one field of the connection".into()));
+    }
+    let mut conn = state.conn().await?;
+    let only_disabling = changed == ["enabled"] && change.enabled == Some(false);
+    if !only_disabling {
+        require_plan(&mut conn, session.org_id).await?;
+    }
+    if let Some(raw) = b.team_mapping.as_ref() {
+        let mapping = team_mapping(&mut conn, session.org_id, raw).await?;
+        change.team_mapping = Some(sso::team_mapping_to_json(&mapping));
+    }
+    if let Some(domains) = change.email_domains.as_deref() {
+        domains_free(&mut conn, domains, Some(id)).await?;
+    }
+    let row = match sso_db::update(&mut conn, ring, session.org_id, id, &change).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return Err(ApiError::NotFound("SSO connection")),
+        Err(e) if is_unique_violation(&e) => return Err(domain_conflict()),
+        Err(e) => return Err(e.into()),
+    };
+    let entry = Entry {
+        action: "sso_connection.update",
+        resource_type: "sso_connection",
+        resource_id: Some(row.id.to_string()),
+        detail: json!({"changed": &changed}),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
+    log::info!("SSO connection {id} updated in org {} ({})", row.org_id, changed.join(", "));
+    Ok(HttpResponse::Ok().json(out(&state, row)))
+}
+
+/// Delete an SSO connection; its domains no longer sign in through SSO. Members it provisioned
+/// stay members.
+#[utoipa::path(tag = "sso",
+    params(("connection_id" = Uuid, Path, description = "The SSO connection's id")),
+    responses((status = 204, description = "Deleted"), Errors))]
+#[delete("/sso/connections/{connection_id}")]
+pub async fn remove(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    id: web::Path<Uuid>,
+) -> ApiResult<HttpResponse> {
+    let id = id.into_inner();
+    let mut conn = state.conn().await?;
+    let row = sso_db::delete(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("SSO connection"))?;
+    let entry = Entry {
+        action: "sso_connection.delete",
+        resource_type: "sso_connection",
+        resource_id: Some(row.id.to_string()),
+        detail: json!({"name": row.name, "issuer": row.issuer, "email_domains": row.email_domains}),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
+    log::info!("SSO connection {id} deleted in org {}", row.org_id);
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_checked_without_being_echoed() {
+        assert_eq!(secret(" s3cret\n").ok().as_deref(), Some("s3cret"));
+        for bad in ["", "  ", "a\u{0}hidden"] {
+            let e = secret(bad).unwrap_err();
+            assert!(matches!(e, ApiError::Field { .. }));
+            assert!(!e.to_string().contains("hidden"), "{e}");
+        }
+        assert!(secret(&"x".repeat(MAX_SECRET_CHARS + 1)).is_err());
+    }
+
+    #[test]
+    fn domain_lists() {
+        let raw = vec!["Example.com".to_string(), "example.com".to_string(), "b.example".to_string()];
+        assert_eq!(domains(&raw).unwrap(), vec!["example.com".to_string(), "b.example".to_string()]);
+        assert!(domains(&[]).is_err());
+        let many: Vec<String> = (0..=sso::MAX_DOMAINS).map(|i| format!("d{i}.example")).collect();
+        assert!(domains(&many).is_err());
+        assert!(domains(&["*.example.com".to_string()]).is_err());
+    }
+
+    #[test]
+    fn roles_must_be_grantable() {
+        assert_eq!(default_role("viewer").ok(), Some(Role::Viewer));
+        assert!(default_role("owner").is_err());
+        let raw: BTreeMap<String, String> = [("g".to_string(), "owner".to_string())].into_iter().collect();
+        assert!(role_mapping(&raw).is_err());
+    }
+}

@@ -1,0 +1,814 @@
+//! Teams: create, list, read, update and delete them; add, list and remove their members.
+//!
+//! A team carries settings for the requests made with its API keys: a model allow-list
+//! (`models`, enforced by the proxy now), default policies, a budget and rate limits. Default
+//! policies, budgets and rate limits are validated and stored here; their enforcement by the
+//! proxy arrives in a later issue. Changes are published to the proxies once committed.
+//!
+//! Deleting a team never leaves live keys pointing at it: the delete is refused while the team
+//! has live API keys, unless `?revoke_keys=true` revokes them with it.
+
+use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use gw_shared::db::admin_audit::{self, Event};
+use gw_shared::db::teams::{self, NewTeam, Team, TeamChange, TeamMember, TEAM_ROLES};
+use gw_shared::db::users;
+use gw_shared::ids::new_id;
+use gw_shared::keys::KeyHash;
+use gw_shared::policy::KNOWN_POLICIES;
+use gw_shared::redis::{invalidate, Invalidation};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_actix_web::service_config::ServiceConfig;
+use uuid::Uuid;
+
+use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
+use crate::pagination::{self, Page};
+use crate::session::Session;
+use crate::state::AppState;
+use crate::trail::{self, Entry};
+use crate::validate;
+
+/// Budget periods.
+pub const BUDGET_PERIODS: &[&str] = &["day", "week", "month", "total"];
+/// The largest budget, in US dollars.
+const MAX_BUDGET_USD: f64 = 1e9;
+/// Most default policies a team may name.
+const MAX_POLICIES: usize = 20;
+/// Most entries a team's model allow-list may have.
+const MAX_MODELS: usize = 100;
+const MAX_DESCRIPTION: usize = 2000;
+
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(list_teams)
+        .service(create_team)
+        .service(get_team)
+        .service(update_team)
+        .service(delete_team)
+        .service(list_team_members)
+        .service(add_team_member)
+        .service(remove_team_member);
+}
+
+/// The trail of a write made inside a transaction. `trail::by` borrows the `HttpRequest`, which
+/// is not `Send` and so cannot enter a transaction's future; this carries what the trail needs
+/// from the request instead, and records in the transaction's connection.
+pub(crate) struct TxTrail {
+    pub org_id: Uuid,
+    pub actor_user_id: Option<Uuid>,
+    pub actor_role: Option<String>,
+    pub request_id: Option<String>,
+}
+
+impl TxTrail {
+    /// A session's action.
+    pub(crate) fn of(session: &Session, req: &HttpRequest) -> Self {
+        TxTrail {
+            org_id: session.org_id,
+            actor_user_id: Some(session.user_id),
+            actor_role: Some(session.role.to_string()),
+            request_id: trail::request_id(req),
+        }
+    }
+
+    pub(crate) async fn record(&self, conn: &mut AsyncPgConnection, entry: Entry<'_>) -> ApiResult<()> {
+        let event = Event {
+            id: new_id(),
+            org_id: self.org_id,
+            actor_user_id: self.actor_user_id,
+            actor_role: self.actor_role.clone(),
+            action: entry.action.to_string(),
+            resource_type: entry.resource_type.to_string(),
+            resource_id: entry.resource_id,
+            request_id: self.request_id.clone(),
+            detail: entry.detail,
+            created_at: Utc::now(),
+        };
+        admin_audit::insert(conn, &event).await?;
+        Ok(())
+    }
+}
+
+/// `Some(None)` for an explicit JSON null, `None` when the field is absent.
+fn double_option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+fn default_thresholds() -> Vec<u8> {
+    vec![50, 80, 95, 100]
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A team's spending limit. Stored and validated now; the proxy enforces it in a later release.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// US dollars per period: more than 0, at most 1e9.
+    pub amount_usd: f64,
+    /// `day`, `week`, `month` or `total`.
+    pub period: String,
+    /// Percentages of `amount_usd` at which alerts fire: each 1 to 100, ascending, no repeats.
+    /// Default `[50, 80, 95, 100]`.
+    #[serde(default = "default_thresholds")]
+    pub alert_thresholds: Vec<u8>,
+    /// Refuse requests once the budget is spent (default); `false` only alerts.
+    #[serde(default = "default_true")]
+    pub hard_limit: bool,
+}
+
+/// A team's rate limits; at least one must be set. Stored and validated now; the proxy enforces
+/// them in a later release.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimits {
+    /// Requests per minute; at least 1.
+    #[serde(default)]
+    pub rpm: Option<u32>,
+    /// Tokens per minute; at least 1.
+    #[serde(default)]
+    pub tpm: Option<u32>,
+    /// Requests in flight at once; at least 1.
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TeamOut {
+    id: Uuid,
+    name: String,
+    description: String,
+    #[schema(value_type = Object)]
+    metadata: Value,
+    /// Policies applied to the team's requests by default (enforced in a later release).
+    default_policies: Vec<String>,
+    budget: Option<Budget>,
+    rate_limits: Option<RateLimits>,
+    /// The model allow-list (names or aliases); null: every model.
+    models: Option<Vec<String>>,
+    member_count: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TeamOut {
+    fn new(t: Team, member_count: i64) -> Self {
+        TeamOut {
+            id: t.id,
+            name: t.name,
+            description: t.description,
+            metadata: t.metadata,
+            default_policies: t.default_policies,
+            budget: t.budget.and_then(|v| serde_json::from_value(v).ok()),
+            rate_limits: t.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
+            models: t.allowed_models,
+            member_count,
+            created_at: t.created_at,
+            updated_at: t.updated_at,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TeamMemberOut {
+    user_id: Uuid,
+    email: String,
+    name: String,
+    /// The role in the team: `lead` or `member`.
+    role: String,
+    /// The role in the organization: `owner`, `admin`, `member` or `viewer`.
+    org_role: String,
+    added_at: DateTime<Utc>,
+}
+
+impl From<TeamMember> for TeamMemberOut {
+    fn from(m: TeamMember) -> Self {
+        TeamMemberOut {
+            user_id: m.user_id,
+            email: m.email,
+            name: m.name,
+            role: m.team_role,
+            org_role: m.org_role,
+            added_at: m.added_at,
+        }
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTeamBody {
+    /// 1 to 200 characters; unique among the organization's teams, whatever the case.
+    name: String,
+    /// At most 2000 characters.
+    #[serde(default)]
+    description: Option<String>,
+    /// A JSON object of at most 64 keys and 16 KiB.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+    /// Known: `pii_redact`, `topic_guard`; at most 20.
+    #[serde(default)]
+    default_policies: Option<Vec<String>>,
+    #[serde(default)]
+    budget: Option<Budget>,
+    #[serde(default)]
+    rate_limits: Option<RateLimits>,
+    /// Models the team's keys may use (configured names or aliases); omitted or null: every
+    /// model; `[]`: none.
+    #[serde(default)]
+    models: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateTeamBody {
+    #[serde(default)]
+    name: Option<String>,
+    /// An empty string clears it.
+    #[serde(default)]
+    description: Option<String>,
+    /// Replaces the metadata.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+    /// Replaces the default policies.
+    #[serde(default)]
+    default_policies: Option<Vec<String>>,
+    /// A new budget, or null to remove it.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Budget>)]
+    budget: Option<Option<Budget>>,
+    /// New rate limits, or null to remove them.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<RateLimits>)]
+    rate_limits: Option<Option<RateLimits>>,
+    /// A new model allow-list, or null for every model.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Vec<String>>)]
+    models: Option<Option<Vec<String>>>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddMemberBody {
+    /// `lead` or `member` (default).
+    #[serde(default)]
+    role: Option<String>,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// 1 to 200; default 50.
+    limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<Uuid>,
+    /// Case-insensitive part of the name.
+    name: Option<String>,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct MembersQuery {
+    /// 1 to 200; default 50.
+    limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<Uuid>,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteQuery {
+    /// Revoke the team's live API keys with it; without this a team with live keys is not
+    /// deleted (409).
+    revoke_keys: Option<bool>,
+}
+
+fn budget_value(b: Budget) -> ApiResult<Value> {
+    if !(b.amount_usd > 0.0 && b.amount_usd <= MAX_BUDGET_USD) {
+        return Err(ApiError::field("budget.amount_usd", "must be more than 0 and at most 1000000000"));
+    }
+    if !BUDGET_PERIODS.contains(&b.period.as_str()) {
+        return Err(ApiError::field("budget.period", "must be day, week, month or total"));
+    }
+    if b.alert_thresholds.iter().any(|t| !(1..=100).contains(t)) {
+        return Err(ApiError::field("budget.alert_thresholds", "each must be between 1 and 100"));
+    }
+    if b.alert_thresholds.windows(2).any(|w| w.first() >= w.last()) {
+        return Err(ApiError::field("budget.alert_thresholds", "must be in ascending order without repeats"));
+    }
+    serde_json::to_value(&b).map_err(|e| ApiError::Internal(format!("cannot encode a budget: {e}")))
+}
+
+fn rate_limits_value(r: RateLimits) -> ApiResult<Value> {
+    for (field, v) in
+        [("rate_limits.rpm", r.rpm), ("rate_limits.tpm", r.tpm), ("rate_limits.max_concurrent", r.max_concurrent)]
+    {
+        if v == Some(0) {
+            return Err(ApiError::field(field, "must be at least 1"));
+        }
+    }
+    if r.rpm.is_none() && r.tpm.is_none() && r.max_concurrent.is_none() {
+        return Err(ApiError::field(
+            "rate_limits",
+            "set at least one of rpm, tpm and max_concurrent (send null to remove the limits)",
+        ));
+    }
+    serde_json::to_value(&r).map_err(|e| ApiError::Internal(format!("cannot encode rate limits: {e}")))
+}
+
+/// Default policies as stored: known names, duplicates dropped (first occurrence kept).
+fn policies(requested: Vec<String>) -> ApiResult<Vec<String>> {
+    if requested.len() > MAX_POLICIES {
+        return Err(ApiError::field("default_policies", format!("must have at most {MAX_POLICIES} entries")));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(requested.len());
+    for p in requested {
+        if !KNOWN_POLICIES.contains(&p.as_str()) {
+            return Err(ApiError::field(
+                "default_policies",
+                format!("unknown policy {p:?}; known policies: {}", KNOWN_POLICIES.join(", ")),
+            ));
+        }
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+/// The allow-list as stored: every entry a configured model name or alias, duplicates dropped
+/// (first occurrence kept, so the caller's order holds).
+fn models(state: &AppState, requested: Vec<String>) -> ApiResult<Vec<String>> {
+    if requested.len() > MAX_MODELS {
+        return Err(ApiError::field("models", format!("must have at most {MAX_MODELS} entries")));
+    }
+    let known = |m: &str| state.cfg.models.iter().any(|c| c.name == m || c.aliases.iter().any(|a| a == m));
+    let mut out: Vec<String> = Vec::with_capacity(requested.len());
+    for m in requested {
+        if !known(&m) {
+            return Err(ApiError::field(
+                "models",
+                format!("unknown model {m:?}: each entry must be a configured model name or alias"),
+            ));
+        }
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+fn name_taken() -> ApiError {
+    ApiError::Conflict("a team of this organization already has this name".into())
+}
+
+/// Tells the proxies to forget their copy of a team (committed already: a failed publish is
+/// logged, and the proxies' cache TTL still ends the stale copy).
+async fn publish_team(state: &AppState, org_id: Uuid, team_id: Uuid) {
+    if let Err(e) = invalidate(&state.redis, &Invalidation::Team { org_id, team_id }).await {
+        log::warn!("could not publish the change of team {team_id}: {e}");
+    }
+}
+
+/// Tells the proxies to forget a revoked key.
+async fn publish_key(state: &AppState, id: Uuid, hash: Vec<u8>) {
+    let hash: KeyHash = match hash.try_into() {
+        Ok(h) => h,
+        Err(_) => {
+            log::warn!("stored hash of key {id} is not 32 bytes; not published");
+            return;
+        }
+    };
+    if let Err(e) = invalidate(&state.redis, &Invalidation::ApiKey(hash)).await {
+        log::warn!("could not publish the revocation of key {id}: {e}");
+    }
+}
+
+/// List the organization's teams, newest first.
+#[utoipa::path(tag = "teams", params(ListQuery), responses((status = 200, body = Page<TeamOut>), Errors))]
+#[get("/teams")]
+pub async fn list_teams(
+    state: web::Data<AppState>,
+    session: Session,
+    q: web::Query<ListQuery>,
+) -> ApiResult<HttpResponse> {
+    let q = q.into_inner();
+    let limit = pagination::limit(q.limit)?;
+    let name = q.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?;
+    let mut conn = state.conn().await?;
+    let rows = teams::list_live(&mut conn, session.org_id, name.as_deref(), q.cursor, limit + 1).await?;
+    let ids: Vec<Uuid> = rows.iter().map(|t| t.id).collect();
+    let counts = teams::member_counts(&mut conn, session.org_id, &ids).await?;
+    let page = Page::from_rows(
+        rows,
+        limit,
+        |t| t.id,
+        |t| {
+            let n = counts.get(&t.id).copied().unwrap_or(0);
+            TeamOut::new(t, n)
+        },
+    );
+    Ok(HttpResponse::Ok().json(page))
+}
+
+/// Create a team.
+#[utoipa::path(tag = "teams", request_body = CreateTeamBody, responses((status = 201, body = TeamOut), Errors))]
+#[post("/teams")]
+pub async fn create_team(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: web::Json<CreateTeamBody>,
+) -> ApiResult<HttpResponse> {
+    let b = body.into_inner();
+    let new = NewTeam {
+        id: new_id(),
+        org_id: session.org_id,
+        name: validate::text("name", &b.name, 200)?,
+        description: validate::optional_text(
+            "description",
+            b.description.as_deref().unwrap_or_default(),
+            MAX_DESCRIPTION,
+        )?,
+        metadata: validate::metadata("metadata", b.metadata.unwrap_or_else(|| json!({})))?,
+        default_policies: policies(b.default_policies.unwrap_or_default())?,
+        budget: b.budget.map(budget_value).transpose()?,
+        rate_limits: b.rate_limits.map(rate_limits_value).transpose()?,
+        allowed_models: b.models.map(|m| models(&state, m)).transpose()?,
+    };
+    let trail = TxTrail::of(&session, &req);
+    let mut conn = state.conn().await?;
+    let team = conn.transaction(async |conn| create_tx(conn, &trail, new).await).await?;
+    log::info!("team {} created in org {}", team.id, team.org_id);
+    Ok(HttpResponse::Created().json(TeamOut::new(team, 0)))
+}
+
+async fn create_tx(conn: &mut AsyncPgConnection, trail: &TxTrail, new: NewTeam) -> ApiResult<Team> {
+    let team = match teams::create(conn, new).await {
+        Ok(t) => t,
+        Err(e) if is_unique_violation(&e) => return Err(name_taken()),
+        Err(e) => return Err(e.into()),
+    };
+    let entry = Entry {
+        action: "team.create",
+        resource_type: "team",
+        resource_id: Some(team.id.to_string()),
+        detail: json!({"name": team.name}),
+    };
+    trail.record(conn, entry).await?;
+    Ok(team)
+}
+
+/// One team.
+#[utoipa::path(tag = "teams", params(("team_id" = Uuid, Path, description = "The team's id")),
+    responses((status = 200, body = TeamOut), Errors))]
+#[get("/teams/{team_id}")]
+pub async fn get_team(state: web::Data<AppState>, session: Session, path: web::Path<Uuid>) -> ApiResult<HttpResponse> {
+    let team_id = path.into_inner();
+    let mut conn = state.conn().await?;
+    let team = teams::find_live(&mut conn, session.org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
+    let n = teams::member_count(&mut conn, session.org_id, team_id).await?;
+    Ok(HttpResponse::Ok().json(TeamOut::new(team, n)))
+}
+
+/// Update a team's name, description, metadata or settings; `null` removes a budget, rate limits
+/// or the model allow-list.
+#[utoipa::path(tag = "teams", params(("team_id" = Uuid, Path, description = "The team's id")),
+    request_body = UpdateTeamBody, responses((status = 200, body = TeamOut), Errors))]
+#[patch("/teams/{team_id}")]
+pub async fn update_team(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    path: web::Path<Uuid>,
+    body: web::Json<UpdateTeamBody>,
+) -> ApiResult<HttpResponse> {
+    let team_id = path.into_inner();
+    let b = body.into_inner();
+    let change = TeamChange {
+        name: b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?,
+        description: b
+            .description
+            .as_deref()
+            .map(|d| validate::optional_text("description", d, MAX_DESCRIPTION))
+            .transpose()?,
+        metadata: b.metadata.map(|m| validate::metadata("metadata", m)).transpose()?,
+        default_policies: b.default_policies.map(policies).transpose()?,
+        budget: b.budget.map(|o| o.map(budget_value).transpose()).transpose()?,
+        rate_limits: b.rate_limits.map(|o| o.map(rate_limits_value).transpose()).transpose()?,
+        allowed_models: b.models.map(|o| o.map(|m| models(&state, m)).transpose()).transpose()?,
+    };
+    let changed: Vec<&'static str> = [
+        ("name", change.name.is_some()),
+        ("description", change.description.is_some()),
+        ("metadata", change.metadata.is_some()),
+        ("default_policies", change.default_policies.is_some()),
+        ("budget", change.budget.is_some()),
+        ("rate_limits", change.rate_limits.is_some()),
+        ("models", change.allowed_models.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, set)| *set)
+    .map(|(field, _)| field)
+    .collect();
+    if changed.is_empty() {
+        return Err(ApiError::Validation(
+            "nothing to update: send name, description, metadata, default_policies, budget, rate_limits or models"
+                .into(),
+        ));
+    }
+    let trail = TxTrail::of(&session, &req);
+    let org_id = session.org_id;
+    let mut conn = state.conn().await?;
+    let (team, n) =
+        conn.transaction(async |conn| update_tx(conn, &trail, org_id, team_id, &change, &changed).await).await?;
+    publish_team(&state, org_id, team_id).await;
+    Ok(HttpResponse::Ok().json(TeamOut::new(team, n)))
+}
+
+async fn update_tx(
+    conn: &mut AsyncPgConnection,
+    trail: &TxTrail,
+    org_id: Uuid,
+    team_id: Uuid,
+    change: &TeamChange,
+    changed: &[&'static str],
+) -> ApiResult<(Team, i64)> {
+    let team = match teams::update(conn, org_id, team_id, change).await {
+        Ok(Some(t)) => t,
+        Ok(None) => return Err(ApiError::NotFound("team")),
+        Err(e) if is_unique_violation(&e) => return Err(name_taken()),
+        Err(e) => return Err(e.into()),
+    };
+    let n = teams::member_count(conn, org_id, team_id).await?;
+    let entry = Entry {
+        action: "team.update",
+        resource_type: "team",
+        resource_id: Some(team_id.to_string()),
+        detail: json!({"name": team.name, "changed": changed}),
+    };
+    trail.record(conn, entry).await?;
+    Ok((team, n))
+}
+
+/// Delete a team and remove its members. Refused (409) while the team has live API keys, unless
+/// `revoke_keys=true` revokes them with it; the proxies refuse them within a second.
+#[utoipa::path(tag = "teams", params(("team_id" = Uuid, Path, description = "The team's id"), DeleteQuery),
+    responses((status = 204, description = "Deleted"), Errors))]
+#[delete("/teams/{team_id}")]
+pub async fn delete_team(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    path: web::Path<Uuid>,
+    q: web::Query<DeleteQuery>,
+) -> ApiResult<HttpResponse> {
+    let team_id = path.into_inner();
+    let revoke_keys = q.into_inner().revoke_keys.unwrap_or(false);
+    let trail = TxTrail::of(&session, &req);
+    let org_id = session.org_id;
+    let mut conn = state.conn().await?;
+    let revoked = conn.transaction(async |conn| delete_tx(conn, &trail, org_id, team_id, revoke_keys).await).await?;
+    log::info!("team {team_id} deleted in org {org_id}, {} key(s) revoked", revoked.len());
+    for (id, hash) in revoked {
+        publish_key(&state, id, hash).await;
+    }
+    publish_team(&state, org_id, team_id).await;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+async fn delete_tx(
+    conn: &mut AsyncPgConnection,
+    trail: &TxTrail,
+    org_id: Uuid,
+    team_id: Uuid,
+    revoke_keys: bool,
+) -> ApiResult<Vec<(Uuid, Vec<u8>)>> {
+    // The lock keeps concurrent member changes and deletes of this team in line.
+    let team = teams::find_live_for_update(conn, org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
+    let live = teams::live_keys_of_team(conn, org_id, team_id).await?;
+    if !live.is_empty() && !revoke_keys {
+        return Err(ApiError::Conflict(format!(
+            "the team has {} live API key(s): revoke them first, or delete with ?revoke_keys=true to revoke them \
+             with the team",
+            live.len()
+        )));
+    }
+    // Expired keys are revoked too, so no key of a deleted team can come back to life.
+    let revoked = teams::revoke_keys_of_team(conn, org_id, team_id).await?;
+    for (id, _) in &revoked {
+        let entry = Entry {
+            action: "api_key.revoke",
+            resource_type: "api_key",
+            resource_id: Some(id.to_string()),
+            detail: json!({"reason": "team.delete", "team_id": team_id}),
+        };
+        trail.record(conn, entry).await?;
+    }
+    teams::soft_delete(conn, org_id, team_id).await?;
+    let key_ids: Vec<Uuid> = revoked.iter().map(|(id, _)| *id).collect();
+    let entry = Entry {
+        action: "team.delete",
+        resource_type: "team",
+        resource_id: Some(team_id.to_string()),
+        detail: json!({"name": team.name, "revoked_keys": key_ids}),
+    };
+    trail.record(conn, entry).await?;
+    Ok(revoked)
+}
+
+/// The team's members, newest accounts first.
+#[utoipa::path(tag = "teams", params(("team_id" = Uuid, Path, description = "The team's id"), MembersQuery),
+    responses((status = 200, body = Page<TeamMemberOut>), Errors))]
+#[get("/teams/{team_id}/members")]
+pub async fn list_team_members(
+    state: web::Data<AppState>,
+    session: Session,
+    path: web::Path<Uuid>,
+    q: web::Query<MembersQuery>,
+) -> ApiResult<HttpResponse> {
+    let team_id = path.into_inner();
+    let q = q.into_inner();
+    let limit = pagination::limit(q.limit)?;
+    let mut conn = state.conn().await?;
+    if !teams::exists_in_org(&mut conn, session.org_id, team_id).await? {
+        return Err(ApiError::NotFound("team"));
+    }
+    let rows = teams::list_members(&mut conn, session.org_id, team_id, q.cursor, limit + 1).await?;
+    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |m| m.user_id, TeamMemberOut::from)))
+}
+
+/// The optional body of an add: absent or empty means the default role.
+fn add_member_body(raw: &[u8]) -> ApiResult<AddMemberBody> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Ok(AddMemberBody::default());
+    }
+    serde_json::from_slice(raw).map_err(|e| ApiError::Validation(format!("invalid JSON body: {e}")))
+}
+
+/// Add a member of the organization to the team, or change their role in it. The body is
+/// optional (default role `member`).
+#[utoipa::path(tag = "teams",
+    params(("team_id" = Uuid, Path, description = "The team's id"), ("user_id" = Uuid, Path, description = "The user's id")),
+    request_body = Option<AddMemberBody>, responses((status = 201, body = TeamMemberOut), Errors))]
+#[post("/teams/{team_id}/members/{user_id}")]
+pub async fn add_team_member(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    path: web::Path<(Uuid, Uuid)>,
+    body: web::Bytes,
+) -> ApiResult<HttpResponse> {
+    let (team_id, user_id) = path.into_inner();
+    // Read by hand: `Option<web::Json<_>>` would turn an invalid body into "no body" silently.
+    let b = add_member_body(body.as_ref())?;
+    let role = b.role.unwrap_or_else(|| "member".to_string());
+    if !TEAM_ROLES.contains(&role.as_str()) {
+        return Err(ApiError::field("role", "must be lead or member"));
+    }
+    let trail = TxTrail::of(&session, &req);
+    let org_id = session.org_id;
+    let mut conn = state.conn().await?;
+    let member =
+        conn.transaction(async |conn| add_member_tx(conn, &trail, org_id, team_id, user_id, &role).await).await?;
+    Ok(HttpResponse::Created().json(TeamMemberOut::from(member)))
+}
+
+async fn add_member_tx(
+    conn: &mut AsyncPgConnection,
+    trail: &TxTrail,
+    org_id: Uuid,
+    team_id: Uuid,
+    user_id: Uuid,
+    role: &str,
+) -> ApiResult<TeamMember> {
+    teams::find_live_for_update(conn, org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
+    // Another org's user looks exactly like a missing one.
+    users::find_member(conn, org_id, user_id).await?.ok_or(ApiError::NotFound("user"))?;
+    teams::add_member(conn, org_id, team_id, user_id, role).await?;
+    let member = teams::find_member(conn, org_id, team_id, user_id)
+        .await?
+        .ok_or_else(|| ApiError::Internal(format!("team member {user_id} of {team_id} missing after insert")))?;
+    let entry = Entry {
+        action: "team.member_add",
+        resource_type: "team",
+        resource_id: Some(team_id.to_string()),
+        detail: json!({"user_id": user_id, "role": role}),
+    };
+    trail.record(conn, entry).await?;
+    Ok(member)
+}
+
+/// Remove a user from the team (they stay in the organization).
+#[utoipa::path(tag = "teams",
+    params(("team_id" = Uuid, Path, description = "The team's id"), ("user_id" = Uuid, Path, description = "The user's id")),
+    responses((status = 204, description = "Removed"), Errors))]
+#[delete("/teams/{team_id}/members/{user_id}")]
+pub async fn remove_team_member(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    path: web::Path<(Uuid, Uuid)>,
+) -> ApiResult<HttpResponse> {
+    let (team_id, user_id) = path.into_inner();
+    let trail = TxTrail::of(&session, &req);
+    let org_id = session.org_id;
+    let mut conn = state.conn().await?;
+    conn.transaction(async |conn| remove_member_tx(conn, &trail, org_id, team_id, user_id).await).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+async fn remove_member_tx(
+    conn: &mut AsyncPgConnection,
+    trail: &TxTrail,
+    org_id: Uuid,
+    team_id: Uuid,
+    user_id: Uuid,
+) -> ApiResult<()> {
+    teams::find_live_for_update(conn, org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
+    if !teams::remove_member(conn, org_id, team_id, user_id).await? {
+        return Err(ApiError::NotFound("team member"));
+    }
+    let entry = Entry {
+        action: "team.member_remove",
+        resource_type: "team",
+        resource_id: Some(team_id.to_string()),
+        detail: json!({"user_id": user_id}),
+    };
+    trail.record(conn, entry).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(v: Value) -> ApiResult<Value> {
+        budget_value(serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn budgets_get_defaults_and_bounds() {
+        let v = budget(json!({"amount_usd": 100.0, "period": "month"})).unwrap();
+        assert_eq!(v["alert_thresholds"], json!([50, 80, 95, 100]));
+        assert_eq!(v["hard_limit"], json!(true));
+        for (bad, field) in [
+            (json!({"amount_usd": 0.0, "period": "month"}), "budget.amount_usd"),
+            (json!({"amount_usd": 2e9, "period": "month"}), "budget.amount_usd"),
+            (json!({"amount_usd": 1.0, "period": "year"}), "budget.period"),
+            (json!({"amount_usd": 1.0, "period": "day", "alert_thresholds": [0]}), "budget.alert_thresholds"),
+            (json!({"amount_usd": 1.0, "period": "day", "alert_thresholds": [101]}), "budget.alert_thresholds"),
+            (json!({"amount_usd": 1.0, "period": "day", "alert_thresholds": [80, 50]}), "budget.alert_thresholds"),
+            (json!({"amount_usd": 1.0, "period": "day", "alert_thresholds": [50, 50]}), "budget.alert_thresholds"),
+        ] {
+            match budget(bad.clone()) {
+                Err(ApiError::Field { field: f, .. }) => assert_eq!(f, field, "{bad}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(serde_json::from_value::<Budget>(json!({"amount_usd": 1.0, "period": "day", "x": 1})).is_err());
+    }
+
+    #[test]
+    fn rate_limits_need_one_positive_limit() {
+        assert!(rate_limits_value(RateLimits { rpm: Some(60), tpm: None, max_concurrent: None }).is_ok());
+        assert!(rate_limits_value(RateLimits { rpm: None, tpm: None, max_concurrent: None }).is_err());
+        match rate_limits_value(RateLimits { rpm: Some(1), tpm: Some(0), max_concurrent: None }) {
+            Err(ApiError::Field { field, .. }) => assert_eq!(field, "rate_limits.tpm"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn policies_are_known_and_deduplicated() {
+        let p = policies(vec!["topic_guard".into(), "pii_redact".into(), "topic_guard".into()]).unwrap();
+        assert_eq!(p, ["topic_guard", "pii_redact"]);
+        assert!(policies(vec!["nope".into()]).is_err());
+    }
+
+    #[test]
+    fn patch_tells_null_from_absent() {
+        let b: UpdateTeamBody = serde_json::from_value(json!({"budget": null})).unwrap();
+        assert!(matches!(b.budget, Some(None)));
+        assert!(b.rate_limits.is_none());
+        let b: UpdateTeamBody = serde_json::from_value(json!({"models": ["a"]})).unwrap();
+        assert!(matches!(b.models, Some(Some(_))));
+    }
+
+    #[test]
+    fn add_member_bodies() {
+        assert!(add_member_body(b"").unwrap().role.is_none());
+        assert!(add_member_body(b" \n").unwrap().role.is_none());
+        assert_eq!(add_member_body(br#"{"role":"lead"}"#).unwrap().role.as_deref(), Some("lead"));
+        assert!(add_member_body(br#"{"rol":"lead"}"#).is_err());
+        assert!(add_member_body(b"{").is_err());
+    }
+}

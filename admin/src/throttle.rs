@@ -1,0 +1,112 @@
+//! Sign-in and sign-up throttling in Redis, shared by every admin replica: attempts per client
+//! address, failed sign-ins per account. Counters are fixed windows (`INCR` + `EXPIRE NX` in
+//! one script). Account keys hold the SHA-256 of the normalized address, never the address.
+//! When Redis is down, throttling fails open with a log line: the hashing semaphore still
+//! bounds the work an attacker can cause.
+
+use std::net::IpAddr;
+
+use actix_web::HttpRequest;
+use sha2::{Digest, Sha256};
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// Increments `KEYS[1]` (by `ARGV[2]`), starting its window of `ARGV[1]` seconds on first use;
+/// returns the count and the seconds left in the window.
+const COUNT: &str = r"
+local n = redis.call('INCRBY', KEYS[1], ARGV[2])
+if n == tonumber(ARGV[2]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+local ttl = redis.call('TTL', KEYS[1])
+if ttl < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]); ttl = tonumber(ARGV[1]) end
+return {n, ttl}
+";
+
+/// The client's address: the peer, or the last `X-Forwarded-For` hop when configured to trust
+/// the proxy in front.
+pub fn client_ip(state: &AppState, req: &HttpRequest) -> Option<IpAddr> {
+    if state.cfg.admin.trust_forwarded_for {
+        let forwarded = req
+            .headers()
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .and_then(|v| v.trim().parse().ok());
+        if forwarded.is_some() {
+            return forwarded;
+        }
+    }
+    req.peer_addr().map(|a| a.ip())
+}
+
+fn account_key(normalized_email: &str) -> String {
+    format!("gw:throttle:account:{}", hex::encode(Sha256::digest(normalized_email.as_bytes())))
+}
+
+async fn count(state: &AppState, key: &str, window: u64, by: u64) -> Option<(u64, u64)> {
+    let mut conn = match state.redis.get().await {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn!("throttling skipped, redis unavailable: {e}");
+            return None;
+        }
+    };
+    let reply = deadpool_redis::redis::cmd("EVAL")
+        .arg(COUNT)
+        .arg(1)
+        .arg(key)
+        .arg(window.max(1))
+        .arg(by)
+        .query_async::<(u64, u64)>(&mut conn)
+        .await;
+    match reply {
+        Ok(v) => Some(v),
+        Err(e) => {
+            log::warn!("throttling skipped, redis error: {e}");
+            None
+        }
+    }
+}
+
+/// Counts one sign-in or sign-up attempt from the client's address (`what` keeps the two
+/// apart); 429 past the limit.
+pub async fn attempt(state: &AppState, req: &HttpRequest, what: &str) -> ApiResult<()> {
+    let Some(ip) = client_ip(state, req) else {
+        return Ok(());
+    };
+    let cfg = &state.cfg.admin;
+    let key = format!("gw:throttle:{what}:ip:{ip}");
+    if let Some((n, ttl)) = count(state, &key, cfg.ip_window_secs, 1).await {
+        if n > cfg.ip_attempts {
+            state.metrics.throttled.with_label_values(&["ip"]).inc();
+            return Err(ApiError::TooManyRequests(ttl.max(1)));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a sign-in to an account that has failed too often, before any password work.
+pub async fn check_account(state: &AppState, normalized_email: &str) -> ApiResult<()> {
+    let cfg = &state.cfg.admin;
+    if let Some((n, ttl)) = count(state, &account_key(normalized_email), cfg.account_window_secs, 0).await {
+        if n >= cfg.account_failures {
+            state.metrics.throttled.with_label_values(&["account"]).inc();
+            return Err(ApiError::TooManyRequests(ttl.max(1)));
+        }
+    }
+    Ok(())
+}
+
+/// Counts a failed sign-in against the account.
+pub async fn account_failed(state: &AppState, normalized_email: &str) {
+    let window = state.cfg.admin.account_window_secs;
+    let _ = count(state, &account_key(normalized_email), window, 1).await;
+}
+
+/// A successful sign-in clears the account's failures.
+pub async fn account_succeeded(state: &AppState, normalized_email: &str) {
+    if let Ok(mut conn) = state.redis.get().await {
+        let _: Result<i64, _> =
+            deadpool_redis::redis::cmd("DEL").arg(account_key(normalized_email)).query_async(&mut conn).await;
+    }
+}

@@ -1,0 +1,527 @@
+"""SSO (OpenID Connect) end to end: gw's admin API signs users in through a real identity provider.
+
+Two providers run in this process:
+
+* oidc-provider-mock (`run_server_in_thread`), a real provider: happy paths, group-to-role and
+  group-to-team mapping, just-in-time provisioning, the owner rule, unverified e-mails, foreign
+  e-mail domains, replayed states.
+* oidc_shim, in front of the same mock: the mock does not verify PKCE, and cannot be told to
+  issue a bad token. The shim verifies `code_verifier` against the S256 `code_challenge`
+  (so a wrong verifier is refused as a real provider would), requires `client_secret_basic`,
+  and re-signs ID tokens with its own key, tampered on demand (signature, audience, expiry,
+  nonce, issuer): each must be refused by gw with its own 401.
+
+The user's trip through the browser is driven headlessly: `POST /api/v1/auth/sso/initiate`,
+then POST the authorization URL with the form `sub=<user>` (the mock's login form), then GET the
+gw callback URL the provider redirected to.
+
+The organization's plan is set directly in PostgreSQL (`psql` with `$DATABASE_URL`); a pending
+sign-in is altered directly in Redis (`$REDIS_URL`) to make gw send a wrong PKCE verifier.
+"""
+
+import hashlib
+import base64
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import pytest
+from oidc_provider_mock import run_server_in_thread
+
+from oidc_shim import OidcShim, s256
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://gw@127.0.0.1:15432/gw")
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379")
+PASSWORD = "correct horse battery"
+
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+
+
+# -- PostgreSQL and Redis, directly ---------------------------------------------------------------
+
+def psql(sql):
+    exe = shutil.which("psql", path=os.environ.get("GW_PG_BIN")) or shutil.which("psql")
+    assert exe, "psql not found: run scripts/services.sh start (and eval its env)"
+    r = subprocess.run([exe, DATABASE_URL, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def set_plan(org_id, plan):
+    psql(f"UPDATE organizations SET plan = '{plan}' WHERE id = '{uuid.UUID(org_id)}'")
+
+
+def _read_reply(f):
+    line = f.readline().rstrip(b"\r\n")
+    kind, rest = line[:1], line[1:]
+    if kind == b"+":
+        return rest.decode()
+    if kind == b"-":
+        raise RuntimeError(rest.decode())
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        n = int(rest)
+        if n < 0:
+            return None
+        return f.read(n + 2)[:-2].decode()
+    if kind == b"*":
+        return [_read_reply(f) for _ in range(int(rest))]
+    raise RuntimeError(f"unexpected redis reply {line!r}")
+
+
+def redis(*args):
+    """One Redis command over RESP (no client library needed)."""
+    url = urlparse(REDIS_URL)
+    with socket.create_connection((url.hostname or "127.0.0.1", url.port or 6379), timeout=5) as s:
+        f = s.makefile("rb")
+        commands = []
+        if url.password:
+            commands.append(["AUTH", *([url.username] if url.username else []), url.password])
+        db = url.path.lstrip("/")
+        if db:
+            commands.append(["SELECT", db])
+        commands.append([str(a) for a in args])
+        reply = None
+        for cmd in commands:
+            payload = f"*{len(cmd)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in cmd)
+            s.sendall(payload.encode())
+            reply = _read_reply(f)
+        return reply
+
+
+# -- identity providers -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mock():
+    """oidc-provider-mock in a thread; its issuer is `http://<host>:<port>` exactly."""
+    with run_server_in_thread(port=0) as server:
+        host, port = server.server_address[:2]
+        host = f"[{host}]" if ":" in host else host
+        yield f"http://{host}:{port}"
+
+
+@pytest.fixture(scope="module")
+def shim_server(mock):
+    with OidcShim(mock) as shim:
+        yield shim
+
+
+@pytest.fixture
+def shim(shim_server):
+    shim_server.reset()
+    yield shim_server
+    shim_server.reset()
+
+
+def set_user(mock, sub, claims):
+    r = httpx.put(f"{mock}/users/{sub}", json=claims, timeout=10)
+    assert r.status_code == 204, r.text
+
+
+# -- gw -----------------------------------------------------------------------------------------
+
+def unique_domain():
+    return f"sso-{uuid.uuid4().hex[:12]}.example"
+
+
+class Admin:
+    """An organization (registered with a password) and its owner's session."""
+
+    def __init__(self, stack, plan):
+        self.stack = stack
+        self.http = httpx.Client(base_url=stack["admin"], timeout=30)
+        # The owner's address is in a domain of its own, so a connection may claim it.
+        self.domain = unique_domain()
+        self.email = f"owner@{self.domain}"
+        r = self.http.post("/api/v1/auth/register", json={
+            "email": self.email, "password": PASSWORD, "name": "Owner", "org_name": "SSO Org"})
+        assert r.status_code == 201, r.text
+        body = r.json()
+        self.token = body["access_token"]
+        self.org_id = body["organization"]["id"]
+        self.user_id = body["user"]["id"]
+        set_plan(self.org_id, plan)
+
+    def auth(self):
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def create_connection(self, issuer, domains, expect=201, **fields):
+        body = {"name": "Corp IdP", "issuer": issuer, "client_id": f"gw-{uuid.uuid4().hex[:8]}",
+                "client_secret": "s3cret-client-secret", "email_domains": domains, **fields}
+        r = self.http.post("/api/v1/sso/connections", json=body, headers=self.auth())
+        assert r.status_code == expect, r.text
+        return r.json()
+
+
+@pytest.fixture(scope="module")
+def growth(stack):
+    return Admin(stack, "growth")
+
+
+@pytest.fixture(scope="module")
+def free(stack):
+    return Admin(stack, "free")
+
+
+def initiate(stack, body):
+    """POST /auth/sso/initiate; waits out sign-in throttling (30 a minute per address) once."""
+    for _ in range(2):
+        r = httpx.post(f"{stack['admin']}/api/v1/auth/sso/initiate", json=body, timeout=30)
+        if r.status_code != 429:
+            return r
+        time.sleep(min(int(r.headers.get("retry-after", "5")), 61))
+    return r
+
+
+def authorize(authorization_url, sub):
+    """The user signs in at the provider: returns the gw callback URL it redirects to."""
+    r = httpx.post(authorization_url, data={"sub": sub}, follow_redirects=False, timeout=30)
+    assert r.status_code == 302, r.text
+    return r.headers["location"]
+
+
+def sign_in(stack, mock, email, claims, sub=None):
+    """A whole SSO sign-in; returns (initiate body, callback URL, callback response)."""
+    sub = sub or f"user-{uuid.uuid4().hex[:8]}"
+    set_user(mock, sub, claims)
+    r = initiate(stack, {"email": email})
+    assert r.status_code == 200, r.text
+    started = r.json()
+    callback = authorize(started["authorization_url"], sub)
+    return started, callback, httpx.get(callback, timeout=30)
+
+
+def expect_401(resp, *words):
+    assert resp.status_code == 401, resp.text
+    body = resp.json()
+    assert body["error"]["code"] == "unauthorized", body
+    message = body["error"]["message"].lower()
+    for w in words:
+        assert w in message, message
+    return message
+
+
+def can_manage_sso(stack, token):
+    """Admins may list SSO connections; members and viewers may not."""
+    r = httpx.get(f"{stack['admin']}/api/v1/sso/connections", headers={"Authorization": f"Bearer {token}"},
+                  timeout=30)
+    assert r.status_code in (200, 403), r.text
+    return r.status_code == 200
+
+
+# -- the providers themselves (no gw needed) -------------------------------------------------------
+
+def test_the_mock_does_not_verify_pkce_so_the_shim_does(mock, shim):
+    """Why the shim exists: the mock accepts any verifier; the shim refuses a wrong one."""
+    set_user(mock, "pkce-probe", {"email": "probe@pkce.example"})
+    verifier = "v" * 50
+    params = {"response_type": "code", "client_id": "probe", "redirect_uri": "http://127.0.0.1:9/cb",
+              "scope": "openid email", "state": "s", "nonce": "n",
+              "code_challenge": s256(verifier), "code_challenge_method": "S256"}
+
+    def code_from(base):
+        r = httpx.post(f"{base}/oauth2/authorize", params=params, data={"sub": "pkce-probe"})
+        assert r.status_code == 302, r.text
+        return parse_qs(urlparse(r.headers["location"]).query)["code"][0]
+
+    def exchange(base, code, v):
+        return httpx.post(f"{base}/oauth2/token", auth=("probe", "secret"), data={
+            "grant_type": "authorization_code", "code": code, "redirect_uri": params["redirect_uri"],
+            "code_verifier": v})
+
+    assert exchange(mock, code_from(mock), "wrong-" + verifier).status_code == 200
+    refused = exchange(shim.issuer, code_from(shim.issuer), "wrong-" + verifier)
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_grant"
+    ok = exchange(shim.issuer, code_from(shim.issuer), verifier)
+    assert ok.status_code == 200, ok.text
+    assert "id_token" in ok.json()
+
+
+# -- connections ----------------------------------------------------------------------------------
+
+def test_connections_crud_never_return_the_secret(growth, mock):
+    domain = unique_domain()
+    c = growth.create_connection(mock, [domain.upper(), domain], role_mapping={"admins": "admin"})
+    assert c["client_secret_set"] is True
+    assert "client_secret" not in c and "s3cret" not in json.dumps(c)
+    assert c["email_domains"] == [domain]
+    assert c["groups_claim"] == "groups" and c["default_role"] == "member" and c["enabled"] is True
+    assert c["issuer"] == mock  # exactly as given: no trailing slash added
+    assert c["redirect_uri"] == f"{growth.stack['admin']}/api/v1/auth/sso/callback"
+
+    h = growth.auth()
+    got = growth.http.get(f"/api/v1/sso/connections/{c['id']}", headers=h)
+    assert got.status_code == 200 and got.json()["id"] == c["id"]
+    listed = growth.http.get("/api/v1/sso/connections", params={"limit": 200}, headers=h).json()
+    assert c["id"] in [x["id"] for x in listed["data"]]
+
+    r = growth.http.patch(f"/api/v1/sso/connections/{c['id']}", headers=h,
+                          json={"role_mapping": {"eng": "viewer"}, "client_secret": "rotated-secret"})
+    assert r.status_code == 200, r.text
+    assert r.json()["role_mapping"] == {"eng": "viewer"} and "rotated" not in r.text
+
+    # A domain signs in through one connection only, across organizations.
+    other = growth.create_connection(mock, [domain], expect=409)
+    assert other["error"]["code"] == "conflict"
+    # Owner is never granted through SSO.
+    bad = growth.create_connection(mock, [unique_domain()], expect=400, role_mapping={"root": "owner"})
+    assert bad["error"]["fields"][0]["field"] == "role_mapping"
+    for issuer in ["http://idp.example.com", "https://user:pw@idp.example.com", "https://idp.example.com/?a=1"]:
+        growth.create_connection(issuer, [unique_domain()], expect=400)
+    growth.create_connection(mock, ["*.example.com"], expect=400)
+    growth.create_connection(mock, [unique_domain()], expect=400, team_mapping={"eng": [str(uuid.uuid4())]})
+
+    assert growth.http.delete(f"/api/v1/sso/connections/{c['id']}", headers=h).status_code == 204
+    assert growth.http.get(f"/api/v1/sso/connections/{c['id']}", headers=h).status_code == 404
+    # The domain is free again.
+    again = growth.create_connection(mock, [domain])
+    growth.http.delete(f"/api/v1/sso/connections/{again['id']}", headers=h)
+
+    rows = psql(f"SELECT action || ' ' || detail::text FROM admin_audit_events "
+                f"WHERE org_id = '{growth.org_id}' AND resource_id = '{c['id']}' ORDER BY id")
+    actions = [line.split(" ", 1)[0] for line in rows.splitlines()]
+    assert actions == ["sso_connection.create", "sso_connection.update", "sso_connection.delete"], rows
+    assert "s3cret" not in rows and "rotated-secret" not in rows
+
+
+def test_free_plan_needs_an_upgrade(free, growth, mock, stack):
+    r = free.create_connection(mock, [unique_domain()], expect=402)
+    assert r["error"]["code"] == "plan_required"
+    assert "growth or enterprise" in r["error"]["message"] and "free" in r["error"]["message"]
+
+    # A connection made on growth stops signing in once the organization is back on free.
+    domain = unique_domain()
+    growth.create_connection(mock, [domain])
+    set_plan(growth.org_id, "free")
+    try:
+        r = initiate(stack, {"email": f"someone@{domain}"})
+        assert r.status_code == 402, r.text
+        assert r.json()["error"]["code"] == "plan_required"
+    finally:
+        set_plan(growth.org_id, "growth")
+
+
+# -- sign-in through oidc-provider-mock --------------------------------------------------------------
+
+def test_the_authorization_request_uses_pkce_s256_a_nonce_and_the_state(growth, mock, stack):
+    domain = unique_domain()
+    c = growth.create_connection(mock, [domain])
+    r = initiate(stack, {"email": f"Someone@{domain.upper()}"})
+    assert r.status_code == 200, r.text
+    started = r.json()
+    assert started["expires_in"] == 600
+    url = urlparse(started["authorization_url"])
+    assert f"{url.scheme}://{url.netloc}" == mock and url.path == "/oauth2/authorize"
+    q = {k: v[0] for k, v in parse_qs(url.query).items()}
+    assert q["response_type"] == "code"
+    assert q["client_id"] == c["client_id"]
+    assert q["redirect_uri"] == c["redirect_uri"]
+    assert set(q["scope"].split()) == {"openid", "email", "profile"}
+    assert q["code_challenge_method"] == "S256"
+    assert len(q["code_challenge"]) == 43  # base64url of a SHA-256, unpadded
+    assert q["state"] == started["state"] and len(q["state"]) >= 16
+    assert len(q["nonce"]) >= 16
+    # The same start by connection id; each start gets its own state and nonce.
+    again = initiate(stack, {"connection_id": c["id"]}).json()
+    q2 = {k: v[0] for k, v in parse_qs(urlparse(again["authorization_url"]).query).items()}
+    assert q2["state"] != q["state"] and q2["nonce"] != q["nonce"] and q2["code_challenge"] != q["code_challenge"]
+
+
+def test_sign_in_provisions_the_user_with_the_highest_mapped_role(growth, mock, stack):
+    domain = unique_domain()
+    growth.create_connection(mock, [domain], role_mapping={"admins": "admin", "eng": "viewer"})
+    email = f"alice@{domain}"
+    _, _, r = sign_in(stack, mock, email, {"email": email, "name": "Alice A", "groups": ["eng", "admins"]})
+    assert r.status_code == 200, r.text
+    tokens = r.json()
+    assert tokens["role"] == "admin"
+    assert tokens["organization"]["id"] == growth.org_id
+    assert tokens["user"]["email"] == email and tokens["user"]["name"] == "Alice A"
+    assert tokens["token_type"] == "Bearer" and tokens["refresh_token"]
+
+    headers = {"Authorization": f"Bearer {tokens['access_token']}"}
+    org = httpx.get(f"{stack['admin']}/api/v1/organizations/current", headers=headers, timeout=30)
+    assert org.status_code == 200, org.text
+    assert org.json()["id"] == growth.org_id
+    assert can_manage_sso(stack, tokens["access_token"])
+
+    # Provisioned without a password, as an SSO session; both in the audit trail.
+    user_id = tokens["user"]["id"]
+    assert psql(f"SELECT password_hash IS NULL FROM users WHERE id = '{user_id}'") == "t"
+    assert psql(f"SELECT method FROM sessions WHERE user_id = '{user_id}'") == "sso"
+    actions = psql(f"SELECT action FROM admin_audit_events WHERE org_id = '{growth.org_id}' "
+                   f"AND resource_id = '{user_id}' ORDER BY id").splitlines()
+    assert actions == ["user.provision", "user.sso_login"]
+    # No password sign-in for an account SSO created.
+    r = httpx.post(f"{stack['admin']}/api/v1/auth/login", json={"email": email, "password": PASSWORD}, timeout=30)
+    assert r.status_code == 401
+
+
+def test_unmapped_groups_get_the_default_role_and_roles_follow_the_groups(growth, mock, stack):
+    domain = unique_domain()
+    growth.create_connection(mock, [domain], role_mapping={"admins": "admin", "contractors": "viewer"},
+                             default_role="member")
+    email = f"bob@{domain}"
+    sub = f"bob-{uuid.uuid4().hex[:8]}"
+    _, _, r = sign_in(stack, mock, email, {"email": email, "groups": ["unmapped"]}, sub=sub)
+    assert r.status_code == 200, r.text
+    first = r.json()
+    assert first["role"] == "member" and not can_manage_sso(stack, first["access_token"])
+
+    # The next sign-in follows the groups the provider now sends: same account, new role.
+    _, _, r = sign_in(stack, mock, email, {"email": email, "groups": ["contractors"]}, sub=sub)
+    second = r.json()
+    assert r.status_code == 200 and second["role"] == "viewer"
+    assert second["user"]["id"] == first["user"]["id"]
+    # The demotion applies at once to the earlier session too (roles are read per request).
+    assert not can_manage_sso(stack, first["access_token"])
+
+    _, _, r = sign_in(stack, mock, email, {"email": email, "groups": "admins"}, sub=sub)
+    assert r.status_code == 200 and r.json()["role"] == "admin"
+
+
+def test_a_custom_groups_claim_and_team_mapping(growth, mock, stack):
+    team_id = str(uuid.uuid4())
+    psql(f"INSERT INTO teams (id, org_id, name) VALUES ('{team_id}', '{growth.org_id}', 'sso-team')")
+    domain = unique_domain()
+    growth.create_connection(mock, [domain], groups_claim="roles", role_mapping={"platform": "admin"},
+                             team_mapping={"platform": [team_id]})
+    email = f"carol@{domain}"
+    # The default `groups` claim is not read: only `roles`.
+    _, _, r = sign_in(stack, mock, email, {"email": email, "roles": ["platform"], "groups": ["other"]})
+    assert r.status_code == 200, r.text
+    tokens = r.json()
+    assert tokens["role"] == "admin"
+    members = psql(f"SELECT user_id FROM team_members WHERE team_id = '{team_id}'").splitlines()
+    assert members == [tokens["user"]["id"]]
+
+
+def test_the_owner_stays_owner(growth, mock, stack):
+    # The owner registered with a password at an address of its own domain.
+    growth.create_connection(mock, [growth.domain], role_mapping={"staff": "viewer"})
+    _, _, r = sign_in(stack, mock, growth.email, {"email": growth.email, "groups": ["staff"]})
+    assert r.status_code == 200, r.text
+    tokens = r.json()
+    assert tokens["role"] == "owner" and tokens["user"]["id"] == growth.user_id
+    # The password still works for a member of an organization with SSO.
+    r = httpx.post(f"{stack['admin']}/api/v1/auth/login", json={"email": growth.email, "password": PASSWORD},
+                   timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def test_a_replayed_state_is_refused(growth, mock, stack):
+    domain = unique_domain()
+    growth.create_connection(mock, [domain])
+    email = f"dave@{domain}"
+    _, callback, r = sign_in(stack, mock, email, {"email": email})
+    assert r.status_code == 200, r.text
+    expect_401(httpx.get(callback, timeout=30), "unknown or expired sso state")
+    # A state gw never issued.
+    expect_401(httpx.get(f"{stack['admin']}/api/v1/auth/sso/callback",
+                         params={"code": "x", "state": "never-issued"}, timeout=30), "unknown or expired sso state")
+
+
+def test_an_unknown_domain_has_no_connection(stack):
+    r = initiate(stack, {"email": f"who@{unique_domain()}"})
+    assert r.status_code == 404, r.text
+
+
+def test_an_email_outside_the_connections_domains_is_refused(growth, mock, stack):
+    domain, elsewhere = unique_domain(), unique_domain()
+    growth.create_connection(mock, [domain])
+    _, _, r = sign_in(stack, mock, f"erin@{domain}", {"email": f"erin@{elsewhere}"})
+    expect_401(r, elsewhere, "does not sign in through this sso connection")
+    assert psql(f"SELECT count(*) FROM users WHERE email_normalized = 'erin@{elsewhere}'") == "0"
+
+
+def test_an_unverified_email_is_refused(growth, mock, stack):
+    domain = unique_domain()
+    growth.create_connection(mock, [domain])
+    email = f"fay@{domain}"
+    _, _, r = sign_in(stack, mock, email, {"email": email, "email_verified": False})
+    expect_401(r, "unverified")
+
+
+def test_a_refusal_by_the_provider_is_reported_and_spends_the_state(growth, mock, stack):
+    domain = unique_domain()
+    growth.create_connection(mock, [domain])
+    started = initiate(stack, {"email": f"gil@{domain}"}).json()
+    cb = f"{stack['admin']}/api/v1/auth/sso/callback"
+    r = httpx.get(cb, params={"error": "access_denied", "error_description": "user said no",
+                              "state": started["state"]}, timeout=30)
+    expect_401(r, "access_denied", "user said no")
+    r = httpx.get(cb, params={"code": "x", "state": started["state"]}, timeout=30)
+    expect_401(r, "unknown or expired sso state")
+
+
+# -- sign-in through the shim: PKCE and every ID-token check -----------------------------------------
+
+@pytest.fixture(scope="module")
+def shim_connection(growth, shim_server):
+    domain = unique_domain()
+    c = growth.create_connection(shim_server.issuer, [domain], role_mapping={"admins": "admin"})
+    return c, domain
+
+
+def shim_sign_in(stack, mock, shim_connection, groups=("admins",)):
+    """A sign-in through the shim; returns (e-mail, callback response)."""
+    _, domain = shim_connection
+    email = f"user-{uuid.uuid4().hex[:8]}@{domain}"
+    _, _, r = sign_in(stack, mock, email, {"email": email, "groups": list(groups)})
+    return email, r
+
+
+def test_pkce_is_verified_by_the_provider_and_the_client_authenticates_with_basic(
+        growth, mock, stack, shim, shim_connection):
+    c, _ = shim_connection
+    _, r = shim_sign_in(stack, mock, shim_connection)
+    assert r.status_code == 200, r.text
+    assert r.json()["role"] == "admin"
+    sent = shim.authorize_requests[-1]
+    exchanged = shim.token_requests[-1]
+    assert exchanged["auth_type"] == "basic" and exchanged["client_id"] == c["client_id"]
+    assert "client_secret" not in exchanged["form"]
+    assert s256(exchanged["form"]["code_verifier"]) == sent["code_challenge"]
+    assert exchanged["form"]["redirect_uri"] == c["redirect_uri"]
+
+
+def test_a_wrong_pkce_verifier_is_refused(mock, stack, shim, shim_connection):
+    _, domain = shim_connection
+    email = f"pkce-{uuid.uuid4().hex[:8]}@{domain}"
+    sub = f"pkce-{uuid.uuid4().hex[:8]}"
+    set_user(mock, sub, {"email": email})
+    started = initiate(stack, {"email": email}).json()
+    # Make gw send another verifier than the one its challenge was made from.
+    key = f"gw:sso:state:{started['state']}"
+    pending = json.loads(redis("GET", key))
+    pending["pkce_verifier"] = base64.urlsafe_b64encode(hashlib.sha256(b"not it").digest()).rstrip(b"=").decode()
+    assert redis("SET", key, json.dumps(pending), "KEEPTTL") == "OK"
+    r = httpx.get(authorize(started["authorization_url"], sub), timeout=30)
+    expect_401(r, "refused the authorization code", "invalid_grant")
+    assert shim.token_requests[-1]["form"]["code_verifier"] == pending["pkce_verifier"]
+    assert psql(f"SELECT count(*) FROM users WHERE email_normalized = '{email}'") == "0"
+
+
+@pytest.mark.parametrize("mode, words", [
+    ("bad_signature", ["signature"]),
+    ("wrong_audience", ["audience", "client_id"]),
+    ("expired", ["expired"]),
+    ("wrong_nonce", ["nonce"]),
+    ("wrong_issuer", ["issuer"]),
+])
+def test_a_bad_id_token_is_refused(mock, stack, shim, shim_connection, mode, words):
+    shim.mode = mode
+    email, r = shim_sign_in(stack, mock, shim_connection)
+    expect_401(r, *words)
+    # The token was exchanged (the refusal is gw's, about the token), and nothing provisioned.
+    assert len(shim.token_requests) == 1
+    assert psql(f"SELECT count(*) FROM users WHERE email_normalized = '{email}'") == "0"
