@@ -116,6 +116,13 @@ async fn reencrypt_keys(cfg: &Config, ring: &gw_shared::crypto::Keyring) -> Resu
             return Err(format!("re-encryption stopped: {e}; fix the cause and run it again").into());
         }
     };
+    // SSO client secrets are only read by this process: no cache to invalidate.
+    let sso = gw_shared::db::sso::reencrypt(&mut conn, ring)
+        .await
+        .map_err(|e| format!("re-encryption of SSO client secrets stopped: {e}; fix the cause and run it again"))?;
+    if sso > 0 {
+        println!("re-sealed {sso} SSO client secret(s) with master key version {}", ring.current_version());
+    }
     let orgs: std::collections::BTreeSet<uuid::Uuid> = changed.iter().map(|(org_id, _)| *org_id).collect();
     let mut failed = 0usize;
     for org_id in &orgs {

@@ -810,6 +810,19 @@ pub mod db {
         AsyncPgConnection::establish(&super::database_url()).await.expect("connect to postgres")
     }
 
+    /// Sets an organization's plan (billing's job in production; SSO needs growth or higher).
+    pub async fn set_plan(org_id: Uuid, plan: &str) {
+        use diesel::prelude::*;
+        use diesel_async::RunQueryDsl;
+        use gw_shared::db::schema::organizations;
+        let mut conn = connect().await;
+        diesel::update(organizations::table.filter(organizations::id.eq(org_id)))
+            .set(organizations::plan.eq(plan))
+            .execute(&mut conn)
+            .await
+            .expect("set plan");
+    }
+
     /// Waits (up to 5 s) for the audit row of a request, as the flusher writes behind requests.
     pub async fn audit_row(org_id: Uuid, request_id: Uuid) -> AuditRecord {
         let mut conn = connect().await;

@@ -37,7 +37,7 @@ pub fn double_option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Re
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateBody {
+pub struct CreateApiKey {
     name: String,
     /// Default `["proxy:llm"]`. Known: `proxy:llm` (every proxy endpoint), `proxy:chat`,
     /// `proxy:embeddings`, `proxy:models`.
@@ -55,7 +55,7 @@ pub struct CreateBody {
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateBody {
+pub struct UpdateApiKey {
     #[serde(default)]
     name: Option<String>,
     /// A future time, or null for no expiry.
@@ -69,7 +69,7 @@ pub struct UpdateBody {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct Created {
+pub struct CreatedApiKey {
     id: Uuid,
     name: String,
     /// The secret: shown here once, never again.
@@ -85,7 +85,7 @@ pub struct Created {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct KeyOut {
+pub struct ApiKeyOut {
     id: Uuid,
     name: String,
     key_prefix: String,
@@ -103,7 +103,7 @@ pub struct KeyOut {
     status: &'static str,
 }
 
-impl From<api_keys::ApiKey> for KeyOut {
+impl From<api_keys::ApiKey> for ApiKeyOut {
     fn from(k: api_keys::ApiKey) -> Self {
         let status = if k.revoked_at.is_some() {
             "revoked"
@@ -112,7 +112,7 @@ impl From<api_keys::ApiKey> for KeyOut {
         } else {
             "active"
         };
-        KeyOut {
+        ApiKeyOut {
             id: k.id,
             name: k.name,
             key_prefix: k.key_prefix,
@@ -132,7 +132,7 @@ impl From<api_keys::ApiKey> for KeyOut {
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ListQuery {
+pub struct ApiKeyQuery {
     /// 1 to 200; default 50.
     limit: Option<i64>,
     /// The `next_cursor` of the previous page.
@@ -219,13 +219,13 @@ async fn drop_cached(state: &AppState, id: Uuid, hash: Vec<u8>, what: &str) -> A
 }
 
 /// Create an API key; the secret is in the response and nowhere else, ever.
-#[utoipa::path(tag = "api-keys", request_body = CreateBody, responses((status = 201, body = Created), Errors))]
+#[utoipa::path(operation_id = "create_api_key", tag = "api-keys", request_body = CreateApiKey, responses((status = 201, body = CreatedApiKey), Errors))]
 #[post("/api-keys")]
 pub async fn create(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<CreateBody>,
+    body: web::Json<CreateApiKey>,
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let name = validate::text("name", &b.name, 200)?;
@@ -266,7 +266,7 @@ pub async fn create(
     if let Err(e) = publish(&state.redis, &Invalidation::ApiKey(gw_shared::keys::hash_secret(&secret))).await {
         log::warn!("could not publish creation of key {}: {e}", row.id);
     }
-    Ok(HttpResponse::Created().json(Created {
+    Ok(HttpResponse::Created().json(CreatedApiKey {
         id: row.id,
         name: row.name,
         key: secret,
@@ -281,9 +281,9 @@ pub async fn create(
 }
 
 /// List the organization's API keys, newest first.
-#[utoipa::path(tag = "api-keys", params(ListQuery), responses((status = 200, body = Page<KeyOut>), Errors))]
+#[utoipa::path(operation_id = "list_api_keys", tag = "api-keys", params(ApiKeyQuery), responses((status = 200, body = Page<ApiKeyOut>), Errors))]
 #[get("/api-keys")]
-pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ListQuery>) -> ApiResult<HttpResponse> {
+pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ApiKeyQuery>) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let limit = pagination::limit(q.limit)?;
     let status = match q.status.as_deref() {
@@ -297,29 +297,29 @@ pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<Li
     let filter = api_keys::Filter { team_id: q.team_id, created_by: q.created_by, status, name };
     let mut conn = state.conn().await?;
     let rows = api_keys::list(&mut conn, session.org_id, &filter, q.cursor, limit + 1).await?;
-    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |k| k.id, KeyOut::from)))
+    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |k| k.id, ApiKeyOut::from)))
 }
 
 /// One API key (never its secret).
-#[utoipa::path(tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
-    responses((status = 200, body = KeyOut), Errors))]
+#[utoipa::path(operation_id = "get_api_key", tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
+    responses((status = 200, body = ApiKeyOut), Errors))]
 #[get("/api-keys/{key_id}")]
 pub async fn get_one(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
     let mut conn = state.conn().await?;
     let key = api_keys::find(&mut conn, session.org_id, id.into_inner()).await?.ok_or(ApiError::NotFound("api key"))?;
-    Ok(HttpResponse::Ok().json(KeyOut::from(key)))
+    Ok(HttpResponse::Ok().json(ApiKeyOut::from(key)))
 }
 
 /// Update a live key's name, expiry or model allow-list.
-#[utoipa::path(tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
-    request_body = UpdateBody, responses((status = 200, body = KeyOut), Errors))]
+#[utoipa::path(operation_id = "update_api_key", tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
+    request_body = UpdateApiKey, responses((status = 200, body = ApiKeyOut), Errors))]
 #[patch("/api-keys/{key_id}")]
 pub async fn update(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
     id: web::Path<Uuid>,
-    body: web::Json<UpdateBody>,
+    body: web::Json<UpdateApiKey>,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let b = body.into_inner();
@@ -357,11 +357,11 @@ pub async fn update(
     };
     trail::by(&mut conn, &session, &req, entry).await?;
     drop_cached(&state, id, hash, "update").await?;
-    Ok(HttpResponse::Ok().json(KeyOut::from(row)))
+    Ok(HttpResponse::Ok().json(ApiKeyOut::from(row)))
 }
 
 /// Revoke a key: the proxies refuse it within a second. Revoking again is a no-op.
-#[utoipa::path(tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
+#[utoipa::path(operation_id = "revoke_api_key", tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
     responses((status = 204, description = "Revoked"), Errors))]
 #[delete("/api-keys/{key_id}")]
 pub async fn revoke(

@@ -59,7 +59,7 @@ impl From<orgs::Organization> for OrganizationOut {
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateBody {
+pub struct UpdateOrganization {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
@@ -75,7 +75,7 @@ pub struct UpdateBody {
 }
 
 /// The caller's organization.
-#[utoipa::path(tag = "organizations", responses((status = 200, body = OrganizationOut), Errors))]
+#[utoipa::path(operation_id = "get_organization", tag = "organizations", responses((status = 200, body = OrganizationOut), Errors))]
 #[get("/organizations/current")]
 pub async fn current(state: web::Data<AppState>, session: Session) -> ApiResult<HttpResponse> {
     let mut conn = state.conn().await?;
@@ -84,14 +84,14 @@ pub async fn current(state: web::Data<AppState>, session: Session) -> ApiResult<
 }
 
 /// Update the organization's name, data-residency region or metadata.
-#[utoipa::path(tag = "organizations", request_body = UpdateBody,
+#[utoipa::path(operation_id = "update_organization", tag = "organizations", request_body = UpdateOrganization,
     responses((status = 200, body = OrganizationOut), Errors))]
 #[patch("/organizations/current")]
 pub async fn update(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<UpdateBody>,
+    body: web::Json<UpdateOrganization>,
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     if b.plan.is_some() {

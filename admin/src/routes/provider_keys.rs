@@ -34,7 +34,7 @@ const IN_PROCESS_KIND: &str = "mock";
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateBody {
+pub struct CreateProviderKey {
     provider: String,
     name: String,
     secret: String,
@@ -42,20 +42,20 @@ pub struct CreateBody {
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RenameBody {
+pub struct RenameProviderKey {
     name: String,
 }
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RotateBody {
+pub struct RotateProviderKey {
     secret: String,
 }
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ListQuery {
+pub struct ProviderKeyQuery {
     /// 1 to 200; default 50.
     limit: Option<i64>,
     /// The `next_cursor` of the previous page.
@@ -64,7 +64,7 @@ pub struct ListQuery {
 
 /// A provider key as the API shows it: never the secret, never the ciphertext.
 #[derive(Serialize, ToSchema)]
-pub struct KeyOut {
+pub struct ProviderKeyOut {
     id: Uuid,
     provider: String,
     name: String,
@@ -79,9 +79,9 @@ pub struct KeyOut {
     revoked_at: Option<DateTime<Utc>>,
 }
 
-impl From<ProviderKey> for KeyOut {
+impl From<ProviderKey> for ProviderKeyOut {
     fn from(k: ProviderKey) -> Self {
-        KeyOut {
+        ProviderKeyOut {
             id: k.id,
             provider: k.provider,
             name: k.name,
@@ -166,13 +166,13 @@ async fn not_live(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> ApiEr
 }
 
 /// Store an organization's own key for a configured provider (sealed with the master key).
-#[utoipa::path(tag = "provider-keys", request_body = CreateBody, responses((status = 201, body = KeyOut), Errors))]
+#[utoipa::path(operation_id = "create_provider_key", tag = "provider-keys", request_body = CreateProviderKey, responses((status = 201, body = ProviderKeyOut), Errors))]
 #[post("/provider-keys")]
 pub async fn create(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<CreateBody>,
+    body: web::Json<CreateProviderKey>,
 ) -> ApiResult<HttpResponse> {
     let ring = keyring(&state)?;
     let b = body.into_inner();
@@ -206,39 +206,43 @@ pub async fn create(
     trail::by(&mut conn, &session, &req, entry).await?;
     log::info!("provider key {} for {} created in org {}", row.id, row.provider, row.org_id);
     invalidate_org(&state, row.org_id, "creation", row.id).await;
-    Ok(HttpResponse::Created().json(KeyOut::from(row)))
+    Ok(HttpResponse::Created().json(ProviderKeyOut::from(row)))
 }
 
 /// List the organization's provider keys, newest first.
-#[utoipa::path(tag = "provider-keys", params(ListQuery), responses((status = 200, body = Page<KeyOut>), Errors))]
+#[utoipa::path(operation_id = "list_provider_keys", tag = "provider-keys", params(ProviderKeyQuery), responses((status = 200, body = Page<ProviderKeyOut>), Errors))]
 #[get("/provider-keys")]
-pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ListQuery>) -> ApiResult<HttpResponse> {
+pub async fn list(
+    state: web::Data<AppState>,
+    session: Session,
+    q: web::Query<ProviderKeyQuery>,
+) -> ApiResult<HttpResponse> {
     let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;
     let rows = provider_keys::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
-    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |k| k.id, KeyOut::from)))
+    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |k| k.id, ProviderKeyOut::from)))
 }
 
 /// One provider key (a hint of the secret, never the secret).
-#[utoipa::path(tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), responses((status = 200, body = KeyOut), Errors))]
+#[utoipa::path(operation_id = "get_provider_key", tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), responses((status = 200, body = ProviderKeyOut), Errors))]
 #[get("/provider-keys/{key_id}")]
 pub async fn get(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
     let mut conn = state.conn().await?;
     let row = provider_keys::find(&mut conn, session.org_id, id.into_inner())
         .await?
         .ok_or(ApiError::NotFound("provider key"))?;
-    Ok(HttpResponse::Ok().json(KeyOut::from(row)))
+    Ok(HttpResponse::Ok().json(ProviderKeyOut::from(row)))
 }
 
 /// Rename a live provider key.
-#[utoipa::path(tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), request_body = RenameBody, responses((status = 200, body = KeyOut), Errors))]
+#[utoipa::path(operation_id = "rename_provider_key", tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), request_body = RenameProviderKey, responses((status = 200, body = ProviderKeyOut), Errors))]
 #[patch("/provider-keys/{key_id}")]
 pub async fn rename(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
     id: web::Path<Uuid>,
-    body: web::Json<RenameBody>,
+    body: web::Json<RenameProviderKey>,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let name = validate::text("name", &body.name, 200)?;
@@ -254,21 +258,21 @@ pub async fn rename(
             };
             trail::by(&mut conn, &session, &req, entry).await?;
             log::info!("provider key {id} for {} renamed in org {}", row.provider, row.org_id);
-            Ok(HttpResponse::Ok().json(KeyOut::from(row)))
+            Ok(HttpResponse::Ok().json(ProviderKeyOut::from(row)))
         }
         None => Err(not_live(&mut conn, session.org_id, id).await),
     }
 }
 
 /// Replace a live provider key's secret (same id); the old secret stops being used at once.
-#[utoipa::path(tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), request_body = RotateBody, responses((status = 200, body = KeyOut), Errors))]
+#[utoipa::path(operation_id = "rotate_provider_key", tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), request_body = RotateProviderKey, responses((status = 200, body = ProviderKeyOut), Errors))]
 #[post("/provider-keys/{key_id}/rotate")]
 pub async fn rotate(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
     id: web::Path<Uuid>,
-    body: web::Json<RotateBody>,
+    body: web::Json<RotateProviderKey>,
 ) -> ApiResult<HttpResponse> {
     let ring = keyring(&state)?;
     let id = id.into_inner();
@@ -285,14 +289,14 @@ pub async fn rotate(
             trail::by(&mut conn, &session, &req, entry).await?;
             log::info!("provider key {id} for {} rotated in org {}", row.provider, row.org_id);
             invalidate_org(&state, row.org_id, "rotation", id).await;
-            Ok(HttpResponse::Ok().json(KeyOut::from(row)))
+            Ok(HttpResponse::Ok().json(ProviderKeyOut::from(row)))
         }
         None => Err(not_live(&mut conn, session.org_id, id).await),
     }
 }
 
 /// Revoke a provider key. Revoking again is a no-op.
-#[utoipa::path(tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), responses((status = 204, description = "Revoked"), Errors))]
+#[utoipa::path(operation_id = "revoke_provider_key", tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), responses((status = 204, description = "Revoked"), Errors))]
 #[delete("/provider-keys/{key_id}")]
 pub async fn revoke(
     state: web::Data<AppState>,

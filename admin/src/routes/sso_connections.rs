@@ -39,7 +39,7 @@ const MAX_CLIENT_ID_CHARS: usize = 512;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateBody {
+pub struct CreateSsoConnection {
     /// 1 to 200 characters.
     name: String,
     /// The identity provider's issuer URL, exactly as its ID tokens' `iss` claim spells it
@@ -71,7 +71,7 @@ pub struct CreateBody {
 /// replace the whole list or map; `client_secret` replaces the stored secret.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateBody {
+pub struct UpdateSsoConnection {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
@@ -97,7 +97,7 @@ pub struct UpdateBody {
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ListQuery {
+pub struct SsoConnectionQuery {
     /// 1 to 200; default 50.
     limit: Option<i64>,
     /// The `next_cursor` of the previous page.
@@ -256,14 +256,14 @@ fn domain_conflict() -> ApiError {
 }
 
 /// Create an SSO connection (growth and enterprise plans).
-#[utoipa::path(tag = "sso", request_body = CreateBody,
+#[utoipa::path(operation_id = "create_sso_connection", tag = "sso", request_body = CreateSsoConnection,
     responses((status = 201, description = "Created", body = ConnectionOut), Errors))]
 #[post("/sso/connections")]
 pub async fn create(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<CreateBody>,
+    body: web::Json<CreateSsoConnection>,
 ) -> ApiResult<HttpResponse> {
     let ring = keyring(&state)?;
     let b = body.into_inner();
@@ -325,9 +325,13 @@ pub async fn create(
 }
 
 /// List the organization's SSO connections, newest first.
-#[utoipa::path(tag = "sso", params(ListQuery), responses((status = 200, body = Page<ConnectionOut>), Errors))]
+#[utoipa::path(operation_id = "list_sso_connections", tag = "sso", params(SsoConnectionQuery), responses((status = 200, body = Page<ConnectionOut>), Errors))]
 #[get("/sso/connections")]
-pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ListQuery>) -> ApiResult<HttpResponse> {
+pub async fn list(
+    state: web::Data<AppState>,
+    session: Session,
+    q: web::Query<SsoConnectionQuery>,
+) -> ApiResult<HttpResponse> {
     let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;
     let rows = sso_db::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
@@ -335,7 +339,7 @@ pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<Li
 }
 
 /// One SSO connection (never its client secret).
-#[utoipa::path(tag = "sso",
+#[utoipa::path(operation_id = "get_sso_connection", tag = "sso",
     params(("connection_id" = Uuid, Path, description = "The SSO connection's id")),
     responses((status = 200, body = ConnectionOut), Errors))]
 #[get("/sso/connections/{connection_id}")]
@@ -348,9 +352,9 @@ pub async fn get(state: web::Data<AppState>, session: Session, id: web::Path<Uui
 
 /// Update an SSO connection. Only disabling (`{"enabled": false}`) is allowed once the plan no
 /// longer includes SSO.
-#[utoipa::path(tag = "sso",
+#[utoipa::path(operation_id = "update_sso_connection", tag = "sso",
     params(("connection_id" = Uuid, Path, description = "The SSO connection's id")),
-    request_body = UpdateBody,
+    request_body = UpdateSsoConnection,
     responses((status = 200, body = ConnectionOut), Errors))]
 #[patch("/sso/connections/{connection_id}")]
 pub async fn update(
@@ -358,7 +362,7 @@ pub async fn update(
     session: Session,
     req: HttpRequest,
     id: web::Path<Uuid>,
-    body: web::Json<UpdateBody>,
+    body: web::Json<UpdateSsoConnection>,
 ) -> ApiResult<HttpResponse> {
     let ring = keyring(&state)?;
     let id = id.into_inner();
@@ -431,7 +435,7 @@ pub async fn update(
 
 /// Delete an SSO connection; its domains no longer sign in through SSO. Members it provisioned
 /// stay members.
-#[utoipa::path(tag = "sso",
+#[utoipa::path(operation_id = "delete_sso_connection", tag = "sso",
     params(("connection_id" = Uuid, Path, description = "The SSO connection's id")),
     responses((status = 204, description = "Deleted"), Errors))]
 #[delete("/sso/connections/{connection_id}")]

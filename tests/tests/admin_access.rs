@@ -1,0 +1,313 @@
+//! Access control across the whole management API, read from its own OpenAPI document:
+//! - the role matrix: every operation, called by each role, is refused with 403 exactly when the
+//!   role is below the operation's `x-gw-role`, and without a session with 401;
+//! - tenant isolation: every operation has a case in which another organization's owner
+//!   addresses this organization's resources and gets 404 (or a field error), learns nothing,
+//!   and changes nothing. An operation added to the API without a case here fails the test.
+
+use std::collections::BTreeMap;
+
+use gw_tests::{db, expect_api_error, Session, Stack};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const ROLES: [&str; 4] = ["viewer", "member", "admin", "owner"];
+
+fn rank(role: &str) -> usize {
+    ROLES.iter().position(|r| *r == role).unwrap_or(usize::MAX)
+}
+
+/// Every operation of the document: (method, path, x-gw-role).
+async fn operations(stack: &Stack) -> Vec<(String, String, String)> {
+    let doc: Value =
+        stack.http.get(format!("{}/api/v1/openapi.json", stack.admin)).send().await.unwrap().json().await.unwrap();
+    let mut ops = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            if !["get", "post", "put", "patch", "delete"].contains(&method.as_str()) {
+                continue;
+            }
+            let role = op["x-gw-role"].as_str().unwrap_or_else(|| panic!("{method} {path} has no x-gw-role"));
+            ops.push((method.to_uppercase(), path.clone(), role.to_string()));
+        }
+    }
+    assert!(ops.len() >= 40, "the document lists only {} operations", ops.len());
+    ops
+}
+
+/// `path` with each `{param}` replaced from `ids` (a fresh UUID when absent).
+fn fill(path: &str, ids: &BTreeMap<&str, String>) -> String {
+    let mut out = String::new();
+    for seg in path.split('/') {
+        if seg.is_empty() {
+            continue;
+        }
+        out.push('/');
+        match seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+            Some(name) => out.push_str(ids.get(name).cloned().unwrap_or_else(|| Uuid::new_v4().to_string()).as_str()),
+            None => out.push_str(seg),
+        }
+    }
+    out
+}
+
+async fn call(stack: &Stack, method: &str, url: &str, token: Option<&str>, body: Option<&Value>) -> reqwest::Response {
+    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut req = stack.http.request(m, url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_role_matrix_holds_for_every_operation_and_role() {
+    let stack = Stack::shared().await;
+    let owner = stack.register().await;
+    let team = stack.create_team(&owner, "matrix").await;
+    let mut sessions: Vec<(&str, Session)> = Vec::new();
+    for role in ["viewer", "member", "admin"] {
+        sessions.push((role, stack.join(&owner, role, &[team]).await));
+    }
+    sessions.push(("owner", owner));
+    let mut ops = operations(&stack).await;
+    // Signing out ends the session the rest of the walk uses: it goes last.
+    ops.sort_by_key(|(_, path, _)| path.ends_with("/auth/logout"));
+    let ids = BTreeMap::from([("team_id", team.to_string())]);
+    let mut checked = 0;
+    for (method, path, least) in &ops {
+        let url = format!("{}{}", stack.admin, fill(path, &ids));
+        let body = (method != "GET" && method != "DELETE").then(|| json!({}));
+        if least == "public" {
+            // A public operation may refuse its own credentials (a bad refresh token, an unknown
+            // SSO state) but never asks for a session.
+            let r = call(&stack, method, &url, None, body.as_ref()).await;
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            assert_ne!(status, 403, "{method} {path} is public but answered 403: {text}");
+            let message =
+                serde_json::from_str::<Value>(&text).map(|b| b["error"]["message"].to_string()).unwrap_or_default();
+            assert!(!message.contains("Authorization"), "{method} {path} is public but asked for a session: {message}");
+            continue;
+        }
+        let r = call(&stack, method, &url, None, body.as_ref()).await;
+        assert_eq!(r.status(), 401, "{method} {path} without a session");
+        for (role, s) in &sessions {
+            let r = call(&stack, method, &url, Some(&s.access_token), body.as_ref()).await;
+            let status = r.status().as_u16();
+            if rank(role) < rank(least) {
+                let b = expect_api_error(r, 403).await;
+                assert_eq!(b["error"]["code"], "forbidden", "{role} on {method} {path}");
+            } else {
+                assert!(![401, 403].contains(&status), "{role} on {method} {path} (needs {least}) got {status}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4 * 30, "only {checked} role checks ran");
+}
+
+/// Org A with one of each resource, and the ids to address them by.
+struct Tenant {
+    owner: Session,
+    team: String,
+    user: String,
+    api_key: String,
+    provider_key: String,
+    invite: String,
+    sso: String,
+}
+
+async fn tenant(stack: &Stack) -> Tenant {
+    let owner = stack.register().await;
+    db::set_plan(owner.org_id, "growth").await;
+    let team = stack.create_team(&owner, "isolated").await;
+    let user = stack.join(&owner, "member", &[team]).await.user_id;
+    let t = &owner.access_token;
+    let id = |v: &Value| v["id"].as_str().expect("id").to_string();
+    let r = stack.admin_post("/api-keys", t, &json!({"name": "a", "team_id": team})).await;
+    assert_eq!(r.status(), 201);
+    let api_key = id(&r.json().await.unwrap());
+    let r = stack
+        .admin_post("/provider-keys", t, &json!({"provider": "upstream", "name": "p", "secret": "sk-tenant-a"}))
+        .await;
+    assert_eq!(r.status(), 201);
+    let provider_key = id(&r.json().await.unwrap());
+    let r = stack.admin_post("/invites", t, &json!({"email": format!("i-{}@test.gw", Uuid::new_v4())})).await;
+    assert_eq!(r.status(), 201);
+    let invite = id(&r.json().await.unwrap());
+    let domain = format!("a{}.example.com", Uuid::new_v4().simple());
+    let body = json!({"name": "idp", "issuer": "https://idp.example.com", "client_id": "c", "client_secret": "s3cret-value",
+                      "email_domains": [domain], "team_mapping": {"eng": [team]}});
+    let r = stack.admin_post("/sso/connections", t, &body).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let sso = id(&r.json().await.unwrap());
+    Tenant { owner, team: team.to_string(), user: user.to_string(), api_key, provider_key, invite, sso }
+}
+
+/// What A can see of its own resources: compared before and after B's attempts.
+async fn snapshot(stack: &Stack, a: &Tenant) -> Vec<Value> {
+    let t = &a.owner.access_token;
+    let mut out = Vec::new();
+    for path in [
+        "/organizations/current".to_string(),
+        format!("/teams/{}", a.team),
+        format!("/teams/{}/members", a.team),
+        format!("/users/{}", a.user),
+        format!("/api-keys/{}", a.api_key),
+        format!("/provider-keys/{}", a.provider_key),
+        format!("/sso/connections/{}", a.sso),
+        "/invites".to_string(),
+        "/users".to_string(),
+    ] {
+        let r = stack.admin_get(&path, t).await;
+        assert_eq!(r.status(), 200, "A reading its own {path}");
+        out.push(r.json().await.unwrap());
+    }
+    out
+}
+
+/// How an operation is tried across tenants.
+enum Case {
+    /// B addresses A's resource by id: 404, and the body names nothing of A's.
+    Foreign(Option<Value>),
+    /// B lists: none of A's ids appear.
+    List,
+    /// B creates something referring to A's resource: refused with a field error.
+    ForeignReference(Value),
+    /// Scoped to the caller's own organization or session by construction; no foreign id can be
+    /// expressed (the request runs as B and must only touch B).
+    OwnScope(Option<Value>),
+    /// No session: sign-up, sign-in, refresh, SSO, invite acceptance, the document.
+    Public,
+}
+
+fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
+    use Case::*;
+    let foreign_team = json!({"name": "x", "team_id": a.team});
+    BTreeMap::from([
+        (("GET", "/api/v1/openapi.json"), Public),
+        (("POST", "/api/v1/auth/register"), Public),
+        (("POST", "/api/v1/auth/login"), Public),
+        (("POST", "/api/v1/auth/refresh"), Public),
+        (("POST", "/api/v1/auth/sso/initiate"), Public),
+        (("GET", "/api/v1/auth/sso/callback"), Public),
+        (("POST", "/api/v1/auth/invites/accept"), Public),
+        (("POST", "/api/v1/auth/logout"), OwnScope(None)),
+        (("GET", "/api/v1/organizations/current"), OwnScope(None)),
+        (("PATCH", "/api/v1/organizations/current"), OwnScope(Some(json!({"name": "B renamed"})))),
+        (("GET", "/api/v1/teams"), List),
+        (("POST", "/api/v1/teams"), OwnScope(Some(json!({"name": "isolated"})))),
+        (("GET", "/api/v1/teams/{team_id}"), Foreign(None)),
+        (("PATCH", "/api/v1/teams/{team_id}"), Foreign(Some(json!({"name": "stolen"})))),
+        (("DELETE", "/api/v1/teams/{team_id}"), Foreign(None)),
+        (("GET", "/api/v1/teams/{team_id}/members"), Foreign(None)),
+        (("POST", "/api/v1/teams/{team_id}/members/{user_id}"), Foreign(None)),
+        (("DELETE", "/api/v1/teams/{team_id}/members/{user_id}"), Foreign(None)),
+        (("GET", "/api/v1/users"), List),
+        (("GET", "/api/v1/users/{user_id}"), Foreign(None)),
+        (("PATCH", "/api/v1/users/{user_id}"), Foreign(Some(json!({"role": "viewer"})))),
+        (("DELETE", "/api/v1/users/{user_id}"), Foreign(None)),
+        (("GET", "/api/v1/invites"), List),
+        (("POST", "/api/v1/invites"), ForeignReference(json!({"email": "x@test.gw", "team_ids": [a.team]}))),
+        (("DELETE", "/api/v1/invites/{invite_id}"), Foreign(None)),
+        (("GET", "/api/v1/api-keys"), List),
+        (("POST", "/api/v1/api-keys"), ForeignReference(foreign_team)),
+        (("GET", "/api/v1/api-keys/{key_id}"), Foreign(None)),
+        (("PATCH", "/api/v1/api-keys/{key_id}"), Foreign(Some(json!({"name": "stolen"})))),
+        (("DELETE", "/api/v1/api-keys/{key_id}"), Foreign(None)),
+        (("GET", "/api/v1/provider-keys"), List),
+        (
+            ("POST", "/api/v1/provider-keys"),
+            OwnScope(Some(json!({"provider": "upstream", "name": "b", "secret": "sk-b"}))),
+        ),
+        (("GET", "/api/v1/provider-keys/{key_id}"), Foreign(None)),
+        (("PATCH", "/api/v1/provider-keys/{key_id}"), Foreign(Some(json!({"name": "stolen"})))),
+        (("DELETE", "/api/v1/provider-keys/{key_id}"), Foreign(None)),
+        (("POST", "/api/v1/provider-keys/{key_id}/rotate"), Foreign(Some(json!({"secret": "sk-stolen"})))),
+        (("GET", "/api/v1/sso/connections"), List),
+        (
+            ("POST", "/api/v1/sso/connections"),
+            ForeignReference(json!({"name": "b", "issuer": "https://idp.example.com", "client_id": "c",
+                "client_secret": "s3cret-value", "email_domains": [format!("b{}.example.com", Uuid::new_v4().simple())],
+                "team_mapping": {"eng": [a.team]}})),
+        ),
+        (("GET", "/api/v1/sso/connections/{connection_id}"), Foreign(None)),
+        (("PATCH", "/api/v1/sso/connections/{connection_id}"), Foreign(Some(json!({"name": "stolen"})))),
+        (("DELETE", "/api/v1/sso/connections/{connection_id}"), Foreign(None)),
+        (("GET", "/api/v1/audit-events"), List),
+    ])
+}
+
+#[tokio::test]
+async fn no_operation_reaches_another_organizations_resources() {
+    let stack = Stack::shared().await;
+    let a = tenant(&stack).await;
+    let b = stack.register().await;
+    db::set_plan(b.org_id, "growth").await;
+    // B's own session for the one call that ends it.
+    let b_logout = stack.join(&b, "admin", &[]).await;
+    let before = snapshot(&stack, &a).await;
+    let cases = cases(&a);
+    let ids = BTreeMap::from([
+        ("team_id", a.team.clone()),
+        ("user_id", a.user.clone()),
+        ("invite_id", a.invite.clone()),
+        ("connection_id", a.sso.clone()),
+    ]);
+    let secret_ids = [&a.team, &a.user, &a.api_key, &a.provider_key, &a.invite, &a.sso];
+    let ops = operations(&stack).await;
+    let mut missing = Vec::new();
+    for (method, path, _) in &ops {
+        let Some(case) = cases.get(&(method.as_str(), path.as_str())) else {
+            missing.push(format!("{method} {path}"));
+            continue;
+        };
+        let mut ids = ids.clone();
+        let key = if path.starts_with("/api/v1/provider-keys") { &a.provider_key } else { &a.api_key };
+        ids.insert("key_id", key.clone());
+        let url = format!("{}{}", stack.admin, fill(path, &ids));
+        match case {
+            Case::Public => {}
+            Case::OwnScope(body) => {
+                let token = if path.ends_with("/logout") { &b_logout.access_token } else { &b.access_token };
+                let r = call(&stack, method, &url, Some(token), body.as_ref()).await;
+                assert!(r.status().is_success(), "{method} {path} as B: {}", r.status());
+                let text = r.text().await.unwrap();
+                for id in secret_ids {
+                    assert!(!text.contains(id.as_str()), "{method} {path} showed B an id of A's");
+                }
+            }
+            Case::Foreign(body) => {
+                let r = call(&stack, method, &url, Some(&b.access_token), body.as_ref().or(Some(&json!({})))).await;
+                let status = r.status().as_u16();
+                let text = r.text().await.unwrap();
+                assert!(status == 404 || status == 403, "{method} {path} on A's resource as B: {status} {text}");
+                for id in secret_ids {
+                    assert!(!text.contains(id.as_str()), "{method} {path} told B about A's {id}");
+                }
+            }
+            Case::List => {
+                let r = call(&stack, method, &url, Some(&b.access_token), None).await;
+                assert_eq!(r.status(), 200, "{method} {path}");
+                let text = r.text().await.unwrap();
+                for id in secret_ids {
+                    assert!(!text.contains(id.as_str()), "{method} {path} listed A's {id} to B");
+                }
+            }
+            Case::ForeignReference(body) => {
+                let r = call(&stack, method, &url, Some(&b.access_token), Some(body)).await;
+                let b = expect_api_error(r, 400).await;
+                assert_eq!(b["error"]["code"], "validation_error", "{method} {path}");
+            }
+        }
+    }
+    assert!(missing.is_empty(), "operations without a tenant-isolation case: {missing:?}");
+    assert_eq!(snapshot(&stack, &a).await, before, "B's attempts changed A's resources");
+    // A's key still works at the proxy.
+    let r = stack.admin_get(&format!("/api-keys/{}", a.api_key), &a.owner.access_token).await;
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "active");
+}
