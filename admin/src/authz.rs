@@ -45,6 +45,7 @@ const ADMIN: Access = Least(Role::Admin);
 pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/openapi.json", Public),
     rule("POST", "/api/v1/auth/register", Public),
+    rule("POST", "/api/v1/auth/verify-email", Public),
     rule("POST", "/api/v1/auth/login", Public),
     rule("POST", "/api/v1/auth/refresh", Public),
     rule("POST", "/api/v1/auth/logout", VIEWER),

@@ -1,3 +1,5 @@
+DROP TABLE email_outbox;
+DROP TABLE pending_registrations;
 DROP TABLE sso_domains;
 DROP TABLE sso_connections;
 DROP TABLE admin_audit_events;

@@ -109,3 +109,32 @@ CREATE TABLE sso_domains (
     connection_id UUID NOT NULL REFERENCES sso_connections (id) ON DELETE CASCADE,
     org_id UUID NOT NULL REFERENCES organizations (id) ON DELETE CASCADE
 );
+
+-- Sign-ups waiting for their address to be confirmed (admin.email_verification = true): the
+-- account and organization are created only when the link's token comes back.
+CREATE TABLE pending_registrations (
+    id UUID PRIMARY KEY,
+    email TEXT NOT NULL,
+    email_normalized TEXT NOT NULL,
+    name TEXT NOT NULL,
+    org_name TEXT NOT NULL,
+    password_hash TEXT NOT NULL,
+    token_hash BYTEA NOT NULL CHECK (octet_length(token_hash) = 32),
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    expires_at TIMESTAMPTZ NOT NULL,
+    completed_at TIMESTAMPTZ
+);
+CREATE UNIQUE INDEX pending_registrations_token_hash_key ON pending_registrations (token_hash);
+CREATE INDEX pending_registrations_expires_idx ON pending_registrations (expires_at);
+
+-- Mail to send. gw writes it here in the transaction that needs it; a mailer delivers it.
+CREATE TABLE email_outbox (
+    id UUID PRIMARY KEY,
+    to_address TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    sent_at TIMESTAMPTZ
+);
+CREATE INDEX email_outbox_unsent_idx ON email_outbox (created_at) WHERE sent_at IS NULL;

@@ -192,6 +192,7 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/openapi.json"), Public),
         (("POST", "/api/v1/auth/register"), Public),
         (("POST", "/api/v1/auth/login"), Public),
+        (("POST", "/api/v1/auth/verify-email"), Public),
         (("POST", "/api/v1/auth/refresh"), Public),
         (("POST", "/api/v1/auth/sso/initiate"), Public),
         (("GET", "/api/v1/auth/sso/callback"), Public),

@@ -343,3 +343,83 @@ async fn weak_passwords_are_refused_naming_the_field() {
         assert!(!b.to_string().contains(pw), "the message must not echo the password");
     }
 }
+
+// ---- sign-up with e-mail verification ----
+
+async fn verifying_stack() -> Stack {
+    Stack::start_with(StackOptions { admin_config: "email_verification = true".into(), ..Default::default() }).await
+}
+
+/// The newest outbox mail to `address` of `kind`: (body, count of such mails).
+async fn outbox(address: &str, kind: &str) -> (String, usize) {
+    use diesel::prelude::*;
+    use diesel_async::RunQueryDsl;
+    use gw_shared::db::schema::email_outbox as o;
+    let mut conn = gw_tests::db::connect().await;
+    let bodies: Vec<String> = o::table
+        .filter(o::to_address.eq(address))
+        .filter(o::kind.eq(kind))
+        .order(o::created_at.desc())
+        .select(o::body)
+        .load(&mut conn)
+        .await
+        .unwrap();
+    let newest = bodies.iter().next().cloned().unwrap_or_default();
+    (newest, bodies.len())
+}
+
+fn token_in(body: &str) -> String {
+    let start = body.find("ver_").expect("a token in the mail");
+    body[start..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+}
+
+#[tokio::test]
+async fn sign_up_does_not_tell_registered_addresses_apart() {
+    let stack = verifying_stack().await;
+    let taken = format!("taken-{}@test.gw", uuid::Uuid::new_v4());
+    let fresh = format!("fresh-{}@test.gw", uuid::Uuid::new_v4());
+    let sign_up = |email: String| {
+        let stack = &stack;
+        async move {
+            post(stack, "/auth/register", json!({"email": email, "password": PASSWORD, "name": "N", "org_name": "O"}))
+                .await
+        }
+    };
+    // The first sign-up of `taken`, completed through its link.
+    assert_eq!(sign_up(taken.clone()).await.status(), 202);
+    let token = token_in(&outbox(&taken, "verify_email").await.0);
+    let r = post(&stack, "/auth/verify-email", json!({"token": token})).await;
+    assert_eq!(r.status(), 201);
+    // Now a sign-up of the registered address and one of a new address look the same.
+    let (a, b) = (sign_up(taken.clone()).await, sign_up(fresh.clone()).await);
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (202, 202));
+    let (a, b): (Value, Value) = (a.json().await.unwrap(), b.json().await.unwrap());
+    assert_eq!(a, b);
+    // Only the new address got a link; the registered one got a notice without a token.
+    let (notice, _) = outbox(&taken, "registration_attempt").await;
+    assert!(!notice.is_empty() && !notice.contains("ver_"), "{notice}");
+    assert_eq!(outbox(&taken, "verify_email").await.1, 1);
+    assert_eq!(outbox(&fresh, "verify_email").await.1, 1);
+    // Before its link comes back, the new address has no account to sign in to.
+    let r = post(&stack, "/auth/login", json!({"email": fresh, "password": PASSWORD})).await;
+    assert_eq!(r.status(), 401);
+}
+
+#[tokio::test]
+async fn a_confirmation_link_works_once() {
+    let stack = verifying_stack().await;
+    let email = format!("once-{}@test.gw", uuid::Uuid::new_v4());
+    let r = post(&stack, "/auth/register", json!({"email": email, "password": PASSWORD, "name": "N", "org_name": "O"}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let token = token_in(&outbox(&email, "verify_email").await.0);
+    let r = post(&stack, "/auth/verify-email", json!({"token": token})).await;
+    assert_eq!(r.status(), 201);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["role"], "owner");
+    assert_eq!(post(&stack, "/auth/login", json!({"email": email, "password": PASSWORD})).await.status(), 200);
+    let b = expect_api_error(post(&stack, "/auth/verify-email", json!({"token": token})).await, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "token");
+    let b = expect_api_error(post(&stack, "/auth/verify-email", json!({"token": "ver_forged"})).await, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "token");
+}

@@ -11,6 +11,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::accounts::{create_org_with_owner, ROLE_OWNER};
 use gw_shared::crypto::EncryptionKey;
 use gw_shared::db::{orgs, refresh_tokens, sessions, users};
+use gw_shared::ids::new_id;
 use gw_shared::keys::{hash_secret, MAX_BEARER_LEN};
 use gw_shared::password::{check_rules, dummy_hash, hash_password, verify_password, MAX_PASSWORD_LEN};
 use serde::{Deserialize, Serialize};
@@ -26,7 +27,7 @@ use crate::trail::{self, Actor, Entry};
 use crate::{throttle, validate};
 
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(register).service(login).service(refresh).service(logout);
+    cfg.service(register).service(verify_email).service(login).service(refresh).service(logout);
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -79,9 +80,35 @@ pub fn password_rules(password: &str, normalized_email: &str) -> ApiResult<()> {
     check_rules(password, local).map_err(|m| ApiError::field("password", m))
 }
 
-/// Create an organization and its owner; returns the owner's session.
+/// The answer to every sign-up when addresses are verified: the same for a new address and a
+/// registered one, so sign-up does not tell which addresses have accounts.
+#[derive(Serialize, ToSchema)]
+pub struct VerificationSent {
+    /// Always `verification_sent`.
+    status: &'static str,
+    message: &'static str,
+}
+
+const VERIFICATION_SENT: VerificationSent = VerificationSent {
+    status: "verification_sent",
+    message: "If this address can be registered, a confirmation link is on its way to it; the link completes \
+              the sign-up.",
+};
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyBody {
+    /// The token from the confirmation link.
+    token: String,
+}
+
+/// Create an organization and its owner. With `admin.email_verification` off (the default) the
+/// answer is 201 with the owner's session, and 409 when the address is registered; with it on,
+/// always 202 `verification_sent`, and the session comes from `POST /auth/verify-email`.
 #[utoipa::path(tag = "auth", security(()), request_body = RegisterBody,
-    responses((status = 201, description = "Registered and signed in", body = TokenResponse), Errors))]
+    responses((status = 201, description = "Registered and signed in", body = TokenResponse),
+              (status = 202, description = "Confirmation link sent (when addresses are verified)", body = VerificationSent),
+              Errors))]
 #[post("/auth/register")]
 pub async fn register(
     state: web::Data<AppState>,
@@ -94,9 +121,15 @@ pub async fn register(
     let name = validate::text("name", &b.name, 200)?;
     let org_name = validate::text("org_name", &b.org_name, 200)?;
     password_rules(&b.password, &email.normalized)?;
+    // Hashed on both paths below, so a registered address takes as long as a new one.
     let hash = hash_new_password(&state, b.password).await?;
 
     let mut conn = state.conn().await?;
+    if state.cfg.admin.email_verification {
+        let pending = Pending { email, name, org_name, password_hash: hash };
+        pending_sign_up(&state, &mut conn, pending).await?;
+        return Ok(HttpResponse::Accepted().json(VERIFICATION_SENT));
+    }
     let (org, user) = match create_org_with_owner(&mut conn, &email, &name, &hash, &org_name).await {
         Ok(v) => v,
         Err(e) if is_unique_violation(&e) => {
@@ -104,6 +137,84 @@ pub async fn register(
         }
         Err(e) => return Err(e.into()),
     };
+    let tokens = signed_up(&state, &mut conn, &req, &org, &user).await?;
+    Ok(HttpResponse::Created().json(tokens))
+}
+
+struct Pending {
+    email: gw_shared::email::Email,
+    name: String,
+    org_name: String,
+    password_hash: String,
+}
+
+/// Queues the confirmation mail of a sign-up, or, for an address that already has an account,
+/// a notice to its owner (no token): the caller answers the same either way.
+async fn pending_sign_up(state: &AppState, conn: &mut AsyncPgConnection, p: Pending) -> ApiResult<()> {
+    use gw_shared::db::registrations::{self, Mail};
+    let now = Utc::now();
+    let existing = users::find_by_email(conn, &p.email.normalized).await?;
+    let mail = if existing.is_some() {
+        Mail {
+            id: new_id(),
+            to_address: p.email.display.clone(),
+            kind: "registration_attempt".into(),
+            subject: "Someone tried to sign up with your address".into(),
+            body: "Someone tried to create a gw organization with this address, which already has an account. \
+                   If it was you, sign in instead. Otherwise you can ignore this message."
+                .into(),
+            created_at: now,
+            sent_at: None,
+        }
+    } else {
+        let token = format!("ver_{}", random_token(40));
+        let ttl = chrono::Duration::seconds(state.cfg.admin.verification_ttl_secs);
+        let row = registrations::Pending {
+            id: new_id(),
+            email: p.email.display.clone(),
+            email_normalized: p.email.normalized.clone(),
+            name: p.name,
+            org_name: p.org_name,
+            password_hash: p.password_hash,
+            token_hash: hash_secret(&token).to_vec(),
+            created_at: now,
+            expires_at: now + ttl,
+            completed_at: None,
+        };
+        registrations::insert(conn, &row).await?;
+        Mail {
+            id: new_id(),
+            to_address: p.email.display.clone(),
+            kind: "verify_email".into(),
+            subject: "Confirm your address to finish signing up".into(),
+            body: format!(
+                "Confirm your address to create your gw organization: {}/verify-email#token={token}\n\
+                 Or send {{\"token\": \"{token}\"}} to POST /api/v1/auth/verify-email. The link expires at {}.",
+                state.cfg.admin.public_base(),
+                (now + ttl).to_rfc3339()
+            ),
+            created_at: now,
+            sent_at: None,
+        }
+    };
+    registrations::enqueue(conn, &mail).await?;
+    Ok(())
+}
+
+fn random_token(len: usize) -> String {
+    use rand::distributions::Alphanumeric;
+    use rand::Rng;
+    rand::rngs::OsRng.sample_iter(&Alphanumeric).take(len).map(char::from).collect()
+}
+
+/// Records the new organization and opens the owner's first session.
+async fn signed_up(
+    state: &AppState,
+    conn: &mut AsyncPgConnection,
+    req: &HttpRequest,
+    org: &orgs::Organization,
+    user: &users::User,
+) -> ApiResult<TokenResponse> {
     let actor = Actor { user_id: Some(user.id), role: Some(ROLE_OWNER.into()) };
     let entry = Entry {
         action: "organization.create",
@@ -111,9 +222,48 @@ pub async fn register(
         resource_id: Some(org.id.to_string()),
         detail: serde_json::json!({"name": org.name}),
     };
-    trail::record(&mut conn, org.id, actor, &req, entry).await?;
-    let tokens = tokens::open_session(&state, &mut conn, &user, &org, ROLE_OWNER, "password").await?;
+    trail::record(conn, org.id, actor, req, entry).await?;
     log::info!("registered org {} with owner {}", org.id, user.id);
+    tokens::open_session(state, conn, user, org, ROLE_OWNER, "password").await
+}
+
+/// Complete a sign-up with the token of its confirmation link: creates the organization and its
+/// owner and returns the owner's session. A token works once, until it expires.
+#[utoipa::path(tag = "auth", security(()), request_body = VerifyBody,
+    responses((status = 201, description = "Registered and signed in", body = TokenResponse), Errors))]
+#[post("/auth/verify-email")]
+pub async fn verify_email(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Json<VerifyBody>,
+) -> ApiResult<HttpResponse> {
+    throttle::attempt(&state, &req, "verify").await?;
+    let token = body.into_inner().token;
+    let invalid = || ApiError::field("token", "this confirmation link is invalid, expired or already used");
+    if token.is_empty() || token.len() > MAX_BEARER_LEN {
+        return Err(invalid());
+    }
+    let hash = hash_secret(&token);
+    let mut conn = state.conn().await?;
+    let created = conn
+        .transaction(async |conn| {
+            let Some(p) = gw_shared::db::registrations::find_live_for_update(conn, &hash).await? else {
+                return Ok::<_, ApiError>(None);
+            };
+            gw_shared::db::registrations::complete(conn, p.id).await?;
+            let email = gw_shared::email::Email { display: p.email, normalized: p.email_normalized };
+            match create_org_with_owner(conn, &email, &p.name, &p.password_hash, &p.org_name).await {
+                Ok(v) => Ok(Some(v)),
+                // Registered meanwhile (another link, an invite, SSO): the account exists.
+                Err(e) if is_unique_violation(&e) => {
+                    Err(ApiError::Conflict("this address was registered meanwhile; sign in instead".into()))
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await?;
+    let (org, user) = created.ok_or_else(invalid)?;
+    let tokens = signed_up(&state, &mut conn, &req, &org, &user).await?;
     Ok(HttpResponse::Created().json(tokens))
 }
 

@@ -196,6 +196,12 @@ pub struct AdminConfig {
     pub account_window_secs: u64,
     /// Take the client address from the last `X-Forwarded-For` entry (behind a trusted proxy).
     pub trust_forwarded_for: bool,
+    /// Sign-up answers 202 the same way for new and registered addresses and mails a link;
+    /// the account exists once the link's token comes back (`POST /auth/verify-email`). Off:
+    /// sign-up answers with a session at once (and 409 for a registered address).
+    pub email_verification: bool,
+    /// Lifetime of a sign-up confirmation link.
+    pub verification_ttl_secs: i64,
 }
 
 impl Default for AdminConfig {
@@ -217,6 +223,8 @@ impl Default for AdminConfig {
             account_failures: 10,
             account_window_secs: 15 * 60,
             trust_forwarded_for: false,
+            email_verification: false,
+            verification_ttl_secs: 24 * 3600,
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod invites;
 pub mod orgs;
 pub mod provider_keys;
 pub mod refresh_tokens;
+pub mod registrations;
 pub mod schema;
 pub mod sessions;
 pub mod sso;

@@ -217,10 +217,39 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    pending_registrations (id) {
+        id -> Uuid,
+        email -> Text,
+        email_normalized -> Text,
+        name -> Text,
+        org_name -> Text,
+        password_hash -> Text,
+        token_hash -> Bytea,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        completed_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    email_outbox (id) {
+        id -> Uuid,
+        to_address -> Text,
+        kind -> Text,
+        subject -> Text,
+        body -> Text,
+        created_at -> Timestamptz,
+        sent_at -> Nullable<Timestamptz>,
+    }
+}
+
 diesel::joinable!(team_members -> users (user_id));
 diesel::joinable!(org_memberships -> users (user_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    pending_registrations,
+    email_outbox,
     invites,
     sessions,
     admin_audit_events,

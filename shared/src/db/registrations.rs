@@ -1,0 +1,67 @@
+//! Sign-ups waiting for e-mail confirmation, and the outbox of mail to send.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::schema::{email_outbox, pending_registrations};
+use crate::error::Result;
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = pending_registrations)]
+pub struct Pending {
+    pub id: Uuid,
+    pub email: String,
+    pub email_normalized: String,
+    pub name: String,
+    pub org_name: String,
+    pub password_hash: String,
+    pub token_hash: Vec<u8>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+pub async fn insert(conn: &mut AsyncPgConnection, p: &Pending) -> Result<()> {
+    diesel::insert_into(pending_registrations::table).values(p).execute(conn).await?;
+    Ok(())
+}
+
+/// The live (not completed, not expired) sign-up of a token digest, locked for completion.
+pub async fn find_live_for_update(conn: &mut AsyncPgConnection, token_hash: &[u8]) -> Result<Option<Pending>> {
+    Ok(pending_registrations::table
+        .filter(pending_registrations::token_hash.eq(token_hash))
+        .filter(pending_registrations::completed_at.is_null())
+        .filter(pending_registrations::expires_at.gt(Utc::now()))
+        .select(Pending::as_select())
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+pub async fn complete(conn: &mut AsyncPgConnection, id: Uuid) -> Result<()> {
+    diesel::update(pending_registrations::table.filter(pending_registrations::id.eq(id)))
+        .set(pending_registrations::completed_at.eq(Utc::now()))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = email_outbox)]
+pub struct Mail {
+    pub id: Uuid,
+    pub to_address: String,
+    pub kind: String,
+    pub subject: String,
+    pub body: String,
+    pub created_at: DateTime<Utc>,
+    pub sent_at: Option<DateTime<Utc>>,
+}
+
+pub async fn enqueue(conn: &mut AsyncPgConnection, mail: &Mail) -> Result<()> {
+    diesel::insert_into(email_outbox::table).values(mail).execute(conn).await?;
+    Ok(())
+}

@@ -1,0 +1,250 @@
+"""The management API (`/api/v1` on gw-admin) answers as its own OpenAPI 3.1 document says.
+
+* test_document_shape reads `GET /api/v1/openapi.json` directly: OpenAPI 3.1, every operation
+  carries its least role as `x-gw-role` (public, viewer, member, admin or owner; `public` exactly
+  for the operations that need no session), and documents at least one 4xx with the shared error
+  body (`ErrorBody`).
+* test_schemathesis runs Schemathesis (the CLI, as a subprocess of this interpreter) against the
+  document, signed in as the owner of a fresh organization that has data in every list: a team,
+  an API key, a provider key, an SSO connection (the organization is moved to the growth plan
+  in PostgreSQL, as billing would, so SSO answers), plus the owner as a team member. Checks: no 5xx,
+  bodies match the documented schema, status codes are documented, content types are the
+  documented ones. On failure the assertion message carries Schemathesis' report: each failure
+  with the check that failed, the response, and a curl command reproducing it.
+
+Choices, all on the Schemathesis command line below:
+
+* `--mode positive`: only requests the document allows. Negative mode sends bodies and
+  parameters the document forbids and drops the Authorization header; the answers (400/401) are
+  right, so it would test nothing the checks here care about.
+* `--generation-allow-x00 false`: every text field already refuses control characters (400); NUL
+  bytes would only exercise that one rule over and over.
+* `POST /api/v1/auth/logout` is excluded: it would end the very session the run signs in with,
+  and every later request would be a 401.
+* Path ids: generated UUIDs find nothing (404), so GET, PATCH and the other non-destructive
+  operations on one resource are given the ids of the resources created here (a config file
+  passed with `--config-file`). DELETE operations keep generated ids, so the fixtures survive
+  the examples, coverage and fuzzing phases.
+* The stateful phase is kept: it runs last, on its own, chains operations through the links it
+  infers from the document (create a team, then read, change, delete it), costs a few seconds,
+  and what it creates or deletes lives in this test's own organization.
+* `--seed` is fixed and `--generation-database none` keeps no examples between runs, so a run is
+  repeatable; `-n` (examples per operation in the fuzzing and stateful phases) is sized so the
+  whole run stays under about a minute on a 2-core machine with debug binaries (measured: ~35 s
+  with -n 40 and 2 workers; the coverage phase is not bounded by -n).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+
+import httpx
+import pytest
+
+from conftest import Org
+
+ROLES = {"public", "viewer", "member", "admin", "owner"}
+ERROR_REF = "#/components/schemas/ErrorBody"
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
+SEED = 20261123
+MAX_EXAMPLES = 40
+WORKERS = 2
+# The whole run, generously: it takes ~35 s here; a hung run fails instead of blocking CI.
+RUN_TIMEOUT_SECS = 600
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://gw@127.0.0.1:15432/gw")
+PASSWORD = "correct horse battery"
+
+
+def operations(doc):
+    for path, item in doc["paths"].items():
+        for method in METHODS:
+            if method in item:
+                yield method.upper(), path, item[method]
+
+
+@pytest.fixture(scope="module")
+def document(stack):
+    r = httpx.get(f"{stack['admin']}/api/v1/openapi.json", timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/json"), r.headers["content-type"]
+    return r.json()
+
+
+def test_document_shape(document):
+    assert re.fullmatch(r"3\.1\.\d+", document.get("openapi", "")), document.get("openapi")
+    ops = list(operations(document))
+    assert ops, "the document has no operations"
+    problems = []
+    for method, path, op in ops:
+        name = f"{method} {path}"
+        role = op.get("x-gw-role")
+        if role not in ROLES:
+            problems.append(f"{name}: x-gw-role is {role!r}, not one of {sorted(ROLES)}")
+        else:
+            # `security: [{}]` (no scheme) marks an operation that needs no session; the others
+            # inherit the document's bearer requirement.
+            open_ = op.get("security") == [{}]
+            if open_ != (role == "public"):
+                problems.append(f"{name}: x-gw-role {role!r} but security {op.get('security')!r}")
+        errors = [
+            status for status, resp in op.get("responses", {}).items()
+            if re.fullmatch(r"4\d\d", status)
+            and any(m.get("schema", {}).get("$ref") == ERROR_REF for m in resp.get("content", {}).values())
+        ]
+        if not errors:
+            problems.append(f"{name}: no 4xx response documented with {ERROR_REF}")
+    assert not problems, "\n".join(problems)
+    assert "ErrorBody" in document.get("components", {}).get("schemas", {})
+
+
+# -- the Schemathesis run ---------------------------------------------------------------------------
+
+def psql(sql):
+    exe = shutil.which("psql", path=os.environ.get("GW_PG_BIN")) or shutil.which("psql")
+    assert exe, "psql not found: run scripts/services.sh start (and eval its env)"
+    r = subprocess.run([exe, DATABASE_URL, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+class Fixtures:
+    """A fresh organization with one of everything, and the ids Schemathesis should use.
+
+    Two of each deletable resource: the first (`self.keep`) is what GET and PATCH operate on;
+    the second (`self.doomed`) is what DELETE operations are pointed at. Without that split,
+    Schemathesis' resource pool (ids it picks up from earlier responses, and from the access
+    token's claims) deletes the first one in the coverage phase already, and every later GET or
+    PATCH on it is a 404 that tests nothing.
+    """
+
+    def __init__(self, stack):
+        org = Org(stack)
+        self.token = org.token
+        http, auth = org.http, org.auth()
+
+        def post(path, body, expect=201):
+            r = http.post(path, json=body, headers=auth)
+            assert r.status_code == expect, f"POST {path}: {r.status_code} {r.text}"
+            return r.json()
+
+        current = http.get("/api/v1/organizations/current", headers=auth)
+        assert current.status_code == 200, current.text
+        # SSO needs the growth plan; billing sets it in production.
+        psql(f"UPDATE organizations SET plan = 'growth' WHERE id = '{uuid.UUID(current.json()['id'])}'")
+        users = http.get("/api/v1/users", headers=auth)
+        assert users.status_code == 200, users.text
+        self.user_id = users.json()["data"][0]["id"]
+
+        def one_of_each(tag, provider):
+            team_id = post("/api/v1/teams", {
+                "name": f"schema team {tag}", "description": "for the schema run", "metadata": {"k": "v"},
+                "budget": {"amount_usd": 25.5, "period": "month"}, "rate_limits": {"rpm": 60},
+                "models": ["mock-model"]})["id"]
+            api_key_id = org.create_key(name=f"schema key {tag}", team_id=team_id, models=["mock-model"],
+                                        expires_at="2099-01-01T00:00:00Z")["id"]
+            provider_key_id = post("/api/v1/provider-keys", {
+                "provider": provider, "name": f"schema provider key {tag}",
+                "secret": f"sk-schema-{tag}-0123456789"})["id"]
+            # Disabled: an enabled connection would send sign-ins for its domain to its (absent)
+            # identity provider.
+            connection_id = post("/api/v1/sso/connections", {
+                "name": f"schema idp {tag}", "issuer": "http://127.0.0.1:9", "client_id": f"schema-{tag}",
+                "client_secret": "schema-secret", "email_domains": [f"schema-{uuid.uuid4().hex[:12]}.example"],
+                "role_mapping": {"admins": "admin"}, "team_mapping": {"devs": [team_id]},
+                "default_role": "viewer", "enabled": False})["id"]
+            invite_id = post("/api/v1/invites", {
+                "email": f"invitee-{uuid.uuid4()}@test.gw", "team_ids": [team_id]})["id"]
+            return {"team_id": team_id, "api_key_id": api_key_id, "provider_key_id": provider_key_id,
+                    "connection_id": connection_id, "invite_id": invite_id}
+
+        # One live key per provider: two providers.
+        self.keep = one_of_each("a", "upstream")
+        self.doomed = one_of_each("b", "anthropic")
+        post(f"/api/v1/teams/{self.keep['team_id']}/members/{self.user_id}", {"role": "lead"})
+        org.create_key(name="no team")
+
+    def config(self):
+        """schemathesis.toml: real ids for the operations on one resource."""
+        k, d, me = self.keep, self.doomed, self.user_id
+        ids = {
+            "GET /api/v1/teams/{team_id}": {"path.team_id": k["team_id"]},
+            "PATCH /api/v1/teams/{team_id}": {"path.team_id": k["team_id"]},
+            "GET /api/v1/teams/{team_id}/members": {"path.team_id": k["team_id"]},
+            "POST /api/v1/teams/{team_id}/members/{user_id}": {"path.team_id": k["team_id"], "path.user_id": me},
+            "GET /api/v1/users/{user_id}": {"path.user_id": me},
+            "GET /api/v1/api-keys/{key_id}": {"path.key_id": k["api_key_id"]},
+            "PATCH /api/v1/api-keys/{key_id}": {"path.key_id": k["api_key_id"]},
+            "GET /api/v1/provider-keys/{key_id}": {"path.key_id": k["provider_key_id"]},
+            "PATCH /api/v1/provider-keys/{key_id}": {"path.key_id": k["provider_key_id"]},
+            "POST /api/v1/provider-keys/{key_id}/rotate": {"path.key_id": k["provider_key_id"]},
+            "GET /api/v1/sso/connections/{connection_id}": {"path.connection_id": k["connection_id"]},
+            "PATCH /api/v1/sso/connections/{connection_id}": {"path.connection_id": k["connection_id"]},
+            "DELETE /api/v1/teams/{team_id}": {"path.team_id": d["team_id"]},
+            "DELETE /api/v1/api-keys/{key_id}": {"path.key_id": d["api_key_id"]},
+            "DELETE /api/v1/provider-keys/{key_id}": {"path.key_id": d["provider_key_id"]},
+            "DELETE /api/v1/sso/connections/{connection_id}": {"path.connection_id": d["connection_id"]},
+            "DELETE /api/v1/invites/{invite_id}": {"path.invite_id": d["invite_id"]},
+        }
+        out = []
+        for name, params in ids.items():
+            out.append("[[operations]]")
+            out.append(f"include-name = {json.dumps(name)}")
+            out.append("parameters = { " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}"
+                                                     for k, v in params.items()) + " }")
+            out.append("")
+        return "\n".join(out)
+
+
+def schemathesis_report(output):
+    """The part of Schemathesis' output CI should show: failures, reproductions, summary."""
+    start = output.find("=== FAILURES ===")
+    if start < 0:
+        start = output.find("=== ERRORS ===")
+    if start < 0:
+        return output[-20000:]
+    start = output.rfind("\n", 0, start) + 1
+    report = output[start:]
+    # The warnings (operations that mostly got 404 or 400) are advice, not failures.
+    w, s = report.find("=== WARNINGS ==="), report.find("=== SUMMARY ===")
+    if 0 <= w < s:
+        report = report[:report.rfind("\n", 0, w) + 1] + report[report.rfind("\n", 0, s) + 1:]
+    return report[:60000]
+
+
+def test_schemathesis(stack, tmp_path):
+    fx = Fixtures(stack)
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(fx.config())
+    cmd = [
+        sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()",
+        "--config-file", str(config),
+        "run", f"{stack['admin']}/api/v1/openapi.json",
+        "-H", f"Authorization: Bearer {fx.token}",
+        "--checks", CHECKS,
+        "--mode", "positive",
+        "--generation-allow-x00", "false",
+        "--seed", str(SEED),
+        "--max-examples", str(MAX_EXAMPLES),
+        "--workers", str(WORKERS),
+        "--exclude-name", "POST /api/v1/auth/logout",
+        "--generation-database", "none",
+        "--request-timeout", "30",
+        "--no-color",
+    ]
+    # cwd: the run's scratch directory, so no schemathesis.toml or report of the checkout is
+    # picked up and nothing is written into it.
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS,
+                       env=dict(os.environ, NO_COLOR="1"))
+    output = r.stdout + r.stderr
+    print(output)
+    assert r.returncode == 0, (
+        f"schemathesis exited {r.returncode} (1: failures found, 2: schema or configuration error)\n"
+        + schemathesis_report(output))
