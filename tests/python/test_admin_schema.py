@@ -5,33 +5,35 @@
   for the operations that need no session), and documents at least one 4xx with the shared error
   body (`ErrorBody`).
 * test_schemathesis runs Schemathesis (the CLI, as a subprocess of this interpreter) against the
-  document, signed in as the owner of a fresh organization that has data in every list: a team,
-  an API key, a provider key, an SSO connection (the organization is moved to the growth plan
-  in PostgreSQL, as billing would, so SSO answers), plus the owner as a team member. Checks: no 5xx,
+  document, signed in as the owner of a fresh organization that has data in every list: teams,
+  API keys, provider keys, SSO connections (the organization is moved to the growth plan in
+  PostgreSQL, as billing would, so SSO answers), invites, the owner as a team member. Checks: no 5xx,
   bodies match the documented schema, status codes are documented, content types are the
   documented ones. On failure the assertion message carries Schemathesis' report: each failure
   with the check that failed, the response, and a curl command reproducing it.
 
-Choices, all on the Schemathesis command line below:
+Choices (the command line is in test_schemathesis):
 
 * `--mode positive`: only requests the document allows. Negative mode sends bodies and
-  parameters the document forbids and drops the Authorization header; the answers (400/401) are
-  right, so it would test nothing the checks here care about.
+  parameters the document forbids and drops the Authorization header; gw's answers (400/401) are
+  right, and none of the four checks here is about them.
 * `--generation-allow-x00 false`: every text field already refuses control characters (400); NUL
   bytes would only exercise that one rule over and over.
-* `POST /api/v1/auth/logout` is excluded: it would end the very session the run signs in with,
-  and every later request would be a 401.
-* Path ids: generated UUIDs find nothing (404), so GET, PATCH and the other non-destructive
-  operations on one resource are given the ids of the resources created here (a config file
-  passed with `--config-file`). DELETE operations keep generated ids, so the fixtures survive
-  the examples, coverage and fuzzing phases.
-* The stateful phase is kept: it runs last, on its own, chains operations through the links it
-  infers from the document (create a team, then read, change, delete it), costs a few seconds,
-  and what it creates or deletes lives in this test's own organization.
+* `POST /api/v1/auth/logout` is excluded (`--exclude-name`): it would end the very session the run
+  signs in with, and every later request would be a 401.
+* Path ids: generated UUIDs find nothing (404), so the operations on one resource are given real
+  ids through a config file (`--config-file`, written per run): GET and PATCH (and rotate, and
+  adding a team member) get the resources kept for them, DELETE gets a second set made to be
+  deleted (see Fixtures).
+* The stateful phase is kept. It runs last, after fuzzing, so what it creates and deletes cannot
+  take data away from the other phases; it stays in this test's own organization; it chains
+  operations through the links Schemathesis infers from the document (e.g. create an invite,
+  then delete it); and it costs a few seconds.
 * `--seed` is fixed and `--generation-database none` keeps no examples between runs, so a run is
-  repeatable; `-n` (examples per operation in the fuzzing and stateful phases) is sized so the
-  whole run stays under about a minute on a 2-core machine with debug binaries (measured: ~35 s
-  with -n 40 and 2 workers; the coverage phase is not bounded by -n).
+  repeatable. `--max-examples` bounds the fuzzing and stateful phases (the coverage phase is not
+  bounded by it); it is sized so the whole run takes about a minute on a 2-core machine with
+  debug binaries (measured there, with a cargo build running alongside: ~60 s with
+  -n 75 and 2 workers).
 """
 
 import json
@@ -53,13 +55,12 @@ METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
 SEED = 20261123
-MAX_EXAMPLES = 40
+MAX_EXAMPLES = 75
 WORKERS = 2
-# The whole run, generously: it takes ~35 s here; a hung run fails instead of blocking CI.
+# The whole run, generously (it takes about a minute): a hung run fails instead of blocking CI.
 RUN_TIMEOUT_SECS = 600
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://gw@127.0.0.1:15432/gw")
-PASSWORD = "correct horse battery"
 
 
 def operations(doc):
@@ -116,7 +117,7 @@ def psql(sql):
 
 
 class Fixtures:
-    """A fresh organization with one of everything, and the ids Schemathesis should use.
+    """A fresh organization with data everywhere, and the ids Schemathesis should use.
 
     Two of each deletable resource: the first (`self.keep`) is what GET and PATCH operate on;
     the second (`self.doomed`) is what DELETE operations are pointed at. Without that split,
@@ -171,10 +172,10 @@ class Fixtures:
         post(f"/api/v1/teams/{self.keep['team_id']}/members/{self.user_id}", {"role": "lead"})
         org.create_key(name="no team")
 
-    def config(self):
-        """schemathesis.toml: real ids for the operations on one resource."""
+    def ids(self):
+        """Path parameters by operation: the real ids for the operations on one resource."""
         k, d, me = self.keep, self.doomed, self.user_id
-        ids = {
+        return {
             "GET /api/v1/teams/{team_id}": {"path.team_id": k["team_id"]},
             "PATCH /api/v1/teams/{team_id}": {"path.team_id": k["team_id"]},
             "GET /api/v1/teams/{team_id}/members": {"path.team_id": k["team_id"]},
@@ -193,8 +194,11 @@ class Fixtures:
             "DELETE /api/v1/sso/connections/{connection_id}": {"path.connection_id": d["connection_id"]},
             "DELETE /api/v1/invites/{invite_id}": {"path.invite_id": d["invite_id"]},
         }
+
+    def config(self):
+        """schemathesis.toml setting those ids."""
         out = []
-        for name, params in ids.items():
+        for name, params in self.ids().items():
             out.append("[[operations]]")
             out.append(f"include-name = {json.dumps(name)}")
             out.append("parameters = { " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}"
@@ -219,8 +223,12 @@ def schemathesis_report(output):
     return report[:60000]
 
 
-def test_schemathesis(stack, tmp_path):
+def test_schemathesis(stack, document, tmp_path):
     fx = Fixtures(stack)
+    # A renamed operation would otherwise silently go back to generated (404) ids.
+    names = {f"{m} {p}" for m, p, _ in operations(document)}
+    missing = [name for name in fx.ids() if name not in names]
+    assert not missing, f"config names operations the document does not have: {missing}"
     config = tmp_path / "schemathesis.toml"
     config.write_text(fx.config())
     cmd = [
@@ -241,8 +249,12 @@ def test_schemathesis(stack, tmp_path):
     ]
     # cwd: the run's scratch directory, so no schemathesis.toml or report of the checkout is
     # picked up and nothing is written into it.
-    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS,
-                       env=dict(os.environ, NO_COLOR="1"))
+    try:
+        r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS,
+                           env=dict(os.environ, NO_COLOR="1"))
+    except subprocess.TimeoutExpired as e:
+        partial = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        pytest.fail(f"schemathesis did not finish in {RUN_TIMEOUT_SECS} s; its output so far:\n{partial[-20000:]}")
     output = r.stdout + r.stderr
     print(output)
     assert r.returncode == 0, (

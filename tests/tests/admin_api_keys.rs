@@ -459,3 +459,139 @@ async fn create_with_models_not_a_list_of_strings_is_400() {
         expect_validation_error(stack.create_key(&s, bad.clone()).await, &bad.to_string()).await;
     }
 }
+
+// ---- lifecycle: scopes, get, update, filters ----
+
+async fn key_with(stack: &Stack, s: &Session, body: Value) -> (String, String) {
+    let r = stack.create_key(s, body).await;
+    assert_eq!(r.status(), 201);
+    let b: Value = r.json().await.unwrap();
+    (b["key"].as_str().unwrap().to_string(), b["id"].as_str().unwrap().to_string())
+}
+
+async fn embeddings(stack: &Stack, key: &str) -> reqwest::Response {
+    let body = json!({"model": "mock-embedding", "input": "hi"});
+    stack.http.post(format!("{}/v1/embeddings", stack.proxy)).bearer_auth(key).json(&body).send().await.unwrap()
+}
+
+async fn models(stack: &Stack, key: &str) -> reqwest::Response {
+    stack.http.get(format!("{}/v1/models", stack.proxy)).bearer_auth(key).send().await.unwrap()
+}
+
+#[tokio::test]
+async fn scoped_keys_reach_only_their_endpoints() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (chat_only, _) = key_with(&stack, &s, json!({"name": "chat", "permissions": ["proxy:chat"]})).await;
+    assert_eq!(stack.chat(&chat_only, chat_body()).await.status(), 200);
+    for r in [embeddings(&stack, &chat_only).await, models(&stack, &chat_only).await] {
+        let b = r.json::<Value>().await.unwrap();
+        assert_eq!(b["error"]["code"], "insufficient_permissions", "{b}");
+    }
+    let (read, _) =
+        key_with(&stack, &s, json!({"name": "read", "permissions": ["proxy:models", "proxy:embeddings"]})).await;
+    assert_eq!(models(&stack, &read).await.status(), 200);
+    assert_eq!(embeddings(&stack, &read).await.status(), 200);
+    assert_eq!(stack.chat(&read, chat_body()).await.status(), 403);
+    let (all, _) = key_with(&stack, &s, json!({"name": "all"})).await;
+    assert_eq!(models(&stack, &all).await.status(), 200);
+    assert_eq!(embeddings(&stack, &all).await.status(), 200);
+}
+
+#[tokio::test]
+async fn get_one_shows_the_key_without_its_secret() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (secret, id) = key_with(&stack, &s, json!({"name": "one"})).await;
+    let r = stack.admin_get(&format!("/api-keys/{id}"), &s.access_token).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(!text.contains(&secret[12..]), "the secret must never come back");
+    let b: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!((b["id"].as_str(), b["status"].as_str()), (Some(id.as_str()), Some("active")));
+    let r = stack.admin_get(&format!("/api-keys/{}", Uuid::new_v4()), &s.access_token).await;
+    expect_api_error(r, 404).await;
+}
+
+#[tokio::test]
+async fn narrowing_a_keys_models_reaches_the_proxy_at_once() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (key, id) = key_with(&stack, &s, json!({"name": "narrow"})).await;
+    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+    let r = stack.admin_patch(&format!("/api-keys/{id}"), &s.access_token, &json!({"models": ["gpt-4o-mini"]})).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["models"], json!(["gpt-4o-mini"]));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let r = stack.chat(&key, chat_body()).await;
+        if r.status() == 404 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the proxy still serves a model the key no longer has");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Null widens it again.
+    let r = stack.admin_patch(&format!("/api-keys/{id}"), &s.access_token, &json!({"models": null})).await;
+    assert_eq!(r.json::<Value>().await.unwrap()["models"], Value::Null);
+}
+
+#[tokio::test]
+async fn an_expiry_set_later_is_enforced_by_the_proxy() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (key, id) = key_with(&stack, &s, json!({"name": "expiring"})).await;
+    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+    let soon = chrono::Utc::now() + chrono::Duration::seconds(2);
+    let r = stack.admin_patch(&format!("/api-keys/{id}"), &s.access_token, &json!({"expires_at": soon})).await;
+    assert_eq!(r.status(), 200);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let r = stack.chat(&key, chat_body()).await;
+    assert_eq!(r.status(), 401);
+    let b: Value = r.json().await.unwrap();
+    assert!(b["error"]["message"].as_str().unwrap().contains("expired"), "{b}");
+    let list = stack.list_keys(&s.access_token, "?status=expired").await;
+    assert_eq!(list["data"][0]["id"], id);
+}
+
+#[tokio::test]
+async fn update_refuses_bad_changes() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (_, id) = key_with(&stack, &s, json!({"name": "u"})).await;
+    let path = format!("/api-keys/{id}");
+    let t = &s.access_token;
+    expect_api_error(stack.admin_patch(&path, t, &json!({})).await, 400).await;
+    let b =
+        expect_api_error(stack.admin_patch(&path, t, &json!({"expires_at": "2000-01-01T00:00:00Z"})).await, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "expires_at");
+    let b = expect_api_error(stack.admin_patch(&path, t, &json!({"models": ["no-such-model"]})).await, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "models");
+    let b = expect_api_error(stack.admin_patch(&path, t, &json!({"name": " "})).await, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "name");
+    expect_api_error(stack.admin_patch(&path, t, &json!({"secret": "x"})).await, 400).await;
+    assert_eq!(stack.admin_delete(&path, t).await.status(), 204);
+    let b = expect_api_error(stack.admin_patch(&path, t, &json!({"name": "late"})).await, 409).await;
+    assert_eq!(b["error"]["code"], "conflict");
+}
+
+#[tokio::test]
+async fn lists_filter_by_team_status_and_name() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let team = stack.create_team(&s, "filters").await;
+    let (_, in_team) = key_with(&stack, &s, json!({"name": "Team Key", "team_id": team})).await;
+    let (_, revoked) = key_with(&stack, &s, json!({"name": "gone"})).await;
+    let (_, active) = key_with(&stack, &s, json!({"name": "plain"})).await;
+    assert_eq!(stack.admin_delete(&format!("/api-keys/{revoked}"), &s.access_token).await.status(), 204);
+    let ids = |v: Value| -> Vec<String> {
+        v["data"].as_array().unwrap().iter().map(|k| k["id"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(ids(stack.list_keys(&s.access_token, &format!("?team_id={team}")).await), vec![in_team.clone()]);
+    assert_eq!(ids(stack.list_keys(&s.access_token, "?status=revoked").await), vec![revoked]);
+    assert_eq!(ids(stack.list_keys(&s.access_token, "?status=active").await), vec![active, in_team.clone()]);
+    assert_eq!(ids(stack.list_keys(&s.access_token, "?name=team%20k").await), vec![in_team]);
+    let r = stack.admin_get("/api-keys?status=sleeping", &s.access_token).await;
+    let b = expect_api_error(r, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "status");
+}

@@ -125,7 +125,12 @@ async fn login_with_a_wrong_password_is_401() {
 #[tokio::test]
 async fn login_with_an_unknown_email_is_401() {
     let stack = Stack::shared().await;
-    let r = post(&stack, "/auth/login", json!({"email": "nobody@test.gw", "password": "whatever123"})).await;
+    let r = post(
+        &stack,
+        "/auth/login",
+        json!({"email": format!("nobody-{}@test.gw", uuid::Uuid::new_v4()), "password": "whatever123"}),
+    )
+    .await;
     let b = expect_api_error(r, 401).await;
     assert_eq!(b["error"]["code"], "unauthorized");
 }
@@ -241,7 +246,8 @@ async fn attempts_from_one_address_are_throttled() {
         ..Default::default()
     })
     .await;
-    let ip = format!("10.{}.{}.{}", rand_octet(), rand_octet(), rand_octet());
+    let random_ip = || format!("10.{}.{}.{}", rand_octet(), rand_octet(), rand_octet());
+    let ip = random_ip();
     let login = |ip: String| {
         let stack = &stack;
         async move {
@@ -249,7 +255,7 @@ async fn attempts_from_one_address_are_throttled() {
                 .http
                 .post(format!("{}/api/v1/auth/login", stack.admin))
                 .header("x-forwarded-for", ip)
-                .json(&json!({"email": "nobody@test.gw", "password": "whatever whatever"}))
+                .json(&json!({"email": format!("nobody-{}@test.gw", uuid::Uuid::new_v4()), "password": "whatever whatever"}))
                 .send()
                 .await
                 .unwrap()
@@ -262,7 +268,8 @@ async fn attempts_from_one_address_are_throttled() {
     assert_eq!(r.status(), 429);
     assert!(!header(&r, "retry-after").is_empty());
     // Another address still gets an answer.
-    assert_eq!(login(format!("{ip}1").replace("..", ".")).await.status(), 401);
+    let other = std::iter::repeat_with(random_ip).find(|o| *o != ip).unwrap();
+    assert_eq!(login(other).await.status(), 401);
 }
 
 fn rand_octet() -> u8 {
