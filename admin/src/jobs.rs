@@ -12,7 +12,7 @@ use diesel_async::{AsyncConnection, RunQueryDsl};
 use crate::state::AppState;
 
 /// `pg_try_advisory_xact_lock` key of the session-pruning job ("gwprune").
-const PRUNE_LOCK: i64 = 0x6777_7072_756e_65;
+const PRUNE_LOCK: i64 = 0x0067_7770_7275_6e65;
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 #[derive(QueryableByName)]

@@ -12,6 +12,7 @@
 //! 3. then drop `GW_ENCRYPTION_KEY_V<N>` everywhere.
 
 mod authz;
+mod body;
 mod bootstrap;
 mod error;
 mod jobs;

@@ -43,6 +43,43 @@ pub fn request_id(req: &HttpRequest) -> Option<String> {
     req.extensions().get::<RequestId>().map(|r| r.0.clone())
 }
 
+/// What a write's record needs from its request and session, taken before a transaction
+/// opens (the request itself cannot enter one), so the record commits with the change.
+pub struct Trail {
+    pub org_id: Uuid,
+    pub actor_user_id: Option<Uuid>,
+    pub actor_role: Option<String>,
+    pub request_id: Option<String>,
+}
+
+impl Trail {
+    /// A session's action.
+    pub fn of(session: &Session, req: &HttpRequest) -> Self {
+        Trail::new(session.org_id, Actor::from(session), req)
+    }
+
+    pub fn new(org_id: Uuid, actor: Actor, req: &HttpRequest) -> Self {
+        Trail { org_id, actor_user_id: actor.user_id, actor_role: actor.role, request_id: request_id(req) }
+    }
+
+    pub async fn record(&self, conn: &mut AsyncPgConnection, entry: Entry<'_>) -> ApiResult<()> {
+        let event = Event {
+            id: new_id(),
+            org_id: self.org_id,
+            actor_user_id: self.actor_user_id,
+            actor_role: self.actor_role.clone(),
+            action: entry.action.to_string(),
+            resource_type: entry.resource_type.to_string(),
+            resource_id: entry.resource_id,
+            request_id: self.request_id.clone(),
+            detail: entry.detail,
+            created_at: Utc::now(),
+        };
+        admin_audit::insert(conn, &event).await?;
+        Ok(())
+    }
+}
+
 pub async fn record(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
@@ -50,23 +87,10 @@ pub async fn record(
     req: &HttpRequest,
     entry: Entry<'_>,
 ) -> ApiResult<()> {
-    let event = Event {
-        id: new_id(),
-        org_id,
-        actor_user_id: actor.user_id,
-        actor_role: actor.role,
-        action: entry.action.to_string(),
-        resource_type: entry.resource_type.to_string(),
-        resource_id: entry.resource_id,
-        request_id: request_id(req),
-        detail: entry.detail,
-        created_at: Utc::now(),
-    };
-    admin_audit::insert(conn, &event).await?;
-    Ok(())
+    Trail::new(org_id, actor, req).record(conn, entry).await
 }
 
 /// [`record`] for a session's action.
 pub async fn by(conn: &mut AsyncPgConnection, session: &Session, req: &HttpRequest, entry: Entry<'_>) -> ApiResult<()> {
-    record(conn, session.org_id, Actor::from(session), req, entry).await
+    Trail::of(session, req).record(conn, entry).await
 }

@@ -33,6 +33,14 @@ pub fn email(field: &str, value: &str) -> ApiResult<Email> {
     email::parse(value).map_err(|e| ApiError::field(field, e.to_string().trim_start_matches("email ").to_string()))
 }
 
+/// For `#[serde(default, deserialize_with = "crate::validate::double_option")]`: `Some(None)`
+/// for an explicit JSON null (clear the field), `None` when the field is absent (leave it).
+pub fn double_option<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
+}
+
 /// Most bytes of free-form JSON metadata a resource may carry.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 

@@ -99,7 +99,8 @@ def test_document_shape(document):
             if re.fullmatch(r"4\d\d", status)
             and any(m.get("schema", {}).get("$ref") == ERROR_REF for m in resp.get("content", {}).values())
         ]
-        if not errors:
+        # The document itself takes no input and has nothing to refuse.
+        if not errors and name != "GET /api/v1/openapi.json":
             problems.append(f"{name}: no 4xx response documented with {ERROR_REF}")
     assert not problems, "\n".join(problems)
     assert "ErrorBody" in document.get("components", {}).get("schemas", {})

@@ -371,7 +371,7 @@ async fn outbox(address: &str, kind: &str) -> (String, usize) {
         .load(&mut conn)
         .await
         .unwrap();
-    let newest = bodies.iter().next().cloned().unwrap_or_default();
+    let newest = <[String]>::first(&bodies).cloned().unwrap_or_default();
     (newest, bodies.len())
 }
 

@@ -477,3 +477,14 @@ async fn team_writes_appear_in_the_audit_trail() {
     let only_creates = trail(&stack, &s, "?action=team.create").await;
     assert_eq!(only_creates.len(), 1);
 }
+
+#[tokio::test]
+async fn a_json_array_body_is_400_not_read_by_position() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r = stack.admin_post("/teams", &s.access_token, &json!(["array team"])).await;
+    let b = expect_api_error(r, 400).await;
+    assert_eq!(b["error"]["code"], "validation_error");
+    let r = stack.admin_get("/teams", &s.access_token).await;
+    assert_eq!(r.json::<Value>().await.unwrap()["data"], json!([]));
+}

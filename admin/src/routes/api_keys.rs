@@ -9,7 +9,7 @@ use gw_shared::accounts::{issue_api_key, KeySpec, DEFAULT_PERMISSION, KNOWN_PERM
 use gw_shared::db::{api_keys, teams};
 use gw_shared::keys::KeyHash;
 use gw_shared::redis::{invalidate, publish, Invalidation};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_actix_web::service_config::ServiceConfig;
@@ -28,11 +28,6 @@ const MAX_MODELS: usize = 100;
 
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(list).service(create).service(get_one).service(update).service(revoke);
-}
-
-/// `Some(None)` for an explicit JSON null, `None` when the field is absent.
-pub fn double_option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -59,11 +54,11 @@ pub struct UpdateApiKey {
     #[serde(default)]
     name: Option<String>,
     /// A future time, or null for no expiry.
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, deserialize_with = "crate::validate::double_option")]
     #[schema(value_type = Option<DateTime<Utc>>)]
     expires_at: Option<Option<DateTime<Utc>>>,
     /// The model allow-list, or null for every model.
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, deserialize_with = "crate::validate::double_option")]
     #[schema(value_type = Option<Vec<String>>)]
     models: Option<Option<Vec<String>>>,
 }
@@ -225,7 +220,7 @@ pub async fn create(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<CreateApiKey>,
+    body: crate::body::Json<CreateApiKey>,
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let name = validate::text("name", &b.name, 200)?;
@@ -319,7 +314,7 @@ pub async fn update(
     session: Session,
     req: HttpRequest,
     id: web::Path<Uuid>,
-    body: web::Json<UpdateApiKey>,
+    body: crate::body::Json<UpdateApiKey>,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let b = body.into_inner();

@@ -113,7 +113,7 @@ pub struct VerifyBody {
 pub async fn register(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<RegisterBody>,
+    body: crate::body::Json<RegisterBody>,
 ) -> ApiResult<HttpResponse> {
     throttle::attempt(&state, &req, "register").await?;
     let b = body.into_inner();
@@ -235,7 +235,7 @@ async fn signed_up(
 pub async fn verify_email(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<VerifyBody>,
+    body: crate::body::Json<VerifyBody>,
 ) -> ApiResult<HttpResponse> {
     throttle::attempt(&state, &req, "verify").await?;
     let token = body.into_inner().token;
@@ -274,7 +274,7 @@ pub async fn verify_email(
 pub async fn login(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<LoginBody>,
+    body: crate::body::Json<LoginBody>,
 ) -> ApiResult<HttpResponse> {
     throttle::attempt(&state, &req, "login").await?;
     let b = body.into_inner();
@@ -341,7 +341,7 @@ fn open_successor(presented: &str, row: Uuid, sealed: &[u8]) -> Option<Successor
 #[utoipa::path(tag = "auth", security(()), request_body = RefreshBody,
     responses((status = 200, description = "New tokens", body = TokenResponse), Errors))]
 #[post("/auth/refresh")]
-pub async fn refresh(state: web::Data<AppState>, body: web::Json<RefreshBody>) -> ApiResult<HttpResponse> {
+pub async fn refresh(state: web::Data<AppState>, body: crate::body::Json<RefreshBody>) -> ApiResult<HttpResponse> {
     let token = body.into_inner().refresh_token;
     if token.is_empty() || token.len() > MAX_BEARER_LEN {
         return Err(ApiError::Unauthorized("invalid refresh token".into()));

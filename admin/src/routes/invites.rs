@@ -25,10 +25,10 @@ use uuid::Uuid;
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
 use crate::routes::auth::{hash_new_password, password_rules, verify};
-use crate::routes::teams::TxTrail;
 use crate::session::Session;
 use crate::state::AppState;
 use crate::tokens::{self, TokenResponse};
+use crate::trail::Trail;
 use crate::trail::{self, Entry};
 use crate::{throttle, validate};
 
@@ -175,7 +175,7 @@ pub async fn create_invite(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<CreateInviteBody>,
+    body: crate::body::Json<CreateInviteBody>,
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let email = validate::email("email", &b.email)?;
@@ -228,7 +228,7 @@ pub async fn create_invite(
         invited_by: Some(session.user_id),
         expires_at: Utc::now() + lifetime,
     };
-    let trail = TxTrail::of(&session, &req);
+    let trail = Trail::of(&session, &req);
     let invite = conn.transaction(async |conn| create_tx(conn, &trail, &new).await).await?;
     log::info!("invite {} created in org {}", invite.id, invite.org_id);
     Ok(HttpResponse::Created().json(InviteCreated {
@@ -244,7 +244,7 @@ pub async fn create_invite(
     }))
 }
 
-async fn create_tx(conn: &mut AsyncPgConnection, trail: &TxTrail, new: &NewInvite<'_>) -> ApiResult<Invite> {
+async fn create_tx(conn: &mut AsyncPgConnection, trail: &Trail, new: &NewInvite<'_>) -> ApiResult<Invite> {
     let invite = invites::insert(conn, new).await?;
     let entry = Entry {
         action: "invite.create",
@@ -275,13 +275,13 @@ pub async fn revoke_invite(
         Status::Revoked => return Ok(HttpResponse::NoContent().finish()),
         Status::Pending | Status::Expired => {}
     }
-    let trail = TxTrail::of(&session, &req);
+    let trail = Trail::of(&session, &req);
     let org_id = session.org_id;
     conn.transaction(async |conn| revoke_tx(conn, &trail, org_id, &invite).await).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
-async fn revoke_tx(conn: &mut AsyncPgConnection, trail: &TxTrail, org_id: Uuid, invite: &Invite) -> ApiResult<()> {
+async fn revoke_tx(conn: &mut AsyncPgConnection, trail: &Trail, org_id: Uuid, invite: &Invite) -> ApiResult<()> {
     if !invites::revoke(conn, org_id, invite.id).await? {
         // Accepted or revoked meanwhile.
         return match invites::find(conn, org_id, invite.id).await? {
@@ -321,7 +321,7 @@ enum Account {
 pub async fn accept_invite(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<AcceptBody>,
+    body: crate::body::Json<AcceptBody>,
 ) -> ApiResult<HttpResponse> {
     throttle::attempt(&state, &req, "invite").await?;
     let b = body.into_inner();
@@ -430,7 +430,7 @@ async fn accept_tx(
     if !invites::mark_accepted(conn, invite.id, user.id).await? {
         return Err(invalid_token());
     }
-    let trail = TxTrail {
+    let trail = Trail {
         org_id: invite.org_id,
         actor_user_id: Some(user.id),
         actor_role: Some(role.clone()),

@@ -91,7 +91,7 @@ pub async fn update(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<UpdateOrganization>,
+    body: crate::body::Json<UpdateOrganization>,
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     if b.plan.is_some() {

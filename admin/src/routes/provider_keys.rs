@@ -172,7 +172,7 @@ pub async fn create(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<CreateProviderKey>,
+    body: crate::body::Json<CreateProviderKey>,
 ) -> ApiResult<HttpResponse> {
     let ring = keyring(&state)?;
     let b = body.into_inner();
@@ -242,7 +242,7 @@ pub async fn rename(
     session: Session,
     req: HttpRequest,
     id: web::Path<Uuid>,
-    body: web::Json<RenameProviderKey>,
+    body: crate::body::Json<RenameProviderKey>,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let name = validate::text("name", &body.name, 200)?;
@@ -272,7 +272,7 @@ pub async fn rotate(
     session: Session,
     req: HttpRequest,
     id: web::Path<Uuid>,
-    body: web::Json<RotateProviderKey>,
+    body: crate::body::Json<RotateProviderKey>,
 ) -> ApiResult<HttpResponse> {
     let ring = keyring(&state)?;
     let id = id.into_inner();

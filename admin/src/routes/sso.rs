@@ -133,7 +133,7 @@ async fn take(state: &AppState, csrf: &str) -> ApiResult<Option<Pending>> {
 pub async fn initiate(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<InitiateBody>,
+    body: crate::body::Json<InitiateBody>,
 ) -> ApiResult<HttpResponse> {
     throttle::attempt(&state, &req, "sso").await?;
     let b = body.into_inner();

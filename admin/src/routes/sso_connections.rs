@@ -263,7 +263,7 @@ pub async fn create(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<CreateSsoConnection>,
+    body: crate::body::Json<CreateSsoConnection>,
 ) -> ApiResult<HttpResponse> {
     let ring = keyring(&state)?;
     let b = body.into_inner();
@@ -362,7 +362,7 @@ pub async fn update(
     session: Session,
     req: HttpRequest,
     id: web::Path<Uuid>,
-    body: web::Json<UpdateSsoConnection>,
+    body: crate::body::Json<UpdateSsoConnection>,
 ) -> ApiResult<HttpResponse> {
     let ring = keyring(&state)?;
     let id = id.into_inner();

@@ -11,14 +11,13 @@
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use gw_shared::db::admin_audit::{self, Event};
 use gw_shared::db::teams::{self, NewTeam, Team, TeamChange, TeamMember, TEAM_ROLES};
 use gw_shared::db::users;
 use gw_shared::ids::new_id;
 use gw_shared::keys::KeyHash;
 use gw_shared::policy::KNOWN_POLICIES;
 use gw_shared::redis::{invalidate, Invalidation};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_actix_web::service_config::ServiceConfig;
@@ -28,7 +27,7 @@ use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
 use crate::session::Session;
 use crate::state::AppState;
-use crate::trail::{self, Entry};
+use crate::trail::{Entry, Trail};
 use crate::validate;
 
 /// Budget periods.
@@ -50,50 +49,6 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(list_team_members)
         .service(add_team_member)
         .service(remove_team_member);
-}
-
-/// The trail of a write made inside a transaction. `trail::by` borrows the `HttpRequest`, which
-/// is not `Send` and so cannot enter a transaction's future; this carries what the trail needs
-/// from the request instead, and records in the transaction's connection.
-pub(crate) struct TxTrail {
-    pub org_id: Uuid,
-    pub actor_user_id: Option<Uuid>,
-    pub actor_role: Option<String>,
-    pub request_id: Option<String>,
-}
-
-impl TxTrail {
-    /// A session's action.
-    pub(crate) fn of(session: &Session, req: &HttpRequest) -> Self {
-        TxTrail {
-            org_id: session.org_id,
-            actor_user_id: Some(session.user_id),
-            actor_role: Some(session.role.to_string()),
-            request_id: trail::request_id(req),
-        }
-    }
-
-    pub(crate) async fn record(&self, conn: &mut AsyncPgConnection, entry: Entry<'_>) -> ApiResult<()> {
-        let event = Event {
-            id: new_id(),
-            org_id: self.org_id,
-            actor_user_id: self.actor_user_id,
-            actor_role: self.actor_role.clone(),
-            action: entry.action.to_string(),
-            resource_type: entry.resource_type.to_string(),
-            resource_id: entry.resource_id,
-            request_id: self.request_id.clone(),
-            detail: entry.detail,
-            created_at: Utc::now(),
-        };
-        admin_audit::insert(conn, &event).await?;
-        Ok(())
-    }
-}
-
-/// `Some(None)` for an explicit JSON null, `None` when the field is absent.
-fn double_option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
 }
 
 fn default_thresholds() -> Vec<u8> {
@@ -239,15 +194,15 @@ pub struct UpdateTeamBody {
     #[serde(default)]
     default_policies: Option<Vec<String>>,
     /// A new budget, or null to remove it.
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, deserialize_with = "crate::validate::double_option")]
     #[schema(value_type = Option<Budget>)]
     budget: Option<Option<Budget>>,
     /// New rate limits, or null to remove them.
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, deserialize_with = "crate::validate::double_option")]
     #[schema(value_type = Option<RateLimits>)]
     rate_limits: Option<Option<RateLimits>>,
     /// A new model allow-list, or null for every model.
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, deserialize_with = "crate::validate::double_option")]
     #[schema(value_type = Option<Vec<String>>)]
     models: Option<Option<Vec<String>>>,
 }
@@ -426,7 +381,7 @@ pub async fn create_team(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: web::Json<CreateTeamBody>,
+    body: crate::body::Json<CreateTeamBody>,
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let new = NewTeam {
@@ -444,14 +399,14 @@ pub async fn create_team(
         rate_limits: b.rate_limits.map(rate_limits_value).transpose()?,
         allowed_models: b.models.map(|m| models(&state, m)).transpose()?,
     };
-    let trail = TxTrail::of(&session, &req);
+    let trail = Trail::of(&session, &req);
     let mut conn = state.conn().await?;
     let team = conn.transaction(async |conn| create_tx(conn, &trail, new).await).await?;
     log::info!("team {} created in org {}", team.id, team.org_id);
     Ok(HttpResponse::Created().json(TeamOut::new(team, 0)))
 }
 
-async fn create_tx(conn: &mut AsyncPgConnection, trail: &TxTrail, new: NewTeam) -> ApiResult<Team> {
+async fn create_tx(conn: &mut AsyncPgConnection, trail: &Trail, new: NewTeam) -> ApiResult<Team> {
     let team = match teams::create(conn, new).await {
         Ok(t) => t,
         Err(e) if is_unique_violation(&e) => return Err(name_taken()),
@@ -489,7 +444,7 @@ pub async fn update_team(
     session: Session,
     req: HttpRequest,
     path: web::Path<Uuid>,
-    body: web::Json<UpdateTeamBody>,
+    body: crate::body::Json<UpdateTeamBody>,
 ) -> ApiResult<HttpResponse> {
     let team_id = path.into_inner();
     let b = body.into_inner();
@@ -525,7 +480,7 @@ pub async fn update_team(
                 .into(),
         ));
     }
-    let trail = TxTrail::of(&session, &req);
+    let trail = Trail::of(&session, &req);
     let org_id = session.org_id;
     let mut conn = state.conn().await?;
     let (team, n) =
@@ -536,7 +491,7 @@ pub async fn update_team(
 
 async fn update_tx(
     conn: &mut AsyncPgConnection,
-    trail: &TxTrail,
+    trail: &Trail,
     org_id: Uuid,
     team_id: Uuid,
     change: &TeamChange,
@@ -573,7 +528,7 @@ pub async fn delete_team(
 ) -> ApiResult<HttpResponse> {
     let team_id = path.into_inner();
     let revoke_keys = q.into_inner().revoke_keys.unwrap_or(false);
-    let trail = TxTrail::of(&session, &req);
+    let trail = Trail::of(&session, &req);
     let org_id = session.org_id;
     let mut conn = state.conn().await?;
     let revoked = conn.transaction(async |conn| delete_tx(conn, &trail, org_id, team_id, revoke_keys).await).await?;
@@ -587,7 +542,7 @@ pub async fn delete_team(
 
 async fn delete_tx(
     conn: &mut AsyncPgConnection,
-    trail: &TxTrail,
+    trail: &Trail,
     org_id: Uuid,
     team_id: Uuid,
     revoke_keys: bool,
@@ -651,7 +606,12 @@ fn add_member_body(raw: &[u8]) -> ApiResult<AddMemberBody> {
     if raw.iter().all(u8::is_ascii_whitespace) {
         return Ok(AddMemberBody::default());
     }
-    serde_json::from_slice(raw).map_err(|e| ApiError::Validation(format!("invalid JSON body: {e}")))
+    let invalid = |e: serde_json::Error| ApiError::Validation(format!("invalid JSON body: {e}"));
+    let value: serde_json::Value = serde_json::from_slice(raw).map_err(invalid)?;
+    if !value.is_object() {
+        return Err(ApiError::Validation("the body must be a JSON object".into()));
+    }
+    serde_json::from_value(value).map_err(invalid)
 }
 
 /// Add a member of the organization to the team, or change their role in it. The body is
@@ -668,13 +628,13 @@ pub async fn add_team_member(
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
     let (team_id, user_id) = path.into_inner();
-    // Read by hand: `Option<web::Json<_>>` would turn an invalid body into "no body" silently.
+    // Read by hand: `Option<Json<_>>` would turn an invalid body into "no body" silently.
     let b = add_member_body(body.as_ref())?;
     let role = b.role.unwrap_or_else(|| "member".to_string());
     if !TEAM_ROLES.contains(&role.as_str()) {
         return Err(ApiError::field("role", "must be lead or member"));
     }
-    let trail = TxTrail::of(&session, &req);
+    let trail = Trail::of(&session, &req);
     let org_id = session.org_id;
     let mut conn = state.conn().await?;
     let member =
@@ -684,7 +644,7 @@ pub async fn add_team_member(
 
 async fn add_member_tx(
     conn: &mut AsyncPgConnection,
-    trail: &TxTrail,
+    trail: &Trail,
     org_id: Uuid,
     team_id: Uuid,
     user_id: Uuid,
@@ -719,7 +679,7 @@ pub async fn remove_team_member(
     path: web::Path<(Uuid, Uuid)>,
 ) -> ApiResult<HttpResponse> {
     let (team_id, user_id) = path.into_inner();
-    let trail = TxTrail::of(&session, &req);
+    let trail = Trail::of(&session, &req);
     let org_id = session.org_id;
     let mut conn = state.conn().await?;
     conn.transaction(async |conn| remove_member_tx(conn, &trail, org_id, team_id, user_id).await).await?;
@@ -728,7 +688,7 @@ pub async fn remove_team_member(
 
 async fn remove_member_tx(
     conn: &mut AsyncPgConnection,
-    trail: &TxTrail,
+    trail: &Trail,
     org_id: Uuid,
     team_id: Uuid,
     user_id: Uuid,

@@ -16,10 +16,10 @@ use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
-use crate::routes::teams::TxTrail;
 use crate::session::Session;
 use crate::state::AppState;
 use crate::trail::Entry;
+use crate::trail::Trail;
 
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(list_users).service(get_user).service(update_user).service(remove_user);
@@ -136,7 +136,7 @@ pub async fn update_user(
     session: Session,
     req: HttpRequest,
     path: web::Path<Uuid>,
-    body: web::Json<UpdateUserBody>,
+    body: crate::body::Json<UpdateUserBody>,
 ) -> ApiResult<HttpResponse> {
     let user_id = path.into_inner();
     let role = parse_role("role", &body.into_inner().role)?;
@@ -146,7 +146,7 @@ pub async fn update_user(
     if role == Role::Owner && session.role != Role::Owner {
         return Err(owners_only());
     }
-    let trail = TxTrail::of(&session, &req);
+    let trail = Trail::of(&session, &req);
     let (org_id, actor_role) = (session.org_id, session.role);
     let mut conn = state.conn().await?;
     let member =
@@ -156,7 +156,7 @@ pub async fn update_user(
 
 async fn set_role_tx(
     conn: &mut AsyncPgConnection,
-    trail: &TxTrail,
+    trail: &Trail,
     org_id: Uuid,
     actor_role: Role,
     user_id: Uuid,
@@ -203,7 +203,7 @@ pub async fn remove_user(
     path: web::Path<Uuid>,
 ) -> ApiResult<HttpResponse> {
     let user_id = path.into_inner();
-    let trail = TxTrail::of(&session, &req);
+    let trail = Trail::of(&session, &req);
     let (org_id, actor_role) = (session.org_id, session.role);
     let mut conn = state.conn().await?;
     conn.transaction(async |conn| remove_tx(conn, &trail, org_id, actor_role, user_id).await).await?;
@@ -213,7 +213,7 @@ pub async fn remove_user(
 
 async fn remove_tx(
     conn: &mut AsyncPgConnection,
-    trail: &TxTrail,
+    trail: &Trail,
     org_id: Uuid,
     actor_role: Role,
     user_id: Uuid,
