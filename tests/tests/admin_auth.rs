@@ -430,3 +430,47 @@ async fn a_confirmation_link_works_once() {
     let b = expect_api_error(post(&stack, "/auth/verify-email", json!({"token": "ver_forged"})).await, 400).await;
     assert_eq!(b["error"]["fields"][0]["field"], "token");
 }
+
+#[tokio::test]
+async fn ended_sessions_and_their_refresh_tokens_are_pruned() {
+    use diesel::prelude::*;
+    use diesel_async::RunQueryDsl;
+    use gw_shared::db::schema::{refresh_tokens as rt, sessions as se};
+    let shared = Stack::shared().await;
+    let s = shared.register().await;
+    let mut conn = gw_tests::db::connect().await;
+    // A sign-in that ended two days ago, with its refresh token.
+    let (old, token) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let ended = chrono::Utc::now() - chrono::Duration::days(2);
+    diesel::insert_into(se::table)
+        .values((se::id.eq(old), se::user_id.eq(s.user_id), se::org_id.eq(s.org_id), se::expires_at.eq(ended)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    diesel::insert_into(rt::table)
+        .values((
+            rt::id.eq(token),
+            rt::user_id.eq(s.user_id),
+            rt::org_id.eq(s.org_id),
+            rt::family_id.eq(old),
+            rt::token_hash.eq(gw_shared::keys::hash_secret(&token.to_string()).to_vec()),
+            rt::expires_at.eq(ended),
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // An admin process prunes when it starts (then hourly).
+    let _stack = Stack::start_with(StackOptions::default()).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left: i64 = se::table.filter(se::id.eq(old)).count().get_result(&mut conn).await.unwrap();
+        let tokens: i64 = rt::table.filter(rt::id.eq(token)).count().get_result(&mut conn).await.unwrap();
+        if left == 0 && tokens == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the ended session was not pruned");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The live session of the same user is untouched.
+    assert_eq!(shared.admin_get("/organizations/current", &s.access_token).await.status(), 200);
+}
