@@ -111,6 +111,10 @@ pub async fn authorize(
         return Ok(next.call(req).await?.map_into_left_body());
     }
     let refuse = |req: ServiceRequest, e: ApiError| Ok(req.into_response(e.error_response()).map_into_right_body());
+    // PostgreSQL cannot hold NUL in text: a filter carrying one is the client's error, not a 500.
+    if req.query_string().to_ascii_lowercase().contains("%00") {
+        return refuse(req, ApiError::Validation("the query string must not contain NUL characters".into()));
+    }
     let access = match lookup(req.method().as_str(), &pattern) {
         Some(a) => a,
         None => {

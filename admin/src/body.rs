@@ -14,6 +14,33 @@ use crate::error::ApiError;
 
 pub struct Json<T>(pub T);
 
+/// The path of the first string (or key) holding a NUL, which PostgreSQL cannot store in text or
+/// JSONB: refused here as the client's error rather than failing as the database's.
+fn nul_at(value: &Value, path: &str) -> Option<String> {
+    let join = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+    match value {
+        Value::String(s) if s.contains('\0') => Some(if path.is_empty() { "body".into() } else { path.to_string() }),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| nul_at(v, &format!("{path}[{i}]"))),
+        Value::Object(map) => {
+            map.iter().find_map(|(k, v)| if k.contains('\0') { Some(join("<key>")) } else { nul_at(v, &join(k)) })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nul_characters_are_found_with_their_path() {
+        let v = serde_json::json!({"name": "ok", "metadata": {"a": ["x", "b\u{0}"]}});
+        assert_eq!(nul_at(&v, "").as_deref(), Some("metadata.a[1]"));
+        assert_eq!(nul_at(&serde_json::json!({"a": 1, "b": [true, null]}), ""), None);
+        assert_eq!(nul_at(&serde_json::json!({"k\u{0}": 1}), "").as_deref(), Some("<key>"));
+    }
+}
+
 impl<T> Json<T> {
     pub fn into_inner(self) -> T {
         self.0
@@ -38,6 +65,9 @@ impl<T: DeserializeOwned + 'static> FromRequest for Json<T> {
             let value = value.await?.into_inner();
             if !value.is_object() {
                 return Err(ApiError::Validation("the body must be a JSON object".into()).into());
+            }
+            if let Some(path) = nul_at(&value, "") {
+                return Err(ApiError::field(path, "must not contain NUL characters").into());
             }
             serde_json::from_value(value)
                 .map(Json)

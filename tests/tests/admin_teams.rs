@@ -488,3 +488,50 @@ async fn a_json_array_body_is_400_not_read_by_position() {
     let r = stack.admin_get("/teams", &s.access_token).await;
     assert_eq!(r.json::<Value>().await.unwrap()["data"], json!([]));
 }
+
+#[tokio::test]
+async fn nul_characters_are_400_naming_the_field() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let body = json!({"name": "nul", "metadata": {"note": "a\u{0}b"}});
+    let b = expect_api_error(stack.admin_post("/teams", &s.access_token, &body).await, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "metadata.note");
+    for path in ["/teams?name=%00", "/audit-events?action=a%00b", "/invites?status=%00"] {
+        expect_api_error(stack.admin_get(path, &s.access_token).await, 400).await;
+    }
+}
+
+#[tokio::test]
+async fn the_spec_spelling_with_a_trailing_slash_works() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r = stack
+        .admin_post("/invites/", &s.access_token, &json!({"email": format!("slash-{}@test.gw", Uuid::new_v4())}))
+        .await;
+    assert_eq!(r.status(), 201);
+    let r = stack.admin_get("/teams/", &s.access_token).await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn a_teams_model_allow_list_reaches_the_proxy_at_once() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let team = stack.create_team(&s, "narrowed").await;
+    let r = stack.create_key(&s, json!({"name": "k", "team_id": team})).await;
+    let key = r.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_string();
+    let chat = json!({"model": "mock-model", "messages": user_message("hi")});
+    assert_eq!(stack.chat(&key, chat.clone()).await.status(), 200);
+    let r = stack.admin_patch(&format!("/teams/{team}"), &s.access_token, &json!({"models": ["gpt-4o-mini"]})).await;
+    assert_eq!(r.status(), 200);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let r = stack.chat(&key, chat.clone()).await;
+        if r.status() == 404 {
+            assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "model_not_found");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the proxy still serves a model the team no longer allows");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
