@@ -28,19 +28,6 @@ fn nul_at(value: &Value, path: &str) -> Option<String> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nul_characters_are_found_with_their_path() {
-        let v = serde_json::json!({"name": "ok", "metadata": {"a": ["x", "b\u{0}"]}});
-        assert_eq!(nul_at(&v, "").as_deref(), Some("metadata.a[1]"));
-        assert_eq!(nul_at(&serde_json::json!({"a": 1, "b": [true, null]}), ""), None);
-        assert_eq!(nul_at(&serde_json::json!({"k\u{0}": 1}), "").as_deref(), Some("<key>"));
-    }
-}
-
 impl<T> Json<T> {
     pub fn into_inner(self) -> T {
         self.0
@@ -73,5 +60,18 @@ impl<T: DeserializeOwned + 'static> FromRequest for Json<T> {
                 .map(Json)
                 .map_err(|e| ApiError::Validation(format!("invalid JSON body: {e}")).into())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nul_characters_are_found_with_their_path() {
+        let v = serde_json::json!({"name": "ok", "metadata": {"a": ["x", "b\u{0}"]}});
+        assert_eq!(nul_at(&v, "").as_deref(), Some("metadata.a[1]"));
+        assert_eq!(nul_at(&serde_json::json!({"a": 1, "b": [true, null]}), ""), None);
+        assert_eq!(nul_at(&serde_json::json!({"k\u{0}": 1}), "").as_deref(), Some("<key>"));
     }
 }
