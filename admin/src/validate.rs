@@ -41,6 +41,50 @@ pub fn double_option<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de
     <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
 }
 
+/// Most characters of a stored secret (a provider key, an SSO client secret).
+pub const MAX_SECRET_CHARS: usize = 4096;
+
+/// A secret to store: surrounding whitespace (a pasted newline) dropped, then 1 to 4096
+/// characters without control characters. Messages never echo it.
+pub fn secret(field: &str, value: &str) -> ApiResult<String> {
+    let v = value.trim();
+    if v.is_empty() {
+        return Err(ApiError::field(field, "must not be empty"));
+    }
+    if v.chars().count() > MAX_SECRET_CHARS {
+        return Err(ApiError::field(field, format!("must be at most {MAX_SECRET_CHARS} characters")));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(ApiError::field(field, "must not contain control characters"));
+    }
+    Ok(v.to_string())
+}
+
+/// Most entries a model allow-list may have.
+pub const MAX_MODELS: usize = 100;
+
+/// A model allow-list (of a key or a team) as stored: every entry a configured model name or
+/// alias, duplicates dropped (first occurrence kept, so the caller's order holds).
+pub fn models(cfg: &gw_shared::config::Config, requested: Vec<String>) -> ApiResult<Vec<String>> {
+    if requested.len() > MAX_MODELS {
+        return Err(ApiError::field("models", format!("must have at most {MAX_MODELS} entries")));
+    }
+    let known = |m: &str| cfg.models.iter().any(|c| c.name == m || c.aliases.iter().any(|a| a == m));
+    let mut out: Vec<String> = Vec::with_capacity(requested.len());
+    for m in requested {
+        if !known(&m) {
+            return Err(ApiError::field(
+                "models",
+                format!("unknown model {m:?}: each entry must be a configured model name or alias"),
+            ));
+        }
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
 /// Most bytes of free-form JSON metadata a resource may carry.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 

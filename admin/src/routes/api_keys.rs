@@ -23,8 +23,6 @@ use crate::trail::{self, Entry};
 use crate::validate;
 
 const WARNING: &str = "Store this key now: it is shown only once and cannot be retrieved again.";
-/// Most entries a key's model allow-list may have.
-const MAX_MODELS: usize = 100;
 
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(list).service(create).service(get_one).service(update).service(revoke);
@@ -156,31 +154,6 @@ fn permissions(requested: Option<Vec<String>>) -> ApiResult<Vec<String>> {
     Ok(perms)
 }
 
-/// The allow-list as stored: every entry a configured model name or alias, duplicates dropped
-/// (first occurrence kept, so the caller's order holds). `None` stays `None` (every model).
-pub fn models(state: &AppState, requested: Option<Vec<String>>) -> ApiResult<Option<Vec<String>>> {
-    let Some(requested) = requested else {
-        return Ok(None);
-    };
-    if requested.len() > MAX_MODELS {
-        return Err(ApiError::field("models", format!("must have at most {MAX_MODELS} entries")));
-    }
-    let known = |m: &str| state.cfg.models.iter().any(|c| c.name == m || c.aliases.iter().any(|a| a == m));
-    let mut out: Vec<String> = Vec::with_capacity(requested.len());
-    for m in requested {
-        if !known(&m) {
-            return Err(ApiError::field(
-                "models",
-                format!("unknown model {m:?}: each entry must be a configured model name or alias"),
-            ));
-        }
-        if !out.contains(&m) {
-            out.push(m);
-        }
-    }
-    Ok(Some(out))
-}
-
 fn future(field: &str, t: Option<DateTime<Utc>>) -> ApiResult<()> {
     if t.is_some_and(|t| t <= Utc::now()) {
         return Err(ApiError::field(field, "must be in the future"));
@@ -225,7 +198,7 @@ pub async fn create(
     let b = body.into_inner();
     let name = validate::text("name", &b.name, 200)?;
     let perms = permissions(b.permissions)?;
-    let allowed_models = models(&state, b.models)?;
+    let allowed_models = b.models.map(|m| validate::models(&state.cfg, m)).transpose()?;
     future("expires_at", b.expires_at)?;
     let mut conn = state.conn().await?;
     match b.team_id {
@@ -323,7 +296,7 @@ pub async fn update(
         future("expires_at", t)?;
     }
     let allowed_models = match b.models {
-        Some(m) => Some(models(&state, m)?),
+        Some(m) => Some(m.map(|m| validate::models(&state.cfg, m)).transpose()?),
         None => None,
     };
     if name.is_none() && b.expires_at.is_none() && allowed_models.is_none() {

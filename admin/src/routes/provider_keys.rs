@@ -28,7 +28,6 @@ use crate::validate;
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(list).service(create).service(get).service(rename).service(revoke).service(rotate);
 }
-const MAX_SECRET_CHARS: usize = 4096;
 /// The provider kind served in process: it takes no key.
 const IN_PROCESS_KIND: &str = "mock";
 
@@ -131,20 +130,8 @@ fn provider(state: &AppState, requested: &str) -> ApiResult<String> {
     }
 }
 
-/// Surrounding whitespace (a pasted newline) is dropped; the rest must be 1 to 4096 characters
-/// without control characters. Messages never echo the secret.
 fn secret(value: &str) -> ApiResult<String> {
-    let v = value.trim();
-    if v.is_empty() {
-        return Err(ApiError::field("secret", "must not be empty"));
-    }
-    if v.chars().count() > MAX_SECRET_CHARS {
-        return Err(ApiError::field("secret", format!("must be at most {MAX_SECRET_CHARS} characters")));
-    }
-    if v.chars().any(char::is_control) {
-        return Err(ApiError::field("secret", "must not contain control characters"));
-    }
-    Ok(v.to_string())
+    validate::secret("secret", value)
 }
 
 /// Drops the proxies' copies of an organization's keys. The change is committed: if this fails,
@@ -337,12 +324,12 @@ mod tests {
         for bad in ["", "   ", "\n"] {
             assert!(matches!(secret(bad), Err(ApiError::Field { .. })), "{bad:?}");
         }
-        let long = "hidden".repeat(MAX_SECRET_CHARS);
+        let long = "hidden".repeat(crate::validate::MAX_SECRET_CHARS);
         for bad in ["sk-\u{0}-hidden", long.as_str()] {
             let e = secret(bad).unwrap_err();
             assert!(matches!(e, ApiError::Field { .. }));
             assert!(!e.to_string().contains("hidden"), "{e}");
         }
-        assert!(secret(&"x".repeat(MAX_SECRET_CHARS)).is_ok());
+        assert!(secret(&"x".repeat(crate::validate::MAX_SECRET_CHARS)).is_ok());
     }
 }

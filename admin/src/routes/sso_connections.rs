@@ -34,7 +34,6 @@ pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(list).service(create).service(get).service(update).service(remove);
 }
 
-const MAX_SECRET_CHARS: usize = 4096;
 const MAX_CLIENT_ID_CHARS: usize = 512;
 
 #[derive(Deserialize, ToSchema)]
@@ -177,20 +176,8 @@ async fn require_plan(conn: &mut AsyncPgConnection, org_id: Uuid) -> ApiResult<(
     }
 }
 
-/// Surrounding whitespace is dropped; the rest must be 1 to 4096 characters without control
-/// characters. Messages never echo the secret.
 fn secret(value: &str) -> ApiResult<String> {
-    let v = value.trim();
-    if v.is_empty() {
-        return Err(ApiError::field("client_secret", "must not be empty"));
-    }
-    if v.chars().count() > MAX_SECRET_CHARS {
-        return Err(ApiError::field("client_secret", format!("must be at most {MAX_SECRET_CHARS} characters")));
-    }
-    if v.chars().any(char::is_control) {
-        return Err(ApiError::field("client_secret", "must not contain control characters"));
-    }
-    Ok(v.to_string())
+    validate::secret("client_secret", value)
 }
 
 /// 1 to 20 domains, each normalized; duplicates dropped (first kept).
@@ -471,7 +458,7 @@ mod tests {
             assert!(matches!(e, ApiError::Field { .. }));
             assert!(!e.to_string().contains("hidden"), "{e}");
         }
-        assert!(secret(&"x".repeat(MAX_SECRET_CHARS + 1)).is_err());
+        assert!(secret(&"x".repeat(crate::validate::MAX_SECRET_CHARS + 1)).is_err());
     }
 
     #[test]
