@@ -226,6 +226,11 @@ fn serve() -> Result<(), BoxError> {
                         if let Ok(v) = HeaderValue::from_str(&request_id) {
                             res.headers_mut().insert(HeaderName::from_static(REQUEST_ID), v);
                         }
+                        // Answers carry tokens, key secrets and tenant data: no cache may keep them.
+                        if route.starts_with("/api/v1") {
+                            res.headers_mut()
+                                .insert(actix_web::http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                        }
                         log::debug!("{request_id} {method} {route} {status}");
                         Ok(res)
                     }

@@ -1,5 +1,5 @@
 //! Sign-in and sign-up throttling in Redis, shared by every admin replica: attempts per client
-//! address, failed sign-ins per account. Counters are fixed windows (`INCR` + `EXPIRE NX` in
+//! address (IPv6 per /64), password attempts per account. Counters are fixed windows (`INCR` + `EXPIRE NX` in
 //! one script). Account keys hold the SHA-256 of the normalized address, never the address.
 //! When Redis is down, throttling fails open with a log line: the hashing semaphore still
 //! bounds the work an attacker can cause.
@@ -39,6 +39,17 @@ pub fn client_ip(state: &AppState, req: &HttpRequest) -> Option<IpAddr> {
     req.peer_addr().map(|a| a.ip())
 }
 
+/// IPv4 addresses count one by one; IPv6 ones by /64, the block one client usually holds.
+fn address_key(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    }
+}
+
 fn account_key(normalized_email: &str) -> String {
     format!("gw:throttle:account:{}", hex::encode(Sha256::digest(normalized_email.as_bytes())))
 }
@@ -75,7 +86,7 @@ pub async fn attempt(state: &AppState, req: &HttpRequest, what: &str) -> ApiResu
         return Ok(());
     };
     let cfg = &state.cfg.admin;
-    let key = format!("gw:throttle:{what}:ip:{ip}");
+    let key = format!("gw:throttle:{what}:ip:{}", address_key(ip));
     if let Some((n, ttl)) = count(state, &key, cfg.ip_window_secs, 1).await {
         if n > cfg.ip_attempts {
             state.metrics.throttled.with_label_values(&["ip"]).inc();
@@ -85,11 +96,13 @@ pub async fn attempt(state: &AppState, req: &HttpRequest, what: &str) -> ApiResu
     Ok(())
 }
 
-/// Refuses a sign-in to an account that has failed too often, before any password work.
-pub async fn check_account(state: &AppState, normalized_email: &str) -> ApiResult<()> {
+/// Counts a password attempt against the account before any password work, refusing past
+/// the limit. Counting first (not after a failure) keeps a burst of concurrent guesses inside
+/// the limit too; a successful sign-in clears the count ([`account_succeeded`]).
+pub async fn account_attempt(state: &AppState, normalized_email: &str) -> ApiResult<()> {
     let cfg = &state.cfg.admin;
-    if let Some((n, ttl)) = count(state, &account_key(normalized_email), cfg.account_window_secs, 0).await {
-        if n >= cfg.account_failures {
+    if let Some((n, ttl)) = count(state, &account_key(normalized_email), cfg.account_window_secs, 1).await {
+        if n > cfg.account_failures {
             state.metrics.throttled.with_label_values(&["account"]).inc();
             return Err(ApiError::TooManyRequests(ttl.max(1)));
         }
@@ -97,16 +110,25 @@ pub async fn check_account(state: &AppState, normalized_email: &str) -> ApiResul
     Ok(())
 }
 
-/// Counts a failed sign-in against the account.
-pub async fn account_failed(state: &AppState, normalized_email: &str) {
-    let window = state.cfg.admin.account_window_secs;
-    let _ = count(state, &account_key(normalized_email), window, 1).await;
-}
-
 /// A successful sign-in clears the account's failures.
 pub async fn account_succeeded(state: &AppState, normalized_email: &str) {
     if let Ok(mut conn) = state.redis.get().await {
         let _: Result<i64, _> =
             deadpool_redis::redis::cmd("DEL").arg(account_key(normalized_email)).query_async(&mut conn).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_clients_count_per_64() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(address_key(a), address_key(b));
+        assert_ne!(address_key(a), address_key(c));
+        assert_eq!(address_key("10.0.0.1".parse().unwrap()), "10.0.0.1");
     }
 }

@@ -8,7 +8,7 @@ ALTER TABLE org_memberships ADD CONSTRAINT org_memberships_role_check
 -- One normalized form (NFKC, Unicode lower case) is what identifies an account; `email` keeps
 -- what the user typed. Rows from before this migration get the closest SQL can do.
 ALTER TABLE users ADD COLUMN email_normalized TEXT;
-UPDATE users SET email_normalized = lower(normalize(email, NFKC));
+UPDATE users SET email_normalized = lower(normalize(btrim(email), NFKC));
 ALTER TABLE users ALTER COLUMN email_normalized SET NOT NULL;
 CREATE UNIQUE INDEX users_email_normalized_key ON users (email_normalized);
 DROP INDEX users_email_key;

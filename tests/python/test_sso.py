@@ -418,6 +418,29 @@ def test_the_owner_stays_owner(growth, mock, stack):
     assert r.status_code == 200, r.text
 
 
+def test_a_password_set_by_someone_else_stops_working_when_the_provider_signs_the_user_in(growth, mock, stack):
+    # Someone signs the address up first, with a password of their own, before its owner's
+    # organization turns SSO on.
+    domain = unique_domain()
+    victim = f"ceo@{domain}"
+    r = httpx.post(f"{stack['admin']}/api/v1/auth/register", json={
+        "email": victim, "password": "squatters password", "name": "Squatter", "org_name": "Squat"}, timeout=30)
+    assert r.status_code == 201, r.text
+    squatter_token = r.json()["access_token"]
+    growth.create_connection(mock, [domain], role_mapping={"execs": "admin"})
+    # The address's owner signs in through the identity provider: same account, now in corp.
+    _, _, r = sign_in(stack, mock, victim, {"email": victim, "groups": ["execs"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["organization"]["id"] == growth.org_id and r.json()["role"] == "admin"
+    # The squatter's password and open session no longer open anything.
+    r = httpx.post(f"{stack['admin']}/api/v1/auth/login", json={"email": victim, "password": "squatters password"},
+                   timeout=30)
+    assert r.status_code == 401, r.text
+    r = httpx.get(f"{stack['admin']}/api/v1/organizations/current",
+                  headers={"Authorization": f"Bearer {squatter_token}"}, timeout=30)
+    assert r.status_code == 401, r.text
+
+
 def test_a_replayed_state_is_refused(growth, mock, stack):
     domain = unique_domain()
     growth.create_connection(mock, [domain])

@@ -395,7 +395,7 @@ async fn sign_up_does_not_tell_registered_addresses_apart() {
     // The first sign-up of `taken`, completed through its link.
     assert_eq!(sign_up(taken.clone()).await.status(), 202);
     let token = token_in(&outbox(&taken, "verify_email").await.0);
-    let r = post(&stack, "/auth/verify-email", json!({"token": token})).await;
+    let r = post(&stack, "/auth/verify-email", json!({"token": token, "password": PASSWORD})).await;
     assert_eq!(r.status(), 201);
     // Now a sign-up of the registered address and one of a new address look the same.
     let (a, b) = (sign_up(taken.clone()).await, sign_up(fresh.clone()).await);
@@ -420,14 +420,27 @@ async fn a_confirmation_link_works_once() {
         .await;
     assert_eq!(r.status(), 202);
     let token = token_in(&outbox(&email, "verify_email").await.0);
-    let r = post(&stack, "/auth/verify-email", json!({"token": token})).await;
+    // The link alone is not enough: whoever signed the address up chose the password.
+    let b = expect_api_error(
+        post(&stack, "/auth/verify-email", json!({"token": token, "password": "another password!"})).await,
+        400,
+    )
+    .await;
+    assert_eq!(b["error"]["fields"][0]["field"], "password");
+    let r = post(&stack, "/auth/verify-email", json!({"token": token, "password": PASSWORD})).await;
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["role"], "owner");
     assert_eq!(post(&stack, "/auth/login", json!({"email": email, "password": PASSWORD})).await.status(), 200);
-    let b = expect_api_error(post(&stack, "/auth/verify-email", json!({"token": token})).await, 400).await;
+    let b =
+        expect_api_error(post(&stack, "/auth/verify-email", json!({"token": token, "password": PASSWORD})).await, 400)
+            .await;
     assert_eq!(b["error"]["fields"][0]["field"], "token");
-    let b = expect_api_error(post(&stack, "/auth/verify-email", json!({"token": "ver_forged"})).await, 400).await;
+    let b = expect_api_error(
+        post(&stack, "/auth/verify-email", json!({"token": "ver_forged", "password": PASSWORD})).await,
+        400,
+    )
+    .await;
     assert_eq!(b["error"]["fields"][0]["field"], "token");
 }
 

@@ -335,3 +335,18 @@ async fn invite_writes_appear_in_the_audit_trail() {
     let r = stack.admin_get("/invites?status=open", &s.access_token).await;
     expect_field_error(r, "status", "status=open").await;
 }
+
+#[tokio::test]
+async fn invites_die_with_their_inviters_standing() {
+    let stack = Stack::shared().await;
+    let owner = stack.register().await;
+    let admin = stack.join(&owner, "admin", &[]).await;
+    let made = invite_ok(&stack, &admin, "admin").await;
+    let token = made["token"].as_str().unwrap().to_string();
+    // The admin is demoted before the invite is used: it no longer brings anyone in.
+    let r =
+        stack.admin_patch(&format!("/users/{}", admin.user_id), &owner.access_token, &json!({"role": "member"})).await;
+    assert_eq!(r.status(), 200);
+    let r = accept(&stack, json!({"token": token, "name": "Late", "password": gw_tests::PASSWORD})).await;
+    expect_field_error(r, "token", "an invite of a demoted admin").await;
+}

@@ -100,6 +100,9 @@ const VERIFICATION_SENT: VerificationSent = VerificationSent {
 pub struct VerifyBody {
     /// The token from the confirmation link.
     token: String,
+    /// The password chosen at sign-up: a link alone does not complete a sign-up someone else
+    /// may have started with this address and a password of their own.
+    password: String,
 }
 
 /// Create an organization and its owner. With `admin.email_verification` off (the default) the
@@ -238,12 +241,20 @@ pub async fn verify_email(
     body: crate::body::Json<VerifyBody>,
 ) -> ApiResult<HttpResponse> {
     throttle::attempt(&state, &req, "verify").await?;
-    let token = body.into_inner().token;
+    let b = body.into_inner();
+    let token = b.token.clone();
     let invalid = || ApiError::field("token", "this confirmation link is invalid, expired or already used");
     if token.is_empty() || token.len() > MAX_BEARER_LEN {
         return Err(invalid());
     }
     let hash = hash_secret(&token);
+    let pending = {
+        let mut conn = state.conn().await?;
+        gw_shared::db::registrations::find_live(&mut conn, &hash).await?.ok_or_else(invalid)?
+    };
+    if b.password.len() > MAX_PASSWORD_LEN || !verify(&state, b.password, Some(pending.password_hash)).await? {
+        return Err(ApiError::field("password", "is not the password chosen at sign-up"));
+    }
     let mut conn = state.conn().await?;
     let created = conn
         .transaction(async |conn| {
@@ -283,7 +294,7 @@ pub async fn login(
     if b.password.len() > MAX_PASSWORD_LEN {
         return Err(invalid());
     }
-    throttle::check_account(&state, &email.normalized).await?;
+    throttle::account_attempt(&state, &email.normalized).await?;
     // The connection goes back to the pool before the slow hash.
     let user = {
         let mut conn = state.conn().await?;
@@ -292,10 +303,7 @@ pub async fn login(
     let ok = verify(&state, b.password, user.as_ref().and_then(|u| u.password_hash.clone())).await?;
     let user = match user {
         Some(u) if ok => u,
-        _ => {
-            throttle::account_failed(&state, &email.normalized).await;
-            return Err(invalid());
-        }
+        _ => return Err(invalid()),
     };
     throttle::account_succeeded(&state, &email.normalized).await;
     let mut conn = state.conn().await?;

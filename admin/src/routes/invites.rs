@@ -360,9 +360,8 @@ pub async fn accept_invite(
             if password.len() > MAX_PASSWORD_LEN {
                 return Err(invalid());
             }
-            throttle::check_account(&state, &invite.email_normalized).await?;
+            throttle::account_attempt(&state, &invite.email_normalized).await?;
             if !verify(&state, password, user.password_hash.clone()).await? {
-                throttle::account_failed(&state, &invite.email_normalized).await;
                 return Err(invalid());
             }
             throttle::account_succeeded(&state, &invite.email_normalized).await;
@@ -388,6 +387,16 @@ async fn accept_tx(
     // Locked: of two acceptances at once, one wins and the other sees the invite used.
     let invite = invites::find_by_hash_for_update(conn, hash).await?.ok_or_else(invalid_token)?;
     if invite.status(Utc::now()) != Status::Pending {
+        return Err(invalid_token());
+    }
+    // An invite is only as good as its inviter's standing now: one removed or demoted since
+    // (or who left) cannot bring anyone in through invites made before.
+    let inviter = match invite.invited_by {
+        Some(by) => users::membership(conn, invite.org_id, by).await?.and_then(|m| m.role.parse::<Role>().ok()),
+        None => None,
+    };
+    let needed = if invite.role == Role::Owner.as_str() { Role::Owner } else { Role::Admin };
+    if inviter.is_none_or(|r| r < needed) {
         return Err(invalid_token());
     }
     let raced =

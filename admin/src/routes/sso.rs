@@ -367,6 +367,15 @@ async fn provision(state: &AppState, conn: &mut AsyncPgConnection, login: &Login
     let (user, created) = find_or_create_user(conn, login).await?;
     let org_id = login.org.id;
     let (membership, joined) = sso_db::ensure_membership(conn, org_id, user.id, login.role.as_str()).await?;
+    // An account that already existed with a password, joining this organization through its
+    // identity provider: whoever set that password (perhaps someone who signed the address up
+    // before its owner) loses it, with every session it opened. The provider has just proved
+    // who holds the address; passwords are never verified by mail here.
+    let password_cleared = joined && !created && user.password_hash.is_some();
+    if password_cleared {
+        users::clear_password(conn, user.id).await?;
+        gw_shared::db::sessions::revoke_all_for_user(conn, user.id).await?;
+    }
     let current = membership.role.parse::<Role>().ok();
     let role = if current == Some(Role::Owner) {
         Role::Owner
@@ -396,6 +405,7 @@ async fn provision(state: &AppState, conn: &mut AsyncPgConnection, login: &Login
         "role": role.as_str(),
         "previous_role": current.map(Role::as_str),
         "joined": joined,
+        "password_cleared": password_cleared,
         "teams": added_teams,
     });
     admin_audit::insert(conn, &login.event(user.id, role, "user.sso_login", detail)).await?;

@@ -28,7 +28,19 @@ pub async fn insert(conn: &mut AsyncPgConnection, p: &Pending) -> Result<()> {
     Ok(())
 }
 
-/// The live (not completed, not expired) sign-up of a token digest, locked for completion.
+/// The live (not completed, not expired) sign-up of a token digest.
+pub async fn find_live(conn: &mut AsyncPgConnection, token_hash: &[u8]) -> Result<Option<Pending>> {
+    Ok(pending_registrations::table
+        .filter(pending_registrations::token_hash.eq(token_hash))
+        .filter(pending_registrations::completed_at.is_null())
+        .filter(pending_registrations::expires_at.gt(Utc::now()))
+        .select(Pending::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// [`find_live`], locked for completion.
 pub async fn find_live_for_update(conn: &mut AsyncPgConnection, token_hash: &[u8]) -> Result<Option<Pending>> {
     Ok(pending_registrations::table
         .filter(pending_registrations::token_hash.eq(token_hash))

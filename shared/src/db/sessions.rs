@@ -108,6 +108,23 @@ pub async fn revoke_for_member(conn: &mut AsyncPgConnection, org_id: Uuid, user_
     Ok(ids.len())
 }
 
+/// Revokes every session of a user, in every organization.
+pub async fn revoke_all_for_user(conn: &mut AsyncPgConnection, user_id: Uuid) -> Result<usize> {
+    let now = Utc::now();
+    let n =
+        diesel::update(sessions::table.filter(sessions::user_id.eq(user_id)).filter(sessions::revoked_at.is_null()))
+            .set(sessions::revoked_at.eq(now))
+            .execute(conn)
+            .await?;
+    diesel::update(
+        refresh_tokens::table.filter(refresh_tokens::user_id.eq(user_id)).filter(refresh_tokens::revoked_at.is_null()),
+    )
+    .set(refresh_tokens::revoked_at.eq(now))
+    .execute(conn)
+    .await?;
+    Ok(n)
+}
+
 /// Deletes sessions and refresh tokens that ended more than `grace` ago; returns the rows
 /// deleted (refresh tokens, sessions).
 pub async fn prune(conn: &mut AsyncPgConnection, grace: chrono::Duration) -> Result<(usize, usize)> {

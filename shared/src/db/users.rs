@@ -65,6 +65,15 @@ pub async fn set_password(conn: &mut AsyncPgConnection, user_id: Uuid, hash: &st
     Ok(())
 }
 
+/// Removes an account's password (it then signs in only through SSO).
+pub async fn clear_password(conn: &mut AsyncPgConnection, user_id: Uuid) -> Result<()> {
+    diesel::update(users::table.filter(users::id.eq(user_id)))
+        .set((users::password_hash.eq(None::<String>), users::updated_at.eq(Utc::now())))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 pub async fn add_membership(conn: &mut AsyncPgConnection, org_id: Uuid, user_id: Uuid, role: &str) -> Result<()> {
     diesel::insert_into(org_memberships::table)
         .values((
