@@ -15,6 +15,7 @@ mod authz;
 mod body;
 mod bootstrap;
 mod error;
+mod hashing;
 mod jobs;
 mod metrics;
 mod oidc;

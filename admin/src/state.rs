@@ -3,12 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::{ApiError, ApiResult};
+use crate::hashing::Hashing;
+use crate::metrics::Metrics;
 use gw_shared::config::Config;
 use gw_shared::db::{DbConn, DbPool};
-use tokio::sync::{Semaphore, SemaphorePermit};
-
-use crate::error::{ApiError, ApiResult};
-use crate::metrics::Metrics;
 
 pub struct AppState {
     pub cfg: Config,
@@ -16,8 +15,8 @@ pub struct AppState {
     pub redis: deadpool_redis::Pool,
     pub jwt_secret: String,
     pub metrics: Arc<Metrics>,
-    /// Bounds the password hashes computed at once: each holds ~19 MiB and a blocking thread.
-    hashing: Semaphore,
+    /// Password hashing, bounded: see `crate::hashing`.
+    hashing: Hashing,
     /// The client SSO uses to reach identity providers (discovery, JWKS, token exchange).
     pub oidc_http: reqwest::Client,
 }
@@ -30,7 +29,7 @@ impl AppState {
         jwt_secret: String,
         metrics: Arc<Metrics>,
     ) -> Result<Self, Box<dyn std::error::Error>> {
-        let hashing = Semaphore::new(cfg.admin.max_concurrent_hashes.max(1));
+        let hashing = Hashing::new(cfg.admin.max_concurrent_hashes, Duration::from_millis(cfg.admin.hash_wait_ms))?;
         let oidc_http = reqwest::Client::builder()
             // Identity providers must not redirect token or JWKS requests (SSRF hardening).
             .redirect(reqwest::redirect::Policy::none())
@@ -44,16 +43,13 @@ impl AppState {
         Ok(self.db.get().await?)
     }
 
-    /// A slot to hash or verify one password; 503 with a hint when every slot stays busy for
-    /// `hash_wait_ms` (the process's memory stays bounded under a login flood).
-    pub async fn hash_slot(&self) -> ApiResult<SemaphorePermit<'_>> {
-        let wait = Duration::from_millis(self.cfg.admin.hash_wait_ms);
-        match tokio::time::timeout(wait, self.hashing.acquire()).await {
-            Ok(Ok(permit)) => Ok(permit),
-            _ => {
-                self.metrics.hash_busy.inc();
-                Err(ApiError::Unavailable("too many sign-ins at once; retry in a few seconds".into()))
-            }
+    /// Runs a password hash or verification on a hashing thread; 503 with a hint when every
+    /// thread stays busy for `hash_wait_ms`.
+    pub async fn hash<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> ApiResult<T> {
+        let result = self.hashing.run(f).await;
+        if matches!(result, Err(ApiError::Unavailable(_))) {
+            self.metrics.hash_busy.inc();
         }
+        result
     }
 }

@@ -56,22 +56,19 @@ pub struct RefreshBody {
     refresh_token: String,
 }
 
-/// Hashes a new password in a hashing slot, on the blocking pool.
+/// Hashes a new password on a hashing thread.
 pub async fn hash_new_password(state: &AppState, password: String) -> ApiResult<String> {
-    let _slot = state.hash_slot().await?;
-    tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(|e| ApiError::Internal(format!("hashing task failed: {e}")))?
-        .map_err(ApiError::from)
+    state.hash(move || hash_password(&password)).await?.map_err(ApiError::from)
 }
 
-/// Verifies a password in a hashing slot (against a dummy hash when there is none).
+/// Verifies a password on a hashing thread (against a dummy hash when there is none).
 pub async fn verify(state: &AppState, password: String, hash: Option<String>) -> ApiResult<bool> {
-    let _slot = state.hash_slot().await?;
-    let hash = hash.unwrap_or_else(|| dummy_hash().to_string());
-    tokio::task::spawn_blocking(move || verify_password(&password, &hash))
+    state
+        .hash(move || {
+            let hash = hash.unwrap_or_else(|| dummy_hash().to_string());
+            verify_password(&password, &hash)
+        })
         .await
-        .map_err(|e| ApiError::Internal(format!("verification task failed: {e}")))
 }
 
 /// The password rules, as a field error.
