@@ -81,6 +81,19 @@ fn stored_role(s: &str) -> ApiResult<Role> {
     s.parse::<Role>().map_err(|m| ApiError::Internal(format!("stored role: {m}")))
 }
 
+/// The actor's role as it stands now, read after the owner rows are locked: an owner demoted a
+/// moment ago by a concurrent request acts as what they are now, not as what their request
+/// started as. Never higher than the role the request was authorized with.
+async fn actor_now(conn: &mut AsyncPgConnection, org_id: Uuid, trail: &Trail, started_as: Role) -> ApiResult<Role> {
+    let Some(actor) = trail.actor_user_id else {
+        return Ok(started_as);
+    };
+    let m = users::membership(conn, org_id, actor)
+        .await?
+        .ok_or_else(|| ApiError::Forbidden("you are no longer a member of this organization".into()))?;
+    Ok(stored_role(&m.role)?.min(started_as))
+}
+
 fn owners_only() -> ApiError {
     ApiError::Forbidden("only an owner may grant the owner role or change or remove an owner".into())
 }
@@ -164,6 +177,7 @@ async fn set_role_tx(
 ) -> ApiResult<users::Member> {
     // Locked first, so two concurrent demotions cannot both pass the owner count.
     let owners = users::lock_owners(conn, org_id).await?;
+    let actor_role = actor_now(conn, org_id, trail, actor_role).await?;
     let target = users::find_member(conn, org_id, user_id).await?.ok_or(ApiError::NotFound("user"))?;
     let from = stored_role(&target.role)?;
     if (from == Role::Owner || role == Role::Owner) && actor_role != Role::Owner {
@@ -219,6 +233,7 @@ async fn remove_tx(
     user_id: Uuid,
 ) -> ApiResult<()> {
     let owners = users::lock_owners(conn, org_id).await?;
+    let actor_role = actor_now(conn, org_id, trail, actor_role).await?;
     let target = users::find_member(conn, org_id, user_id).await?.ok_or(ApiError::NotFound("user"))?;
     let role = stored_role(&target.role)?;
     if role == Role::Owner && actor_role != Role::Owner {
