@@ -5,6 +5,7 @@
 
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
+use diesel_async::AsyncConnection;
 use gw_shared::accounts::{issue_api_key, KeySpec, DEFAULT_PERMISSION, KNOWN_PERMISSIONS};
 use gw_shared::db::{api_keys, teams};
 use gw_shared::keys::KeyHash;
@@ -19,7 +20,7 @@ use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
 use crate::session::Session;
 use crate::state::AppState;
-use crate::trail::{self, Entry};
+use crate::trail::{self, Entry, Trail};
 use crate::validate;
 
 const WARNING: &str = "Store this key now: it is shown only once and cannot be retrieved again.";
@@ -201,34 +202,44 @@ pub async fn create(
     let allowed_models = b.models.map(|m| validate::models(&state.cfg, m)).transpose()?;
     future("expires_at", b.expires_at)?;
     let mut conn = state.conn().await?;
-    match b.team_id {
-        // Another org's team looks exactly like a missing one.
-        Some(team) if !teams::exists_in_org(&mut conn, session.org_id, team).await? => {
-            return Err(ApiError::field("team_id", "does not name a team of this organization"));
-        }
-        Some(team) => session.require_team(&mut conn, team).await?,
-        None if !session.is_admin() => {
-            return Err(ApiError::field("team_id", "is required: members create keys for their teams"));
-        }
-        None => {}
-    }
-    let spec = KeySpec {
-        org_id: session.org_id,
-        team_id: b.team_id,
-        name: &name,
-        permissions: &perms,
-        allowed_models: allowed_models.as_deref(),
-        created_by: Some(session.user_id),
-        expires_at: b.expires_at,
-    };
-    let (row, secret) = issue_api_key(&mut conn, spec).await?;
-    let entry = Entry {
-        action: "api_key.create",
-        resource_type: "api_key",
-        resource_id: Some(row.id.to_string()),
-        detail: json!({"name": row.name, "key_prefix": row.key_prefix, "team_id": row.team_id, "permissions": row.permissions}),
-    };
-    trail::by(&mut conn, &session, &req, entry).await?;
+    let trail = Trail::of(&session, &req);
+    let team_id = b.team_id;
+    let created_by = session.user_id;
+    // One transaction with the team row locked: a team deleted meanwhile cannot end up with a
+    // live key, and the key and its trail row commit together.
+    let (row, secret) = conn
+        .transaction(async |conn| {
+            match team_id {
+                // Another org's team looks exactly like a missing one.
+                Some(team) if teams::find_live_for_update(conn, session.org_id, team).await?.is_none() => {
+                    return Err(ApiError::field("team_id", "does not name a team of this organization"));
+                }
+                Some(team) => session.require_team(conn, team).await?,
+                None if !session.is_admin() => {
+                    return Err(ApiError::field("team_id", "is required: members create keys for their teams"));
+                }
+                None => {}
+            }
+            let spec = KeySpec {
+                org_id: session.org_id,
+                team_id,
+                name: &name,
+                permissions: &perms,
+                allowed_models: allowed_models.as_deref(),
+                created_by: Some(created_by),
+                expires_at: b.expires_at,
+            };
+            let (row, secret) = issue_api_key(conn, spec).await?;
+            let entry = Entry {
+                action: "api_key.create",
+                resource_type: "api_key",
+                resource_id: Some(row.id.to_string()),
+                detail: json!({"name": row.name, "key_prefix": row.key_prefix, "team_id": row.team_id, "permissions": row.permissions}),
+            };
+            trail.record(conn, entry).await?;
+            Ok::<_, ApiError>((row, secret))
+        })
+        .await?;
     log::info!("api key {} ({}) created in org {}", row.id, row.key_prefix, row.org_id);
     // Proxies may remember this hash as unknown (someone tried it before it existed).
     if let Err(e) = publish(&state.redis, &Invalidation::ApiKey(gw_shared::keys::hash_secret(&secret))).await {
