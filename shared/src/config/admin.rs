@@ -1,0 +1,74 @@
+//! The `[admin]` table: the management API's listener, sessions, sign-in throttling and
+//! password hashing.
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    pub listen: String,
+    pub workers: usize,
+    pub access_token_ttl_secs: i64,
+    /// Lifetime of one refresh token (each refresh issues a new one).
+    pub refresh_token_ttl_secs: i64,
+    /// Absolute lifetime of a sign-in session, whatever its refreshes.
+    pub session_max_age_secs: i64,
+    /// How long after a refresh a second refresh with the same token gets the same successor
+    /// (two tabs refreshing at once) instead of tripping reuse detection.
+    pub refresh_grace_secs: i64,
+    pub max_body_bytes: usize,
+    /// The address users reach this API at (SSO redirect URIs are built from it).
+    pub public_url: Option<String>,
+    /// Lifetime of an invite token.
+    pub invite_ttl_secs: i64,
+    /// Password hashes (argon2id, ~19 MiB and tens of ms each) computed at once; more wait.
+    pub max_concurrent_hashes: usize,
+    /// How long a sign-in waits for a hashing slot before 503.
+    pub hash_wait_ms: u64,
+    /// Sign-in and sign-up attempts allowed per client address per `ip_window_secs`.
+    pub ip_attempts: u64,
+    pub ip_window_secs: u64,
+    /// Failed sign-ins allowed per account per `account_window_secs`.
+    pub account_failures: u64,
+    pub account_window_secs: u64,
+    /// Take the client address from the last `X-Forwarded-For` entry (behind a trusted proxy).
+    pub trust_forwarded_for: bool,
+    /// Sign-up answers 202 the same way for new and registered addresses and mails a link;
+    /// the account exists once the link's token comes back (`POST /auth/verify-email`). Off:
+    /// sign-up answers with a session at once (and 409 for a registered address).
+    pub email_verification: bool,
+    /// Lifetime of a sign-up confirmation link.
+    pub verification_ttl_secs: i64,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8081".into(),
+            workers: 2,
+            access_token_ttl_secs: 15 * 60,
+            refresh_token_ttl_secs: 14 * 24 * 3600,
+            session_max_age_secs: 30 * 24 * 3600,
+            refresh_grace_secs: 10,
+            max_body_bytes: 256 * 1024,
+            public_url: None,
+            invite_ttl_secs: 7 * 24 * 3600,
+            max_concurrent_hashes: 2,
+            hash_wait_ms: 5000,
+            ip_attempts: 30,
+            ip_window_secs: 60,
+            account_failures: 10,
+            account_window_secs: 15 * 60,
+            trust_forwarded_for: false,
+            email_verification: false,
+            verification_ttl_secs: 24 * 3600,
+        }
+    }
+}
+
+impl AdminConfig {
+    /// `public_url`, or `http://<listen>`.
+    pub fn public_base(&self) -> String {
+        self.public_url.clone().unwrap_or_else(|| format!("http://{}", self.listen)).trim_end_matches('/').to_string()
+    }
+}
