@@ -558,13 +558,7 @@ impl Stack {
             .expect("register");
         assert_eq!(resp.status(), 201, "register failed");
         let body: Value = resp.json().await.expect("register body");
-        Session {
-            email,
-            access_token: body["access_token"].as_str().expect("access_token").to_string(),
-            refresh_token: body["refresh_token"].as_str().expect("refresh_token").to_string(),
-            org_id: body["organization"]["id"].as_str().and_then(|s| s.parse().ok()).expect("org id"),
-            user_id: body["user"]["id"].as_str().and_then(|s| s.parse().ok()).expect("user id"),
-        }
+        Session::from_tokens(email, &body)
     }
 
     /// Creates an API key in the session's org; returns the creation response.
@@ -647,13 +641,7 @@ impl Stack {
             .expect("accept invite");
         assert_eq!(r.status(), 201, "accepting the invite failed");
         let body: Value = r.json().await.expect("accept body");
-        Session {
-            email,
-            access_token: body["access_token"].as_str().expect("access_token").to_string(),
-            refresh_token: body["refresh_token"].as_str().expect("refresh_token").to_string(),
-            org_id: body["organization"]["id"].as_str().and_then(|s| s.parse().ok()).expect("org id"),
-            user_id: body["user"]["id"].as_str().and_then(|s| s.parse().ok()).expect("user id"),
-        }
+        Session::from_tokens(email, &body)
     }
 
     /// Creates a team in `s`'s organization; returns its id.
@@ -723,6 +711,19 @@ pub struct Session {
     pub refresh_token: String,
     pub org_id: Uuid,
     pub user_id: Uuid,
+}
+
+impl Session {
+    /// The session a token response (sign-up, sign-in, invite acceptance) describes.
+    pub fn from_tokens(email: String, body: &Value) -> Session {
+        Session {
+            email,
+            access_token: body["access_token"].as_str().expect("access_token").to_string(),
+            refresh_token: body["refresh_token"].as_str().expect("refresh_token").to_string(),
+            org_id: body["organization"]["id"].as_str().and_then(|s| s.parse().ok()).expect("org id"),
+            user_id: body["user"]["id"].as_str().and_then(|s| s.parse().ok()).expect("user id"),
+        }
+    }
 }
 
 /// A unique tag for per-request mock knobs (`"mock": {"tag": ...}`) and [`Stack::mock_stats_for`].

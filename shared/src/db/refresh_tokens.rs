@@ -72,14 +72,3 @@ pub async fn is_live(conn: &mut AsyncPgConnection, hash: &[u8]) -> Result<bool> 
         .await?;
     Ok(n > 0)
 }
-
-pub async fn revoke_family(conn: &mut AsyncPgConnection, family_id: Uuid) -> Result<usize> {
-    Ok(diesel::update(
-        refresh_tokens::table
-            .filter(refresh_tokens::family_id.eq(family_id))
-            .filter(refresh_tokens::revoked_at.is_null()),
-    )
-    .set(refresh_tokens::revoked_at.eq(Utc::now()))
-    .execute(conn)
-    .await?)
-}

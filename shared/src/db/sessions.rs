@@ -69,60 +69,54 @@ pub async fn live_role(conn: &mut AsyncPgConnection, id: Uuid, user_id: Uuid, or
 
 /// Revokes a session and every refresh token of it.
 pub async fn revoke(conn: &mut AsyncPgConnection, id: Uuid) -> Result<()> {
-    let now = Utc::now();
-    diesel::update(sessions::table.filter(sessions::id.eq(id)).filter(sessions::revoked_at.is_null()))
-        .set(sessions::revoked_at.eq(now))
-        .execute(conn)
-        .await?;
-    diesel::update(
-        refresh_tokens::table.filter(refresh_tokens::family_id.eq(id)).filter(refresh_tokens::revoked_at.is_null()),
-    )
-    .set(refresh_tokens::revoked_at.eq(now))
-    .execute(conn)
-    .await?;
-    Ok(())
+    let ended = end(conn, sessions::id.eq(id)).await?;
+    revoke_tokens(conn, &ended).await
 }
 
 /// Revokes every session of a user in one organization (removed from it, or role lowered).
 pub async fn revoke_for_member(conn: &mut AsyncPgConnection, org_id: Uuid, user_id: Uuid) -> Result<usize> {
-    let ids: Vec<Uuid> = diesel::update(
-        sessions::table
-            .filter(sessions::org_id.eq(org_id))
-            .filter(sessions::user_id.eq(user_id))
-            .filter(sessions::revoked_at.is_null()),
-    )
-    .set(sessions::revoked_at.eq(Utc::now()))
-    .returning(sessions::id)
-    .get_results(conn)
-    .await?;
-    if !ids.is_empty() {
-        diesel::update(
-            refresh_tokens::table
-                .filter(refresh_tokens::family_id.eq_any(&ids))
-                .filter(refresh_tokens::revoked_at.is_null()),
-        )
-        .set(refresh_tokens::revoked_at.eq(Utc::now()))
-        .execute(conn)
-        .await?;
-    }
-    Ok(ids.len())
+    let ended = end(conn, sessions::org_id.eq(org_id).and(sessions::user_id.eq(user_id))).await?;
+    revoke_tokens(conn, &ended).await?;
+    Ok(ended.len())
 }
 
 /// Revokes every session of a user, in every organization.
 pub async fn revoke_all_for_user(conn: &mut AsyncPgConnection, user_id: Uuid) -> Result<usize> {
-    let now = Utc::now();
-    let n =
-        diesel::update(sessions::table.filter(sessions::user_id.eq(user_id)).filter(sessions::revoked_at.is_null()))
-            .set(sessions::revoked_at.eq(now))
-            .execute(conn)
-            .await?;
+    let ended = end(conn, sessions::user_id.eq(user_id)).await?;
+    revoke_tokens(conn, &ended).await?;
+    Ok(ended.len())
+}
+
+/// Marks the live sessions matching `which` revoked; returns their ids.
+async fn end<P>(conn: &mut AsyncPgConnection, which: P) -> Result<Vec<Uuid>>
+where
+    P: diesel::expression::BoxableExpression<sessions::table, diesel::pg::Pg, SqlType = diesel::sql_types::Bool>
+        + Send
+        + 'static,
+{
+    Ok(diesel::update(sessions::table)
+        .filter(which)
+        .filter(sessions::revoked_at.is_null())
+        .set(sessions::revoked_at.eq(Utc::now()))
+        .returning(sessions::id)
+        .get_results(conn)
+        .await?)
+}
+
+/// Revokes the live refresh tokens of the given sessions.
+async fn revoke_tokens(conn: &mut AsyncPgConnection, sessions: &[Uuid]) -> Result<()> {
+    if sessions.is_empty() {
+        return Ok(());
+    }
     diesel::update(
-        refresh_tokens::table.filter(refresh_tokens::user_id.eq(user_id)).filter(refresh_tokens::revoked_at.is_null()),
+        refresh_tokens::table
+            .filter(refresh_tokens::family_id.eq_any(sessions))
+            .filter(refresh_tokens::revoked_at.is_null()),
     )
-    .set(refresh_tokens::revoked_at.eq(now))
+    .set(refresh_tokens::revoked_at.eq(Utc::now()))
     .execute(conn)
     .await?;
-    Ok(n)
+    Ok(())
 }
 
 /// Deletes sessions and refresh tokens that ended more than `grace` ago; returns the rows
