@@ -59,6 +59,8 @@ pub async fn run(cfg: &Config, out: &Path, email: &str) -> Result<(), BoxError> 
         allowed_models: None,
         created_by: Some(user_id),
         expires_at: None,
+        budget: None,
+        rate_limits: None,
     };
     let (_, api_key) = issue_api_key(&mut conn, spec).await?;
     let creds = Creds { email: email.to_string(), password, api_key };

@@ -136,3 +136,15 @@ mod tests {
         assert!(metadata("m", serde_json::json!({"": 1})).is_err());
     }
 }
+
+/// A budget as stored, validated.
+pub fn budget(b: gw_shared::limits::settings::Budget) -> ApiResult<Value> {
+    b.validate("budget").map_err(|p| ApiError::field(p.field, p.message))?;
+    serde_json::to_value(&b).map_err(|e| ApiError::Internal(format!("cannot encode a budget: {e}")))
+}
+
+/// Rate limits as stored, validated.
+pub fn rate_limits(r: gw_shared::limits::settings::RateLimits) -> ApiResult<Value> {
+    r.validate("rate_limits").map_err(|p| ApiError::field(p.field, p.message))?;
+    serde_json::to_value(&r).map_err(|e| ApiError::Internal(format!("cannot encode rate limits: {e}")))
+}

@@ -13,8 +13,12 @@ use gw_shared::limits::LimitState;
 use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
 use gw_shared::policy::PolicyDecision;
 use gw_shared::pricing::TokenUsage;
+use gw_shared::routing::ModelRoute;
 use rust_decimal::Decimal;
 use uuid::Uuid;
+
+use crate::limiter::Admitted;
+use crate::pipeline::team::LiveTeam;
 
 /// The `/v1` endpoints gw serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +88,12 @@ pub struct RequestCtx {
     pub team_id: Option<Uuid>,
     /// The team's model allow-list (`None`: every model).
     pub team_models: Option<Arc<[String]>>,
+    /// The team's record (its budget and rate limits).
+    pub team: Option<Arc<LiveTeam>>,
+    /// The model and its fallbacks the caller may use, resolved once.
+    pub routes: Option<Vec<Arc<ModelRoute>>>,
+    /// The request's admission against limits and budgets, until it settles.
+    pub admitted: Option<Admitted>,
     /// The model the client asked for (kept even when the body fails validation later).
     pub model: Option<String>,
     pub request: Option<ChatRequest>,
@@ -118,6 +128,9 @@ impl RequestCtx {
             key: None,
             team_id: None,
             team_models: None,
+            team: None,
+            routes: None,
+            admitted: None,
             model: None,
             request: None,
             embeddings: None,

@@ -37,6 +37,9 @@ pub enum ProxyError {
     AuthThrottled(u64),
     #[error("{0}")]
     InvalidTeam(String),
+    /// A rate limit or budget refused the request.
+    #[error("{}", .0.message)]
+    LimitExceeded(Box<gw_shared::limits::plan::Refusal>),
     #[error("Request body is larger than the {0}-byte limit.")]
     BodyTooLarge(usize),
     #[error("{message}")]
@@ -137,7 +140,7 @@ impl ProxyError {
             HeaderTooLarge(_) => 431,
             MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) | RevokedKey(_) | ExpiredKey(_) => 401,
             PermissionDenied(_) => 403,
-            AuthThrottled(_) => 429,
+            AuthThrottled(_) | LimitExceeded(_) => 429,
             InvalidTeam(_) | BadRequest { .. } | WrongEndpoint { .. } | Unsupported(_) => 400,
             NoDeployment(_) => 503,
             BodyTooLarge(_) => 413,
@@ -166,6 +169,8 @@ impl ProxyError {
             ExpiredKey(_) => "expired_api_key",
             PermissionDenied(_) => "permission_denied",
             AuthThrottled(_) => "auth_throttled",
+            LimitExceeded(r) if r.budget => "budget_exceeded",
+            LimitExceeded(_) => "rate_limit_exceeded",
             InvalidTeam(_) => "invalid_team",
             BodyTooLarge(_) => "request_too_large",
             BadRequest { .. } => "invalid_request",
@@ -207,6 +212,7 @@ impl ProxyError {
             ExpiredKey(_) => ("invalid_request_error", "expired_api_key", None),
             PermissionDenied(_) => ("permission_error", "insufficient_permissions", None),
             AuthThrottled(_) => ("rate_limit_error", "auth_throttled", None),
+            LimitExceeded(r) => (r.error_type, self.label(), None),
             InvalidTeam(_) => ("invalid_request_error", "invalid_team", Some("x-gw-team")),
             BodyTooLarge(_) => ("invalid_request_error", "request_too_large", None),
             BadRequest { param, .. } => ("invalid_request_error", "invalid_request", param.as_deref()),
@@ -233,12 +239,28 @@ impl ProxyError {
         sse_event(&self.body()).unwrap_or_else(|_| Bytes::from_static(b"data: {\"error\":{\"message\":\"Internal error.\",\"type\":\"api_error\",\"param\":null,\"code\":\"internal_error\"}}\n\n"))
     }
 
-    /// A header the response must carry besides the usual ones.
-    pub fn extra_header(&self) -> Option<(HeaderName, HeaderValue)> {
+    /// Headers the response must carry besides the usual ones. A refusal by a limit says when to
+    /// retry in whole seconds and in milliseconds (OpenAI's SDKs read `retry-after-ms` first), and
+    /// a budget refusal tells them not to retry at all (`x-should-retry`): waiting seconds will
+    /// not refill a budget.
+    pub fn extra_headers(&self) -> Vec<(HeaderName, HeaderValue)> {
         match self {
-            ProxyError::MethodNotAllowed { allow, .. } => Some((http::header::ALLOW, HeaderValue::from_static(allow))),
-            ProxyError::AuthThrottled(secs) => Some((http::header::RETRY_AFTER, HeaderValue::from(*secs))),
-            _ => None,
+            ProxyError::MethodNotAllowed { allow, .. } => {
+                vec![(http::header::ALLOW, HeaderValue::from_static(allow))]
+            }
+            ProxyError::AuthThrottled(secs) => vec![(http::header::RETRY_AFTER, HeaderValue::from(*secs))],
+            ProxyError::LimitExceeded(r) => {
+                let ms = r.retry_after.as_millis().max(1) as u64;
+                vec![
+                    (http::header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000))),
+                    (HeaderName::from_static("retry-after-ms"), HeaderValue::from(ms)),
+                    (
+                        HeaderName::from_static("x-should-retry"),
+                        HeaderValue::from_static(if r.budget { "false" } else { "true" }),
+                    ),
+                ]
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -335,11 +357,11 @@ mod tests {
     fn extra_headers() {
         let e = ProxyError::MethodNotAllowed { method: "GET".into(), path: "/v1/chat/completions", allow: "POST" };
         assert_eq!(
-            e.extra_header().map(|(n, v)| (n, v.to_str().unwrap_or_default().to_string())),
+            e.extra_headers().first().map(|(n, v)| (n.clone(), v.to_str().unwrap_or_default().to_string())),
             Some((http::header::ALLOW, "POST".into()))
         );
         let e = ProxyError::AuthThrottled(42);
         assert_eq!(e.status(), 429);
-        assert_eq!(e.extra_header().map(|(_, v)| v), Some(HeaderValue::from(42u64)));
+        assert_eq!(e.extra_headers().first().map(|(_, v)| v.clone()), Some(HeaderValue::from(42u64)));
     }
 }

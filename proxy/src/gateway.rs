@@ -14,10 +14,12 @@ use pingora::{Error, ErrorType};
 use crate::audit_flusher::AuditSink;
 use crate::ctx::RequestCtx;
 use crate::error::ProxyError;
+use crate::limiter::Limiter;
 use crate::logline::RateLimitedLog;
 use crate::lookup::Lookup;
 use crate::metrics::Metrics;
 use crate::pipeline::auth::KeySource;
+use crate::pipeline::limits::OrgSource;
 use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
 use crate::pipeline::{self, respond};
@@ -38,6 +40,10 @@ pub struct Gateway {
     pub keys: Arc<Lookup<KeySource>>,
     pub teams: Arc<Lookup<TeamSource>>,
     pub provider_keys: Arc<Lookup<ProviderKeySource>>,
+    pub orgs: Arc<Lookup<OrgSource>>,
+    pub limiter: Arc<Limiter>,
+    /// Completion tokens assumed for a request that sets no limit of its own.
+    pub default_max_tokens: u64,
     /// Opens organizations' provider keys; `None` when GW_ENCRYPTION_KEY is not set.
     pub keyring: Option<Keyring>,
     pub throttle: AuthThrottle,
@@ -107,6 +113,7 @@ impl ProxyHttp for Gateway {
         let status = ctx.status.to_string();
         self.metrics.requests.with_label_values(&[endpoint, &status]).inc();
         self.metrics.request_duration.with_label_values(&[endpoint]).observe(ctx.started.elapsed().as_secs_f64());
+        pipeline::limits::settle(self, ctx);
         if let Some(rec) = pipeline::audit::record(ctx) {
             self.audit.record(rec);
         }

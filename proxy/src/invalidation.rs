@@ -13,6 +13,7 @@ use pingora::services::background::BackgroundService;
 
 use crate::lookup::Lookup;
 use crate::pipeline::auth::KeySource;
+use crate::pipeline::limits::OrgSource;
 use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
 
@@ -22,6 +23,7 @@ pub struct Caches {
     pub keys: Arc<Lookup<KeySource>>,
     pub teams: Arc<Lookup<TeamSource>>,
     pub provider_keys: Arc<Lookup<ProviderKeySource>>,
+    pub orgs: Arc<Lookup<OrgSource>>,
 }
 
 impl Caches {
@@ -30,6 +32,7 @@ impl Caches {
             Invalidation::ApiKey(hash) => self.keys.invalidate(hash).await,
             Invalidation::Team { org_id, team_id } => self.teams.invalidate(&(*org_id, *team_id)).await,
             Invalidation::ProviderKeys { org_id } => self.provider_keys.invalidate(org_id).await,
+            Invalidation::Org { org_id } => self.orgs.invalidate(org_id).await,
             Invalidation::All => self.clear(),
         }
     }
@@ -38,6 +41,7 @@ impl Caches {
         self.keys.invalidate_all();
         self.teams.invalidate_all();
         self.provider_keys.invalidate_all();
+        self.orgs.invalidate_all();
     }
 }
 

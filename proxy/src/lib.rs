@@ -8,6 +8,7 @@ mod error;
 mod gateway;
 mod health;
 mod invalidation;
+mod limiter;
 mod logline;
 mod lookup;
 mod metrics;

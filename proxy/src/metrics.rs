@@ -27,6 +27,13 @@ pub struct Metrics {
     pub audit_queue: IntGauge,
     /// 1 while a provider passes its health check.
     pub provider_healthy: IntGaugeVec,
+    /// Admissions against rate limits and budgets, by where they were decided and the outcome.
+    pub limit_decisions: IntCounterVec,
+    pub limit_redis_errors: IntCounter,
+    /// 1 while Redis is unreachable and the replica limits on its own.
+    pub limits_degraded: IntGauge,
+    pub events_written: IntCounter,
+    pub events_dropped: IntCounter,
 }
 
 impl Metrics {
@@ -91,6 +98,21 @@ impl Metrics {
         registry.register(Box::new(audit_written.clone()))?;
         registry.register(Box::new(audit_flush_errors.clone()))?;
         registry.register(Box::new(audit_queue.clone()))?;
+        let limit_decisions = IntCounterVec::new(
+            Opts::new("gw_limits_decisions_total", "Admissions against rate limits and budgets"),
+            &["source", "outcome"],
+        )?;
+        let limit_redis_errors =
+            IntCounter::new("gw_limits_redis_errors_total", "Limiter calls to Redis that failed or timed out")?;
+        let limits_degraded =
+            IntGauge::new("gw_limits_degraded", "1 while Redis is unreachable and this replica limits on its own")?;
+        let events_written = IntCounter::new("gw_events_written_total", "Events written to the outbox")?;
+        let events_dropped = IntCounter::new("gw_events_dropped_total", "Events dropped because their queue was full")?;
+        registry.register(Box::new(limit_decisions.clone()))?;
+        registry.register(Box::new(limit_redis_errors.clone()))?;
+        registry.register(Box::new(limits_degraded.clone()))?;
+        registry.register(Box::new(events_written.clone()))?;
+        registry.register(Box::new(events_dropped.clone()))?;
         Ok(Self {
             registry,
             requests,
@@ -107,6 +129,11 @@ impl Metrics {
             audit_written,
             audit_flush_errors,
             audit_queue,
+            limit_decisions,
+            limit_redis_errors,
+            limits_degraded,
+            events_written,
+            events_dropped,
         })
     }
 }

@@ -15,10 +15,12 @@ use crate::audit_flusher;
 use crate::gateway::{Gateway, Limits};
 use crate::health::HealthChecks;
 use crate::invalidation::{Caches, InvalidationListener};
+use crate::limiter::{Limiter, LimiterConfig, LimiterService};
 use crate::logline::RateLimitedLog;
 use crate::lookup::{Lookup, LookupConfig};
 use crate::metrics::{Metrics, MetricsApp};
 use crate::pipeline::auth::KeySource;
+use crate::pipeline::limits::OrgSource;
 use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
 use crate::throttle::AuthThrottle;
@@ -44,6 +46,16 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     };
     let keys = Arc::new(Lookup::new(KeySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
     let teams = Arc::new(Lookup::new(TeamSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
+    let orgs = Arc::new(Lookup::new(OrgSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
+    let limiter = Arc::new(Limiter::new(
+        LimiterConfig {
+            redis_url: cfg.redis.url.clone(),
+            timeout: Duration::from_millis(p.limits_timeout_ms.max(1)),
+            replicas: p.limits_replicas.max(1),
+        },
+        db.clone(),
+        metrics.clone(),
+    ));
     let provider_keys = Arc::new(Lookup::new(ProviderKeySource { db }, redis, lookups, metrics.clone()));
     let health = HealthChecks {
         providers: router.providers().to_vec(),
@@ -63,6 +75,9 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         keys: keys.clone(),
         teams: teams.clone(),
         provider_keys: provider_keys.clone(),
+        orgs: orgs.clone(),
+        limiter: limiter.clone(),
+        default_max_tokens: p.limits_default_max_tokens.max(1),
         keyring: cfg.secrets.keyring.clone(),
         throttle: AuthThrottle::new(p.auth_failures_per_minute, Duration::from_secs(60)),
         transport: Transport::new(
@@ -99,9 +114,10 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     server.add_service(background_service("audit-flusher", flusher));
     server.add_service(background_service(
         "invalidation-listener",
-        InvalidationListener { redis_url: cfg.redis.url.clone(), caches: Caches { keys, teams, provider_keys } },
+        InvalidationListener { redis_url: cfg.redis.url.clone(), caches: Caches { keys, teams, provider_keys, orgs } },
     ));
     server.add_service(background_service("health-checks", health));
+    server.add_service(background_service("limiter", LimiterService(limiter)));
     let mut metrics_svc = Service::new("metrics".into(), MetricsApp(metrics));
     metrics_svc.add_tcp(&p.metrics_listen);
     metrics_svc.threads = Some(1);

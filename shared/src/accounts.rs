@@ -68,6 +68,9 @@ pub struct KeySpec<'a> {
     pub allowed_models: Option<&'a [String]>,
     pub created_by: Option<Uuid>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// The key's own budget and rate limits (validated JSON).
+    pub budget: Option<&'a serde_json::Value>,
+    pub rate_limits: Option<&'a serde_json::Value>,
 }
 
 pub async fn issue_api_key(conn: &mut AsyncPgConnection, spec: KeySpec<'_>) -> Result<(ApiKey, String)> {
@@ -85,6 +88,8 @@ pub async fn issue_api_key(conn: &mut AsyncPgConnection, spec: KeySpec<'_>) -> R
             allowed_models: spec.allowed_models,
             created_by: spec.created_by,
             expires_at: spec.expires_at,
+            budget: spec.budget,
+            rate_limits: spec.rate_limits,
         },
     )
     .await?;

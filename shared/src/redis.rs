@@ -28,6 +28,8 @@ pub enum Invalidation {
     Team { org_id: Uuid, team_id: Uuid },
     /// An organization's provider keys.
     ProviderKeys { org_id: Uuid },
+    /// An organization's own settings (budget, rate limits).
+    Org { org_id: Uuid },
     /// Everything cached from Postgres.
     All,
 }
@@ -38,6 +40,7 @@ impl Invalidation {
             Invalidation::ApiKey(h) => format!("api_key:{}", hex::encode(h)),
             Invalidation::Team { org_id, team_id } => format!("team:{org_id}:{team_id}"),
             Invalidation::ProviderKeys { org_id } => format!("provider_keys:{org_id}"),
+            Invalidation::Org { org_id } => format!("org:{org_id}"),
             Invalidation::All => "all".into(),
         }
     }
@@ -48,6 +51,9 @@ impl Invalidation {
         }
         if let Some(org) = msg.strip_prefix("provider_keys:") {
             return Some(Invalidation::ProviderKeys { org_id: org.parse().ok()? });
+        }
+        if let Some(org) = msg.strip_prefix("org:") {
+            return Some(Invalidation::Org { org_id: org.parse().ok()? });
         }
         if let Some(rest) = msg.strip_prefix("team:") {
             let (org, team) = rest.split_once(':')?;
@@ -64,6 +70,7 @@ impl Invalidation {
             Invalidation::ApiKey(h) => Some(api_key_cache_key(h)),
             Invalidation::Team { org_id, team_id } => Some(team_cache_key(*org_id, *team_id)),
             Invalidation::ProviderKeys { org_id } => Some(provider_keys_cache_key(*org_id)),
+            Invalidation::Org { org_id } => Some(org_cache_key(*org_id)),
             Invalidation::All => None,
         }
     }
@@ -76,6 +83,10 @@ pub fn api_key_cache_key(hash: &KeyHash) -> String {
 
 pub fn team_cache_key(org_id: Uuid, team_id: Uuid) -> String {
     format!("gw:cache:team:{org_id}:{team_id}")
+}
+
+pub fn org_cache_key(org_id: Uuid) -> String {
+    format!("gw:cache:org:{org_id}")
 }
 
 /// Redis key of the shared copy of an organization's provider keys (still sealed: Redis never
@@ -151,6 +162,8 @@ mod tests {
         assert_eq!(Invalidation::decode("api_key:0102"), None);
         let team = Invalidation::Team { org_id: Uuid::now_v7(), team_id: Uuid::now_v7() };
         assert_eq!(Invalidation::decode(&team.encode()), Some(team.clone()));
+        let org = Invalidation::Org { org_id: Uuid::now_v7() };
+        assert_eq!(Invalidation::decode(&org.encode()), Some(org.clone()));
         let pk = Invalidation::ProviderKeys { org_id: Uuid::now_v7() };
         assert_eq!(Invalidation::decode(&pk.encode()), Some(pk.clone()));
         assert!(team.cache_key().unwrap().starts_with("gw:cache:team:"));

@@ -169,6 +169,8 @@ pub struct StackOptions {
     /// Extra environment variables for gw-proxy and gw-admin, set after the harness's own (so
     /// they can override them).
     pub env: Vec<(String, String)>,
+    /// Redis URL written into this stack's config instead of [`redis_url`] (a [`PrivateRedis`]).
+    pub redis_url: Option<String>,
 }
 
 /// A handle to a running stack. From [`Stack::start`]/[`Stack::start_with`] it owns its
@@ -382,6 +384,24 @@ struct Launched {
     config: PathBuf,
 }
 
+/// Spawns one of gw's binaries with a stack's config and the harness's environment.
+fn spawn_bin(name: &str, config: &Path, guard: Option<&Path>, env: &[(String, String)]) -> Proc {
+    let mut cmd = command(&bin(name), guard);
+    cmd.env("GW_CONFIG", config)
+        .env("GW_JWT_SECRET", JWT_SECRET)
+        .env("GW_TEST_UPSTREAM_KEY", "sk-upstream-test")
+        .env("GW_TEST_AWS_CREDENTIALS", AWS_TEST_CREDENTIALS)
+        .env("GW_ENCRYPTION_KEY", ENCRYPTION_KEY)
+        .env("RUST_LOG", std::env::var("GW_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
+    Proc(cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}")))
+}
+
 /// Spawns mock-upstream, gw-admin and gw-proxy for `opts`. `guarded`: under the guard wrapper
 /// (see [`GUARD_SCRIPT`]), so they stop when this process exits even if nothing drops them.
 fn launch(opts: &StackOptions, guarded: bool) -> Launched {
@@ -401,24 +421,12 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
         &opts.extra_config,
         routing,
     );
-    let text = with_admin_keys(&text, &opts.admin_config);
+    let mut text = with_admin_keys(&text, &opts.admin_config);
+    if let Some(url) = &opts.redis_url {
+        text = text.replace(&format!("url = \"{}\"", redis_url()), &format!("url = \"{url}\""));
+    }
     std::fs::write(&config, text).expect("write test config");
-    let spawn = |name: &str| -> Proc {
-        let mut cmd = command(&bin(name), guard.as_deref());
-        cmd.env("GW_CONFIG", &config)
-            .env("GW_JWT_SECRET", JWT_SECRET)
-            .env("GW_TEST_UPSTREAM_KEY", "sk-upstream-test")
-            .env("GW_TEST_AWS_CREDENTIALS", AWS_TEST_CREDENTIALS)
-            .env("GW_ENCRYPTION_KEY", ENCRYPTION_KEY)
-            .env("RUST_LOG", std::env::var("GW_TEST_LOG").unwrap_or_else(|_| "warn".into()))
-            .env_remove("DATABASE_URL")
-            .env_remove("REDIS_URL");
-        for (k, v) in &opts.env {
-            cmd.env(k, v);
-        }
-        cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
-        Proc(cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}")))
-    };
+    let spawn = |name: &str| spawn_bin(name, &config, guard.as_deref(), &opts.env);
     let admin_proc = spawn("gw-admin");
     let proxy_proc = spawn("gw-proxy");
     let proxy_pid = proxy_proc.0.id();
@@ -539,6 +547,32 @@ impl Stack {
             _procs: Vec::new(),
             config: None,
         }
+    }
+
+    /// Another gw-proxy on this private stack's config (same Postgres, Redis and mock), on ports
+    /// of its own: a replica. Returns it (stopped when dropped) and its base URL, once it answers.
+    pub async fn proxy_replica(&self) -> (Proc, String) {
+        let config = self.config.as_ref().expect("replicas need a private stack (Stack::start_with)");
+        let text = std::fs::read_to_string(config).expect("read the stack's config");
+        let port = free_port();
+        let mut out = String::new();
+        for line in text.lines() {
+            if line.starts_with("listen = ") && out.contains("[proxy]") && !out.contains("[admin]") {
+                out.push_str(&format!("listen = \"127.0.0.1:{port}\"\n"));
+            } else if line.starts_with("metrics_listen = ") {
+                out.push_str(&format!("metrics_listen = \"127.0.0.1:{}\"\n", free_port()));
+            } else {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        let path = std::env::temp_dir().join(format!("gw-test-replica-{}.toml", Uuid::new_v4()));
+        std::fs::write(&path, out).expect("write the replica's config");
+        let proc = spawn_bin("gw-proxy", &path, None, &[]);
+        let url = format!("http://127.0.0.1:{port}");
+        wait_up(&self.http, &format!("{url}/v1/models")).await;
+        let _ = std::fs::remove_file(&path);
+        (proc, url)
     }
 
     /// Whether this handle points at the shared stack.
@@ -925,6 +959,66 @@ impl PrivatePostgres {
 impl Drop for PrivatePostgres {
     fn drop(&mut self) {
         let _ = self.run("pg_ctl", &["-D", &self.data(), "-m", "immediate", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis server of the test's own, for tests that stop and restart it under load.
+pub struct PrivateRedis {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl PrivateRedis {
+    pub fn start() -> PrivateRedis {
+        let dir = std::env::temp_dir().join(format!("gw-redis-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("create the redis directory");
+        // Below the ephemeral range, so a restart can bind the port again.
+        let port = (0..200)
+            .map(|i| 20_000 + ((std::process::id() as u16).wrapping_mul(11).wrapping_add(7000 + i * 61)) % 12_000)
+            .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+            .expect("no free port below 32000");
+        let mut r = PrivateRedis { port, dir, child: None };
+        r.start_server();
+        r
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server (again) and waits until it answers.
+    pub fn start_server(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn redis-server (scripts/services.sh installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the server at once (its data is gone: it keeps none on disk).
+    pub fn stop_server(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.stop_server();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -345,6 +345,8 @@ async fn key_without_the_proxy_permission_is_403() {
         allowed_models: None,
         created_by: Some(s.user_id),
         expires_at: None,
+        budget: None,
+        rate_limits: None,
     };
     let (_, key) = gw_shared::accounts::issue_api_key(&mut conn, spec).await.unwrap();
     let b = expect_openai_error(stack.chat(&key, mock_model_body()).await, 403).await;

@@ -9,6 +9,7 @@ use diesel_async::AsyncConnection;
 use gw_shared::accounts::{issue_api_key, KeySpec, DEFAULT_PERMISSION, KNOWN_PERMISSIONS};
 use gw_shared::db::{api_keys, teams};
 use gw_shared::keys::KeyHash;
+use gw_shared::limits::settings::{Budget, RateLimits};
 use gw_shared::redis::{invalidate, publish, Invalidation};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -45,6 +46,12 @@ pub struct CreateApiKey {
     /// Models the key may use (names or aliases); omitted or null: every model; `[]`: none.
     #[serde(default)]
     models: Option<Vec<String>>,
+    /// A budget of the key's own (on top of its team's and the organization's).
+    #[serde(default)]
+    budget: Option<Budget>,
+    /// Rate limits of the key's own.
+    #[serde(default)]
+    rate_limits: Option<RateLimits>,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -60,6 +67,14 @@ pub struct UpdateApiKey {
     #[serde(default, deserialize_with = "crate::validate::double_option")]
     #[schema(value_type = Option<Vec<String>>)]
     models: Option<Option<Vec<String>>>,
+    /// The key's own budget, or null to remove it.
+    #[serde(default, deserialize_with = "crate::validate::double_option")]
+    #[schema(value_type = Option<Budget>)]
+    budget: Option<Option<Budget>>,
+    /// The key's own rate limits, or null to remove them.
+    #[serde(default, deserialize_with = "crate::validate::double_option")]
+    #[schema(value_type = Option<RateLimits>)]
+    rate_limits: Option<Option<RateLimits>>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -93,6 +108,10 @@ pub struct ApiKeyOut {
     revoked_at: Option<DateTime<Utc>>,
     /// The model allow-list; null: every model.
     models: Option<Vec<String>>,
+    /// The key's own budget; null: none.
+    budget: Option<Budget>,
+    /// The key's own rate limits; null: none.
+    rate_limits: Option<RateLimits>,
     /// `active`, `expired` or `revoked`.
     status: &'static str,
 }
@@ -118,6 +137,8 @@ impl From<api_keys::ApiKey> for ApiKeyOut {
             expires_at: k.expires_at,
             revoked_at: k.revoked_at,
             models: k.allowed_models,
+            budget: k.budget.and_then(|v| serde_json::from_value(v).ok()),
+            rate_limits: k.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
             status,
         }
     }
@@ -201,6 +222,8 @@ pub async fn create(
     let perms = permissions(b.permissions)?;
     let allowed_models = b.models.map(|m| validate::models(&state.cfg, m)).transpose()?;
     future("expires_at", b.expires_at)?;
+    let budget = b.budget.map(validate::budget).transpose()?;
+    let rate_limits = b.rate_limits.map(validate::rate_limits).transpose()?;
     let mut conn = state.conn().await?;
     let trail = Trail::of(&session, &req);
     let team_id = b.team_id;
@@ -228,6 +251,8 @@ pub async fn create(
                 allowed_models: allowed_models.as_deref(),
                 created_by: Some(created_by),
                 expires_at: b.expires_at,
+                budget: budget.as_ref(),
+                rate_limits: rate_limits.as_ref(),
             };
             let (row, secret) = issue_api_key(conn, spec).await?;
             let entry = Entry {
@@ -310,21 +335,27 @@ pub async fn update(
         Some(m) => Some(m.map(|m| validate::models(&state.cfg, m)).transpose()?),
         None => None,
     };
-    if name.is_none() && b.expires_at.is_none() && allowed_models.is_none() {
-        return Err(ApiError::Validation("nothing to update: send name, expires_at or models".into()));
-    }
-    let mut changed = Vec::new();
-    for (field, set) in
-        [("name", name.is_some()), ("expires_at", b.expires_at.is_some()), ("models", allowed_models.is_some())]
-    {
-        if set {
-            changed.push(field);
-        }
+    let budget = b.budget.map(|o| o.map(validate::budget).transpose()).transpose()?;
+    let rate_limits = b.rate_limits.map(|o| o.map(validate::rate_limits).transpose()).transpose()?;
+    let changed: Vec<&str> = [
+        ("name", name.is_some()),
+        ("expires_at", b.expires_at.is_some()),
+        ("models", allowed_models.is_some()),
+        ("budget", budget.is_some()),
+        ("rate_limits", rate_limits.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(f, set)| set.then_some(f))
+    .collect();
+    if changed.is_empty() {
+        return Err(ApiError::Validation(
+            "nothing to update: send name, expires_at, models, budget or rate_limits".into(),
+        ));
     }
     let mut conn = state.conn().await?;
     let key = api_keys::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("api key"))?;
     require_key_access(&mut conn, &session, &key).await?;
-    let change = api_keys::Change { name, expires_at: b.expires_at, allowed_models };
+    let change = api_keys::Change { name, expires_at: b.expires_at, allowed_models, budget, rate_limits };
     let Some((row, hash)) = api_keys::update(&mut conn, session.org_id, id, &change).await? else {
         return Err(ApiError::Conflict("api key is revoked".into()));
     };

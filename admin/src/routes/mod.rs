@@ -12,6 +12,7 @@ pub mod audit_events;
 pub mod auth;
 pub mod health;
 pub mod invites;
+pub mod limits;
 pub mod organizations;
 pub mod provider_keys;
 pub mod sso;
@@ -33,7 +34,8 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(api_keys::routes)
             .configure(provider_keys::routes)
             .configure(sso_connections::routes)
-            .configure(audit_events::routes),
+            .configure(audit_events::routes)
+            .configure(limits::routes),
     );
 }
 

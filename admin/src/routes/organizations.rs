@@ -1,9 +1,11 @@
-//! The caller's organization: read it; owners and admins update its name, data-residency region
-//! and metadata. The plan is read-only here (billing changes it).
+//! The caller's organization: read it; owners and admins update its name, data-residency region,
+//! metadata, budget and rate limits. The plan is read-only here (billing changes it).
 
 use actix_web::{get, patch, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use gw_shared::db::orgs;
+use gw_shared::limits::settings::{Budget, RateLimits};
+use gw_shared::redis::{invalidate, Invalidation};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
@@ -39,6 +41,10 @@ pub struct OrganizationOut {
     data_residency: DataResidency,
     #[schema(value_type = Object)]
     metadata: Value,
+    /// The organization-wide budget; null: none.
+    budget: Option<Budget>,
+    /// Organization-wide rate limits; null: none.
+    rate_limits: Option<RateLimits>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -51,6 +57,8 @@ impl From<orgs::Organization> for OrganizationOut {
             plan: org.plan,
             data_residency: DataResidency { region: org.data_residency_region },
             metadata: org.metadata,
+            budget: org.budget.and_then(|v| serde_json::from_value(v).ok()),
+            rate_limits: org.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
             created_at: org.created_at,
             updated_at: org.updated_at,
         }
@@ -68,6 +76,14 @@ pub struct UpdateOrganization {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
+    /// A budget for the whole organization, or null to remove it.
+    #[serde(default, deserialize_with = "crate::validate::double_option")]
+    #[schema(value_type = Option<Budget>)]
+    budget: Option<Option<Budget>>,
+    /// Rate limits for the whole organization, or null to remove them.
+    #[serde(default, deserialize_with = "crate::validate::double_option")]
+    #[schema(value_type = Option<RateLimits>)]
+    rate_limits: Option<Option<RateLimits>>,
     /// Read-only: sending it is an error.
     #[serde(default)]
     #[schema(value_type = Option<String>)]
@@ -83,7 +99,7 @@ pub async fn current(state: web::Data<AppState>, session: Session) -> ApiResult<
     Ok(HttpResponse::Ok().json(OrganizationOut::from(org)))
 }
 
-/// Update the organization's name, data-residency region or metadata.
+/// Update the organization's name, data-residency region, metadata, budget or rate limits.
 #[utoipa::path(operation_id = "update_organization", tag = "organizations", request_body = UpdateOrganization,
     responses((status = 200, body = OrganizationOut), Errors))]
 #[patch("/organizations/current")]
@@ -106,21 +122,26 @@ pub async fn update(
         None => None,
     };
     let metadata = b.metadata.map(|m| validate::metadata("metadata", m)).transpose()?;
-    if name.is_none() && region.is_none() && metadata.is_none() {
-        return Err(ApiError::Validation("nothing to update: send name, data_residency or metadata".into()));
+    let budget = b.budget.map(|o| o.map(validate::budget).transpose()).transpose()?;
+    let rate_limits = b.rate_limits.map(|o| o.map(validate::rate_limits).transpose()).transpose()?;
+    let changed: Vec<&str> = [
+        ("name", name.is_some()),
+        ("data_residency", region.is_some()),
+        ("metadata", metadata.is_some()),
+        ("budget", budget.is_some()),
+        ("rate_limits", rate_limits.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(f, set)| set.then_some(f))
+    .collect();
+    if changed.is_empty() {
+        return Err(ApiError::Validation(
+            "nothing to update: send name, data_residency, metadata, budget or rate_limits".into(),
+        ));
     }
-    let mut changed = Vec::new();
-    if name.is_some() {
-        changed.push("name");
-    }
-    if region.is_some() {
-        changed.push("data_residency");
-    }
-    if metadata.is_some() {
-        changed.push("metadata");
-    }
+    let limits_changed = budget.is_some() || rate_limits.is_some();
     let mut conn = state.conn().await?;
-    let change = orgs::Change { name, data_residency_region: region, metadata };
+    let change = orgs::Change { name, data_residency_region: region, metadata, budget, rate_limits };
     let org = orgs::update(&mut conn, session.org_id, &change).await?.ok_or(ApiError::NotFound("organization"))?;
     let entry = Entry {
         action: "organization.update",
@@ -129,5 +150,12 @@ pub async fn update(
         detail: json!({"changed": changed}),
     };
     trail::by(&mut conn, &session, &req, entry).await?;
+    if limits_changed {
+        // Committed already: a failed publish is logged, and the proxies' cache TTL still ends
+        // the stale copy.
+        if let Err(e) = invalidate(&state.redis, &Invalidation::Org { org_id: org.id }).await {
+            log::warn!("could not publish the change of organization {}: {e}", org.id);
+        }
+    }
     Ok(HttpResponse::Ok().json(OrganizationOut::from(org)))
 }

@@ -1,12 +1,13 @@
 //! The request pipeline, run from `request_filter`: one module per step, in the order of
 //! ARCHITECTURE.md, each filling the one `RequestCtx` and either continuing or answering.
-//! Steps without behaviour yet (limits, policy, cache) arrive with their issues, between `parse`
-//! and `route`.
+//! Steps without behaviour yet (policy, cache) arrive with their issues, between `limits` and
+//! `route`.
 
 pub mod access;
 pub mod audit;
 pub mod auth;
 pub mod edge;
+pub mod limits;
 pub mod models;
 pub mod parse;
 pub mod provider_keys;
@@ -31,10 +32,12 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
         Endpoint::Models => models::run(gw, session, ctx).await,
         Endpoint::ChatCompletions => {
             parse::run(gw, session, ctx).await?;
+            limits::run(gw, ctx).await?;
             route::run(gw, session, ctx).await
         }
         Endpoint::Embeddings => {
             parse::run_embeddings(gw, session, ctx).await?;
+            limits::run(gw, ctx).await?;
             route::run(gw, session, ctx).await
         }
     }

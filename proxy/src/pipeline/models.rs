@@ -20,5 +20,5 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
         .collect();
     let body = serde_json::to_vec(&ModelList::new(data)).map_err(|e| ProxyError::internal("model list", e))?;
     ctx.answered_by_gw = true;
-    respond::json(session, ctx, 200, Bytes::from(body), None).await
+    respond::json(session, ctx, 200, Bytes::from(body), Vec::new()).await
 }

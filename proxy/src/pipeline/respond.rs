@@ -86,11 +86,24 @@ pub fn header(ctx: &mut RequestCtx, status: u16, content_type: HeaderValue) -> R
             if let Some(w) = window {
                 h.insert(limit, HeaderValue::from(w.limit));
                 h.insert(remaining, HeaderValue::from(w.remaining));
-                h.insert(reset, text(&format!("{}ms", w.reset.as_millis())));
+                h.insert(reset, text(&reset_text(w.reset)));
             }
         }
     }
     Ok(parts)
+}
+
+/// A reset time as OpenAI writes it: `20ms`, `1.5s`, `6m0s`.
+fn reset_text(d: Duration) -> String {
+    let ms = d.as_millis() as u64;
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        let s = format!("{:.3}", ms as f64 / 1000.0);
+        format!("{}s", s.trim_end_matches('0').trim_end_matches('.'))
+    } else {
+        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
 }
 
 async fn send_header(session: &mut Session, ctx: &mut RequestCtx, parts: Parts) -> Result<(), ProxyError> {
@@ -106,11 +119,11 @@ pub async fn json(
     ctx: &mut RequestCtx,
     status: u16,
     body: Bytes,
-    extra: Option<(HeaderName, HeaderValue)>,
+    extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<(), ProxyError> {
     let mut parts = header(ctx, status, JSON)?;
     parts.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    if let Some((name, value)) = extra {
+    for (name, value) in extra {
         parts.headers.insert(name, value);
     }
     send_header(session, ctx, parts).await?;
@@ -152,5 +165,18 @@ pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError
         session.set_keepalive(None);
     }
     let body = serde_json::to_vec(&err.body()).map_err(|e| ProxyError::internal("error body", e))?;
-    json(session, ctx, err.status(), Bytes::from(body), err.extra_header()).await
+    json(session, ctx, err.status(), Bytes::from(body), err.extra_headers()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resets_read_like_openai_s() {
+        assert_eq!(reset_text(Duration::from_millis(20)), "20ms");
+        assert_eq!(reset_text(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(reset_text(Duration::from_millis(59_000)), "59s");
+        assert_eq!(reset_text(Duration::from_millis(360_400)), "6m0s");
+    }
 }

@@ -44,13 +44,6 @@ impl Req<'_> {
         }
     }
 
-    fn endpoint(&self) -> Endpoint {
-        match self {
-            Req::Chat(_) => Endpoint::ChatCompletions,
-            Req::Embeddings(_) => Endpoint::Embeddings,
-        }
-    }
-
     fn stream(&self) -> bool {
         matches!(self, Req::Chat(r) if r.stream)
     }
@@ -87,18 +80,23 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
 }
 
 /// The model and its fallbacks the caller may use, in order, each once.
-fn chain(gw: &Gateway, ctx: &RequestCtx, req: Req<'_>) -> Result<Vec<Arc<ModelRoute>>, ProxyError> {
+pub fn chain(gw: &Gateway, ctx: &RequestCtx) -> Result<Vec<Arc<ModelRoute>>, ProxyError> {
+    let model = ctx.model.as_deref().unwrap_or_default();
+    let endpoint = match ctx.endpoint {
+        Some(crate::ctx::Endpoint::Embeddings) => Endpoint::Embeddings,
+        _ => Endpoint::ChatCompletions,
+    };
     let key_models = ctx.key.as_ref().and_then(|k| k.allowed_models.as_deref());
     let team_models = ctx.team_models.as_deref();
     let route = gw
         .router
-        .resolve(req.model())
+        .resolve(model)
         .filter(|r| access::allowed(key_models, team_models, r))
-        .ok_or_else(|| ProxyError::UnknownModel(req.model().to_string()))?;
-    if route.endpoint() != req.endpoint() {
+        .ok_or_else(|| ProxyError::UnknownModel(model.to_string()))?;
+    if route.endpoint() != endpoint {
         return Err(ProxyError::WrongEndpoint {
-            model: req.model().to_string(),
-            path: path_of(req.endpoint()),
+            model: model.to_string(),
+            path: path_of(endpoint),
             serves: path_of(route.endpoint()),
         });
     }
@@ -121,7 +119,10 @@ fn chain(gw: &Gateway, ctx: &RequestCtx, req: Req<'_>) -> Result<Vec<Arc<ModelRo
 }
 
 async fn try_routes(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, req: Req<'_>) -> Result<(), ProxyError> {
-    let models = chain(gw, ctx, req)?;
+    let models = match ctx.routes.take() {
+        Some(routes) => routes,
+        None => chain(gw, ctx)?,
+    };
     let org_keys = provider_keys::for_request(gw, ctx).await?;
     // Only the lowest-cost strategy looks at the prompt's size.
     let wants_hint = models.iter().any(|m| m.strategy == gw_shared::config::Strategy::LowestCost);
@@ -358,7 +359,7 @@ async fn attempt(
     }
     .map_err(|e| ProxyError::upstream(&provider.name, e))?;
     settle(gw, ctx, dep, completion.usage);
-    respond::json(session, ctx, 200, completion.body, None).await
+    respond::json(session, ctx, 200, completion.body, Vec::new()).await
 }
 
 /// An attempt's time bound: its own total timeout (an upstream timeout, so the next deployment

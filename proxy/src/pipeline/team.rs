@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 use gw_shared::db::{teams, DbPool};
 use gw_shared::headers;
+use gw_shared::limits::settings::ScopeLimits;
 use pingora::proxy::Session;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -22,6 +23,9 @@ pub struct LiveTeam {
     /// Models the team may use; `None`: every model.
     #[serde(default)]
     pub allowed_models: Option<Vec<String>>,
+    /// The team's budget and rate limits.
+    #[serde(default)]
+    pub limits: ScopeLimits,
 }
 
 pub struct TeamSource {
@@ -43,8 +47,8 @@ impl Source for TeamSource {
 
     async fn load(&self, &(org_id, team_id): &(Uuid, Uuid)) -> Result<Option<LiveTeam>, String> {
         let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
-        let live = teams::live_allowed_models(&mut conn, org_id, team_id).await.map_err(|e| e.to_string())?;
-        Ok(live.map(|allowed_models| LiveTeam { org_id, team_id, allowed_models }))
+        let live = teams::live(&mut conn, org_id, team_id).await.map_err(|e| e.to_string())?;
+        Ok(live.map(|(allowed_models, limits)| LiveTeam { org_id, team_id, allowed_models, limits }))
     }
 }
 
@@ -74,6 +78,7 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
         Ok(Some(t)) => {
             ctx.team_id = Some(team);
             ctx.team_models = t.allowed_models.as_deref().map(Into::into);
+            ctx.team = Some(t.clone());
             Ok(())
         }
         Ok(None) => {
@@ -95,6 +100,7 @@ async fn bound_team(gw: &Gateway, ctx: &mut RequestCtx, org_id: Uuid, team_id: U
     match gw.teams.get(&(org_id, team_id), &|| true).await {
         Ok(Some(t)) => {
             ctx.team_models = t.allowed_models.as_deref().map(Into::into);
+            ctx.team = Some(t.clone());
             Ok(())
         }
         Ok(None) => Err(ProxyError::InvalidTeam("The team this API key is bound to no longer exists.".into())),

@@ -140,6 +140,15 @@ pub struct ProxyConfig {
     pub audit_channel_capacity: usize,
     pub audit_batch_size: usize,
     pub audit_flush_interval_ms: u64,
+    /// Longest wait for Redis when admitting a request against rate limits and budgets; past it
+    /// the replica limits on its own until Redis answers again.
+    pub limits_timeout_ms: u64,
+    /// Proxy replicas expected to share the limits: while Redis is unreachable each replica
+    /// enforces this share of every limit.
+    pub limits_replicas: u64,
+    /// Completion tokens a request without `max_tokens` (or `max_completion_tokens`) is assumed
+    /// to use at most, for tokens-per-minute limits and budget reservations.
+    pub limits_default_max_tokens: u64,
 }
 
 impl Default for ProxyConfig {
@@ -166,6 +175,9 @@ impl Default for ProxyConfig {
             audit_channel_capacity: 50_000,
             audit_batch_size: 32,
             audit_flush_interval_ms: 5,
+            limits_timeout_ms: 250,
+            limits_replicas: 1,
+            limits_default_max_tokens: 4096,
         }
     }
 }

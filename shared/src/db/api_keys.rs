@@ -23,6 +23,8 @@ pub struct ApiKey {
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub allowed_models: Option<Vec<String>>,
+    pub budget: Option<serde_json::Value>,
+    pub rate_limits: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Insertable)]
@@ -38,6 +40,8 @@ pub struct NewApiKey<'a> {
     pub allowed_models: Option<&'a [String]>,
     pub created_by: Option<Uuid>,
     pub expires_at: Option<DateTime<Utc>>,
+    pub budget: Option<&'a serde_json::Value>,
+    pub rate_limits: Option<&'a serde_json::Value>,
 }
 
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewApiKey<'_>) -> Result<ApiKey> {
@@ -104,6 +108,8 @@ pub struct Change {
     pub name: Option<String>,
     pub expires_at: Option<Option<DateTime<Utc>>>,
     pub allowed_models: Option<Option<Vec<String>>>,
+    pub budget: Option<Option<serde_json::Value>>,
+    pub rate_limits: Option<Option<serde_json::Value>>,
 }
 
 /// Updates a live (not revoked) key of `org_id`; returns it and its hash (to invalidate caches).
@@ -171,6 +177,11 @@ pub struct KeyAuth {
     /// existed decodes with `None`.
     #[serde(default)]
     pub allowed_models: Option<Vec<String>>,
+    /// The key's own budget and rate limits.
+    #[serde(default)]
+    #[diesel(select_expression = (api_keys::budget, api_keys::rate_limits))]
+    #[diesel(select_expression_type = (api_keys::budget, api_keys::rate_limits))]
+    pub limits: crate::limits::settings::ScopeLimits,
 }
 
 /// Authentication lookup: by digest across all tenants (the digest is the credential).

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::schema::organizations;
 use crate::error::Result;
+use crate::limits::settings::ScopeLimits;
 
 #[derive(Debug, Clone, Queryable, Selectable, Serialize)]
 #[diesel(table_name = organizations)]
@@ -19,6 +20,8 @@ pub struct Organization {
     pub metadata: serde_json::Value,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    pub budget: Option<serde_json::Value>,
+    pub rate_limits: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Insertable)]
@@ -34,6 +37,16 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &NewOrganization<'_>) -> 
         .returning(Organization::as_returning())
         .get_result(conn)
         .await?)
+}
+
+/// An organization's own budget and rate limits (`None`: no such organization).
+pub async fn limits(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<ScopeLimits>> {
+    Ok(organizations::table
+        .filter(organizations::id.eq(org_id))
+        .select((organizations::budget, organizations::rate_limits))
+        .first::<ScopeLimits>(conn)
+        .await
+        .optional()?)
 }
 
 pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<Organization>> {
@@ -52,6 +65,8 @@ pub struct Change {
     pub name: Option<String>,
     pub data_residency_region: Option<String>,
     pub metadata: Option<serde_json::Value>,
+    pub budget: Option<Option<serde_json::Value>>,
+    pub rate_limits: Option<Option<serde_json::Value>>,
 }
 
 pub async fn update(conn: &mut AsyncPgConnection, org_id: Uuid, change: &Change) -> Result<Option<Organization>> {

@@ -9,6 +9,8 @@ diesel::table! {
         metadata -> Jsonb,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        budget -> Nullable<Jsonb>,
+        rate_limits -> Nullable<Jsonb>,
     }
 }
 
@@ -76,6 +78,8 @@ diesel::table! {
         revoked_at -> Nullable<Timestamptz>,
         allowed_models -> Nullable<Array<Text>>,
         updated_at -> Timestamptz,
+        budget -> Nullable<Jsonb>,
+        rate_limits -> Nullable<Jsonb>,
     }
 }
 
@@ -244,6 +248,18 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    events (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        event_type -> Text,
+        dedupe_key -> Text,
+        payload -> Jsonb,
+        created_at -> Timestamptz,
+        delivered_at -> Nullable<Timestamptz>,
+    }
+}
+
 diesel::joinable!(team_members -> users (user_id));
 diesel::joinable!(org_memberships -> users (user_id));
 
@@ -264,4 +280,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     refresh_tokens,
     provider_keys,
     audit_logs,
+    events,
 );

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::schema::{api_keys, org_memberships, team_members, teams, users};
 use crate::error::Result;
+use crate::limits::settings::ScopeLimits;
 
 /// Team roles: a `lead` or a plain `member`.
 pub const TEAM_ROLES: &[&str] = &["lead", "member"];
@@ -88,19 +89,18 @@ pub async fn is_member(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid
     Ok(n > 0)
 }
 
-/// A live team's model allow-list: `None` when there is no such live team, `Some(None)` when
-/// it allows every model.
-pub async fn live_allowed_models(
+/// What the proxy needs of a live team: its model allow-list (`None`: every model) and limits.
+pub async fn live(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
     team_id: Uuid,
-) -> Result<Option<Option<Vec<String>>>> {
+) -> Result<Option<(Option<Vec<String>>, ScopeLimits)>> {
     Ok(teams::table
         .filter(teams::org_id.eq(org_id))
         .filter(teams::id.eq(team_id))
         .filter(teams::deleted_at.is_null())
-        .select(teams::allowed_models)
-        .first(conn)
+        .select((teams::allowed_models, (teams::budget, teams::rate_limits)))
+        .first::<(Option<Vec<String>>, ScopeLimits)>(conn)
         .await
         .optional()?)
 }

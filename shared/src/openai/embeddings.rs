@@ -103,6 +103,14 @@ impl EmbeddingsRequest {
         }
     }
 
+    /// Tokens of pre-tokenized input (0 for text input).
+    pub fn token_count(&self) -> u64 {
+        match &self.input {
+            EmbeddingInput::Texts(_) => 0,
+            EmbeddingInput::Tokens(t) => t.iter().map(|x| x.len() as u64).sum(),
+        }
+    }
+
     /// How many inputs the request holds.
     pub fn len(&self) -> usize {
         match &self.input {

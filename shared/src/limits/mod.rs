@@ -1,5 +1,14 @@
-//! Rate-limit state as the `x-ratelimit-*` headers report it (the limiter arrives with its
-//! issue).
+//! Budgets and rate limits: settings, periods, request estimates, the plan of one request's
+//! checks, the shared Redis scripts and the replica's fallback limiter. Plain logic; the proxy's
+//! limits step and the management API drive it.
+
+pub mod estimate;
+pub mod events;
+pub mod local;
+pub mod period;
+pub mod plan;
+pub mod script;
+pub mod settings;
 
 use std::time::Duration;
 

@@ -1,0 +1,73 @@
+//! The events outbox: events are written once (a unique dedupe key per organization) and
+//! delivered later.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::schema::events;
+use crate::error::Result;
+use crate::limits::events::NewEvent;
+
+#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[diesel(table_name = events)]
+pub struct Event {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub event_type: String,
+    pub dedupe_key: String,
+    pub payload: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+    pub delivered_at: Option<DateTime<Utc>>,
+}
+
+/// Writes the events not written before; returns how many were new.
+pub async fn insert_new(conn: &mut AsyncPgConnection, batch: &[NewEvent]) -> Result<usize> {
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    let rows: Vec<_> = batch
+        .iter()
+        .map(|e| {
+            (
+                events::id.eq(e.id),
+                events::org_id.eq(e.org_id),
+                events::event_type.eq(e.event_type),
+                events::dedupe_key.eq(&e.dedupe_key),
+                events::payload.eq(&e.payload),
+                events::created_at.eq(e.created_at),
+            )
+        })
+        .collect();
+    Ok(diesel::insert_into(events::table)
+        .values(rows)
+        .on_conflict((events::org_id, events::dedupe_key))
+        .do_nothing()
+        .execute(conn)
+        .await?)
+}
+
+/// An organization's events, newest first; `type_prefix` filters (`budget.`).
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    type_prefix: Option<&str>,
+    before: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<Event>> {
+    let mut q = events::table.filter(events::org_id.eq(org_id)).into_boxed();
+    if let Some(p) = type_prefix {
+        let escaped = p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        q = q.filter(events::event_type.like(format!("{escaped}%")));
+    }
+    if let Some((at, id)) = before {
+        q = q.filter(events::created_at.lt(at).or(events::created_at.eq(at).and(events::id.lt(id))));
+    }
+    Ok(q.order((events::created_at.desc(), events::id.desc()))
+        .limit(limit)
+        .select(Event::as_select())
+        .load(conn)
+        .await?)
+}

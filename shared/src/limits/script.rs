@@ -1,0 +1,264 @@
+//! The shared limiter: two Lua scripts, run atomically by Redis. `ADMIT` checks every level's
+//! counters and, only if all pass, counts the request in all of them: one round trip, and no
+//! interleaving with other replicas between check and count. `SETTLE` corrects the tokens
+//! counted, ends the concurrency lease, swaps the budget reservation for the real cost, and
+//! marks alert thresholds (`HSETNX`: one winner per threshold per period, however many replicas
+//! race). Redis's own clock (`TIME`) places every replica's request in the same minute.
+//!
+//! Numbers reach the scripts as strings and go back to Redis as the same strings: Lua 5.1's
+//! doubles would print large integers in exponent form.
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Script, Value};
+
+use super::plan::{Admission, BudgetSettled, Check, Outcome, Plan, SettleOp, Settlement, WINDOW_MS};
+
+const ADMIT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id, lease = ARGV[1], tonumber(ARGV[2])
+local out, todo = {0}, {}
+local a, k, n, failed = 3, 1, 0, 0
+while a <= #ARGV do
+  n = n + 1
+  local kind = ARGV[a]
+  if kind == 'w' then
+    local limit, amount, width = tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3])
+    local idx = math.floor(now / width)
+    local key = KEYS[k] .. ':' .. string.format('%d', idx)
+    local used = tonumber(redis.call('GET', key) or '0')
+    if failed == 0 and used + amount > limit then failed = n end
+    todo[n] = {'w', key, ARGV[a+2], width * 2}
+    out[#out+1] = used; out[#out+1] = (idx + 1) * width - now; out[#out+1] = idx
+    a = a + 4; k = k + 1
+  elseif kind == 'c' then
+    local limit = tonumber(ARGV[a+1])
+    redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', now)
+    local busy = redis.call('ZCARD', KEYS[k])
+    if failed == 0 and busy >= limit then failed = n end
+    todo[n] = {'c', KEYS[k]}
+    out[#out+1] = busy; out[#out+1] = 0; out[#out+1] = 0
+    a = a + 2; k = k + 1
+  elseif kind == 'b' then
+    local limit, hard, ttl = tonumber(ARGV[a+1]), ARGV[a+3], tonumber(ARGV[a+4])
+    local h, z = KEYS[k], KEYS[k+1]
+    local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+    for _, rid in ipairs(expired) do
+      local amt = redis.call('HGET', h, 'r:' .. rid)
+      if amt then
+        redis.call('HINCRBY', h, 'reserved', '-' .. amt)
+        redis.call('HDEL', h, 'r:' .. rid)
+      end
+    end
+    if #expired > 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
+    local spent = tonumber(redis.call('HGET', h, 'spent') or '0')
+    local reserved = tonumber(redis.call('HGET', h, 'reserved') or '0')
+    if failed == 0 and hard == '1' and spent + reserved >= limit then failed = n end
+    todo[n] = {'b', h, z, ARGV[a+2], ttl}
+    out[#out+1] = spent; out[#out+1] = reserved; out[#out+1] = 0
+    a = a + 5; k = k + 2
+  else
+    return redis.error_reply('gw limits: unknown check ' .. tostring(kind))
+  end
+end
+out[1] = failed
+if failed == 0 then
+  for _, d in ipairs(todo) do
+    if d[1] == 'w' then
+      redis.call('INCRBY', d[2], d[3])
+      redis.call('PEXPIRE', d[2], d[4])
+    elseif d[1] == 'c' then
+      redis.call('ZADD', d[2], now + lease, id)
+      redis.call('PEXPIRE', d[2], lease)
+    else
+      redis.call('HINCRBY', d[2], 'reserved', d[4])
+      redis.call('HSET', d[2], 'r:' .. id, d[4])
+      redis.call('ZADD', d[3], now + lease, id)
+      if d[5] > 0 then
+        redis.call('PEXPIRE', d[2], d[5])
+        redis.call('PEXPIRE', d[3], d[5])
+      end
+    end
+  end
+end
+return out
+"#;
+
+const SETTLE: &str = r#"
+local id = ARGV[1]
+local out = {}
+local a, k = 2, 1
+while a <= #ARGV do
+  local kind = ARGV[a]
+  if kind == 't' then
+    local key = KEYS[k] .. ':' .. ARGV[a+1]
+    if redis.call('PTTL', key) > 0 then
+      local v = redis.call('INCRBY', key, ARGV[a+2])
+      if v < 0 then redis.call('SET', key, '0', 'KEEPTTL') end
+    end
+    a = a + 3; k = k + 1
+  elseif kind == 'c' then
+    redis.call('ZREM', KEYS[k], id)
+    a = a + 1; k = k + 1
+  elseif kind == 'b' then
+    local h, z = KEYS[k], KEYS[k+1]
+    local limit, ttl = tonumber(ARGV[a+2]), tonumber(ARGV[a+3])
+    local amt = redis.call('HGET', h, 'r:' .. id)
+    if amt then
+      redis.call('HINCRBY', h, 'reserved', '-' .. amt)
+      redis.call('HDEL', h, 'r:' .. id)
+    end
+    redis.call('ZREM', z, id)
+    local spent = redis.call('HINCRBY', h, 'spent', ARGV[a+1])
+    if ttl > 0 then redis.call('PEXPIRE', h, ttl) end
+    local res = {spent, 0}
+    if spent >= limit and redis.call('HSETNX', h, 'x:' .. ARGV[a+2], '1') == 1 then res[2] = 1 end
+    for th in string.gmatch(ARGV[a+4], '%d+') do
+      if spent * 100 >= limit * tonumber(th) and redis.call('HSETNX', h, 'a' .. th .. ':' .. ARGV[a+2], '1') == 1 then
+        res[#res+1] = tonumber(th)
+      end
+    end
+    out[#out+1] = res
+    a = a + 5; k = k + 2
+  else
+    return redis.error_reply('gw limits: unknown settle op ' .. tostring(kind))
+  end
+end
+return out
+"#;
+
+/// A budget's counters as they stand, expired reservations released first.
+const PEEK: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local h, z = KEYS[1], KEYS[2]
+local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+for _, rid in ipairs(expired) do
+  local amt = redis.call('HGET', h, 'r:' .. rid)
+  if amt then
+    redis.call('HINCRBY', h, 'reserved', '-' .. amt)
+    redis.call('HDEL', h, 'r:' .. rid)
+  end
+end
+if #expired > 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
+local spent = tonumber(redis.call('HGET', h, 'spent') or '0')
+local reserved = tonumber(redis.call('HGET', h, 'reserved') or '0')
+return {spent, reserved, redis.call('ZCARD', z)}
+"#;
+
+/// The three scripts, hashed once (`EVALSHA`, loaded again after a Redis restart).
+pub struct Scripts {
+    admit: Script,
+    settle: Script,
+    peek: Script,
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Self { admit: Script::new(ADMIT), settle: Script::new(SETTLE), peek: Script::new(PEEK) }
+    }
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn bad(what: &str) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Parse, "gw limits: unexpected script reply", what.to_string()))
+}
+
+impl Scripts {
+    /// Checks and counts `plan` in one round trip.
+    pub async fn admit<C: ConnectionLike>(&self, conn: &mut C, plan: &Plan) -> RedisResult<Admission> {
+        let mut inv = self.admit.prepare_invoke();
+        inv.arg(&plan.request_id).arg(plan.lease_ms);
+        for (i, check) in plan.checks.iter().enumerate() {
+            for key in plan.keys(i) {
+                inv.key(key);
+            }
+            match check {
+                Check::Window { limit, amount, .. } => inv.arg("w").arg(*limit).arg(*amount).arg(WINDOW_MS),
+                Check::Concurrency { limit, .. } => inv.arg("c").arg(*limit),
+                Check::Budget(b) => inv
+                    .arg("b")
+                    .arg(b.limit_nanos)
+                    .arg(b.reserve_nanos)
+                    .arg(if b.hard { "1" } else { "0" })
+                    .arg(plan.budget_ttl_ms(b)),
+            };
+        }
+        let reply: Vec<i64> = inv.invoke_async(conn).await?;
+        parse_admission(plan, &reply)
+    }
+
+    /// Applies `s`; returns the budgets' states after it.
+    pub async fn settle<C: ConnectionLike>(&self, conn: &mut C, s: &Settlement) -> RedisResult<Vec<BudgetSettled>> {
+        let mut inv = self.settle.prepare_invoke();
+        inv.arg(&s.request_id);
+        for op in &s.ops {
+            match op {
+                SettleOp::Tokens { key, index, delta } => inv.key(key).arg("t").arg(*index).arg(*delta),
+                SettleOp::Release { key } => inv.key(key).arg("c"),
+                SettleOp::Budget { check, keys: [h, z], ttl_ms, actual_nanos } => {
+                    let marks: Vec<String> = check.thresholds.iter().map(u8::to_string).collect();
+                    inv.key(h)
+                        .key(z)
+                        .arg("b")
+                        .arg(*actual_nanos)
+                        .arg(check.limit_nanos)
+                        .arg(*ttl_ms)
+                        .arg(marks.join(","))
+                }
+            };
+        }
+        let reply: Vec<Value> = inv.invoke_async(conn).await?;
+        let budgets = s.ops.iter().filter_map(|op| match op {
+            SettleOp::Budget { check, .. } => Some(check),
+            _ => None,
+        });
+        budgets
+            .zip(reply)
+            .map(|(check, v)| {
+                let Value::Array(items) = v else { return Err(bad("settle")) };
+                let spent = items.first().map(int).unwrap_or(0);
+                let exceeded = items.get(1).map(int) == Some(1);
+                let thresholds_crossed = items.iter().skip(2).map(|v| int(v).clamp(0, 100) as u8).collect();
+                Ok(BudgetSettled { check: check.clone(), spent_nanos: spent, exceeded, thresholds_crossed })
+            })
+            .collect()
+    }
+
+    /// A budget's `(spent, reserved, reservations)` in nano-dollars.
+    pub async fn peek<C: ConnectionLike>(&self, conn: &mut C, keys: &[String; 2]) -> RedisResult<(i64, i64, i64)> {
+        let v: Vec<i64> = self.peek.key(&keys[0]).key(&keys[1]).invoke_async(conn).await?;
+        match v[..] {
+            [spent, reserved, n] => Ok((spent, reserved, n)),
+            _ => Err(bad("peek")),
+        }
+    }
+}
+
+fn parse_admission(plan: &Plan, reply: &[i64]) -> RedisResult<Admission> {
+    if reply.len() != 1 + 3 * plan.checks.len() {
+        return Err(bad("admit"));
+    }
+    let failed = reply[0];
+    let outcomes = plan
+        .checks
+        .iter()
+        .zip(reply[1..].chunks_exact(3))
+        .map(|(check, r)| match check {
+            Check::Window { limit, .. } => {
+                Outcome::Window { limit: *limit, used: r[0].max(0) as u64, reset_ms: r[1].max(0) as u64, index: r[2] }
+            }
+            Check::Concurrency { limit, .. } => Outcome::Concurrency { limit: *limit, busy: r[0].max(0) as u64 },
+            Check::Budget(b) => Outcome::Budget { limit_nanos: b.limit_nanos, spent: r[0], reserved: r[1] },
+        })
+        .collect();
+    let refused = usize::try_from(failed).ok().filter(|f| *f > 0).map(|f| f - 1);
+    Ok(Admission { refused, outcomes })
+}

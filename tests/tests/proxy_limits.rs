@@ -1,0 +1,409 @@
+//! Budgets and rate limits: exact across replicas (three proxies on one Redis), refusals in
+//! OpenAI's shape with `x-ratelimit-*` headers, budget alerts written once, visibility through
+//! the management API, and a Redis outage that fails no request.
+
+use std::time::{Duration, Instant};
+
+use diesel::dsl::{count_star, sum};
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+use futures::future::join_all;
+use gw_shared::db::schema::audit_logs;
+use gw_tests::*;
+use rust_decimal::prelude::ToPrimitive;
+use rust_decimal::Decimal;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+fn body(text: &str) -> Value {
+    json!({"model": "mock-model", "messages": user_message(text), "max_tokens": 50})
+}
+
+async fn post(stack: &Stack, base: &str, key: &str, body: &Value) -> reqwest::Response {
+    stack
+        .http
+        .post(format!("{base}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(body)
+        .send()
+        .await
+        .expect("chat request")
+}
+
+/// A key of a new org, with the given settings (`budget`, `rate_limits`, `team_id`).
+async fn key_with(stack: &Stack, s: &Session, settings: Value) -> (String, String) {
+    let mut body = json!({"name": "limited"});
+    for (k, v) in settings.as_object().cloned().unwrap_or_default() {
+        body[k] = v;
+    }
+    let resp = stack.create_key(s, body).await;
+    assert_eq!(resp.status(), 201);
+    let b: Value = resp.json().await.unwrap();
+    (b["key"].as_str().unwrap().to_string(), b["id"].as_str().unwrap().to_string())
+}
+
+/// Waits until the current UTC minute has at least `secs` seconds left, so a burst stays in it.
+async fn room_in_minute(secs: u64) {
+    loop {
+        let into = chrono::Utc::now().timestamp_millis().rem_euclid(60_000) as u64;
+        if 60_000 - into >= secs * 1000 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn audit_totals(org_id: Uuid) -> (i64, Decimal) {
+    let mut conn = db::connect().await;
+    audit_logs::table
+        .filter(audit_logs::org_id.eq(org_id))
+        .select((count_star(), sum(audit_logs::cost_usd)))
+        .first::<(i64, Option<Decimal>)>(&mut conn)
+        .await
+        .map(|(n, s)| (n, s.unwrap_or_default()))
+        .expect("audit totals")
+}
+
+/// Waits until `n` audit rows of the org are written; returns their total cost.
+async fn settled_spend(org_id: Uuid, n: i64) -> Decimal {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (rows, cost) = audit_totals(org_id).await;
+        if rows >= n {
+            return cost;
+        }
+        assert!(Instant::now() < deadline, "only {rows} of {n} audit rows appeared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn stack_with_replicas(opts: StackOptions) -> (Stack, Vec<(Proc, String)>) {
+    let stack = Stack::start_with(opts).await;
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        replicas.push(stack.proxy_replica().await);
+    }
+    (stack, replicas)
+}
+
+#[tokio::test]
+async fn an_rpm_limit_admits_exactly_n_per_minute_across_three_replicas() {
+    let (stack, replicas) = stack_with_replicas(StackOptions::default()).await;
+    let proxies: Vec<String> =
+        std::iter::once(stack.proxy.clone()).chain(replicas.iter().map(|r| r.1.clone())).collect();
+    let s = stack.register().await;
+    let (key, _) = key_with(&stack, &s, json!({"rate_limits": {"rpm": 25}})).await;
+    room_in_minute(20).await;
+    let b = body("count me");
+    let sends = (0..90).map(|i| post(&stack, &proxies[i % 3], &key, &b));
+    let responses = join_all(sends).await;
+    let ok = responses.iter().filter(|r| r.status() == 200).count();
+    let refused: Vec<&reqwest::Response> = responses.iter().filter(|r| r.status() == 429).collect();
+    assert_eq!(ok, 25, "admitted {ok} of an rpm limit of 25");
+    assert_eq!(refused.len(), 65);
+    for r in &refused {
+        assert_eq!(header(r, "x-ratelimit-limit-requests"), "25");
+        assert_eq!(header(r, "x-ratelimit-remaining-requests"), "0");
+        let retry: u64 = header(r, "retry-after").parse().unwrap();
+        assert!((1..=60).contains(&retry));
+    }
+    let b = expect_openai_error(responses.into_iter().find(|r| r.status() == 429).unwrap(), 429).await;
+    assert_eq!(b["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(b["error"]["type"], "requests");
+}
+
+#[tokio::test]
+async fn a_team_budget_overshoots_by_at_most_one_request_across_three_replicas() {
+    let (stack, replicas) = stack_with_replicas(StackOptions::default()).await;
+    let proxies: Vec<String> =
+        std::iter::once(stack.proxy.clone()).chain(replicas.iter().map(|r| r.1.clone())).collect();
+    let s = stack.register().await;
+    let team = stack.create_team(&s, "budgeted").await;
+    let budget_usd = 0.0004;
+    let resp = stack
+        .admin_patch(
+            &format!("/teams/{team}"),
+            &s.access_token,
+            &json!({"budget": {"amount_usd": budget_usd, "period": "month", "alert_thresholds": [50, 80, 95, 100]}}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let (key, _) = key_with(&stack, &s, json!({"team_id": team})).await;
+    // Let the proxies forget any copy of the team from before the budget (none was read yet, but
+    // the invalidation is asynchronous by design).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = body("spend my budget");
+    // One request's maximum cost at the mock deployment's prices (0.15 / 0.60 per million): at
+    // most a token per byte of the body, plus framing, and max_tokens out.
+    let max_cost = ((b.to_string().len() as f64 + 7.0) * 0.15 + 50.0 * 0.60) / 1e6;
+    let mut sent = 0;
+    let mut statuses = Vec::new();
+    for _round in 0..30 {
+        let sends = (0..300).map(|i| post(&stack, &proxies[i % 3], &key, &b));
+        let round: Vec<u16> = join_all(sends).await.iter().map(|r| r.status().as_u16()).collect();
+        sent += 300;
+        assert!(round.iter().all(|s| *s == 200 || *s == 429), "{round:?}");
+        let spent = settled_spend(s.org_id, sent).await.to_f64().unwrap();
+        assert!(spent <= budget_usd + max_cost, "spent {spent} of a {budget_usd} budget (max cost {max_cost})");
+        let all_refused = round.iter().all(|s| *s == 429);
+        statuses.extend(round);
+        if all_refused {
+            break;
+        }
+        // Settlements of the last requests land after their responses.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let spent = settled_spend(s.org_id, sent).await.to_f64().unwrap();
+    assert!(spent >= budget_usd - max_cost, "the budget stopped at {spent} of {budget_usd}");
+    assert!(statuses.contains(&200));
+
+    // The refusals are budget refusals.
+    let r = post(&stack, &stack.proxy, &key, &b).await;
+    assert_eq!(header(&r, "x-should-retry"), "false");
+    let e = expect_openai_error(r, 429).await;
+    assert_eq!(e["error"]["code"], "budget_exceeded");
+    assert_eq!(e["error"]["type"], "insufficient_quota");
+
+    // What the management API reports is what the audit log says was spent.
+    let v: Value = stack.admin_get(&format!("/teams/{team}/limits"), &s.access_token).await.json().await.unwrap();
+    let b = &v["budget"];
+    assert_eq!(v["scope"], "team");
+    let redis_spent = b["spent_usd"].as_f64().unwrap();
+    let requests = statuses.iter().filter(|s| **s == 200).count() as f64;
+    assert!((redis_spent - spent).abs() <= requests * 1e-9 + 1e-12, "redis {redis_spent} vs audit {spent}");
+    assert_eq!(b["reserved_usd"], 0.0);
+    assert_eq!(b["remaining_usd"], 0.0);
+    assert!(b["percent_used"].as_f64().unwrap() >= 100.0);
+
+    // Exactly one event per threshold, and one budget.exceeded, for all three replicas.
+    let mut conn = db::connect().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let events = gw_shared::db::events::list(&mut conn, s.org_id, Some("budget."), None, 100).await.unwrap();
+        if events.len() >= 5 || Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut thresholds: Vec<i64> = events
+        .iter()
+        .filter(|e| e.event_type == "budget.threshold_crossed")
+        .map(|e| e.payload["threshold_percent"].as_i64().unwrap())
+        .collect();
+    thresholds.sort();
+    assert_eq!(thresholds, [50, 80, 95, 100], "{events:#?}");
+    let exceeded: Vec<_> = events.iter().filter(|e| e.event_type == "budget.exceeded").collect();
+    assert_eq!(exceeded.len(), 1);
+    let p = &exceeded[0].payload;
+    assert_eq!(p["team_id"], team.to_string());
+    assert_eq!(p["scope"], "team");
+    assert_eq!(p["limit_usd"], budget_usd);
+    assert!(p["spent_usd"].as_f64().unwrap() >= budget_usd);
+    assert!(p["percent_used"].as_f64().unwrap() >= 100.0);
+}
+
+#[tokio::test]
+async fn every_response_carries_the_tightest_windows() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let resp = stack
+        .admin_patch("/organizations/current", &s.access_token, &json!({"rate_limits": {"rpm": 100, "tpm": 100000}}))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let (key, key_id) = key_with(&stack, &s, json!({"rate_limits": {"rpm": 5}})).await;
+    room_in_minute(10).await;
+    let r = stack.chat(&key, body("headers please")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-ratelimit-limit-requests"), "5");
+    assert_eq!(header(&r, "x-ratelimit-remaining-requests"), "4");
+    assert_eq!(header(&r, "x-ratelimit-limit-tokens"), "100000");
+    let remaining: u64 = header(&r, "x-ratelimit-remaining-tokens").parse().unwrap();
+    assert!(remaining < 100000 && remaining > 99000, "{remaining}");
+    assert!(header(&r, "x-ratelimit-reset-requests").ends_with('s'));
+    // Streams carry them too.
+    let mut b = body("stream please");
+    b["stream"] = json!(true);
+    let r = stack.chat(&key, b).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-ratelimit-remaining-requests"), "3");
+    // The visibility endpoint sees the same minute (tokens corrected to the real usage).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let v: Value = stack.admin_get(&format!("/api-keys/{key_id}/limits"), &s.access_token).await.json().await.unwrap();
+    assert_eq!(v["rate_limits"]["rpm"]["used"], 2);
+    assert_eq!(v["budget"], Value::Null);
+    let v: Value = stack.admin_get("/organizations/current/limits", &s.access_token).await.json().await.unwrap();
+    let used = v["rate_limits"]["tpm"]["used"].as_u64().unwrap();
+    assert!(used > 0 && used < 200, "tokens after correction: {used}");
+}
+
+#[tokio::test]
+async fn a_request_larger_than_the_token_limit_is_refused_as_such() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (key, _) = key_with(&stack, &s, json!({"rate_limits": {"tpm": 40}})).await;
+    let e = expect_openai_error(stack.chat(&key, body("too big")).await, 429).await;
+    assert_eq!(e["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(e["error"]["type"], "tokens");
+    assert!(e["error"]["message"].as_str().unwrap().contains("Request too large"), "{e}");
+}
+
+#[tokio::test]
+async fn per_model_limits_count_only_their_model() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (key, _) = key_with(&stack, &s, json!({"rate_limits": {"models": {"mock-model": {"rpm": 1}}}})).await;
+    room_in_minute(10).await;
+    let r = stack.chat(&key, body("one")).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    let e = expect_openai_error(stack.chat(&key, body("two")).await, 429).await;
+    assert!(e["error"]["message"].as_str().unwrap().contains("for model mock-model"), "{e}");
+    let other = json!({"model": "gpt-4o-mini", "messages": user_message("other model")});
+    assert_eq!(stack.chat(&key, other).await.status(), 200);
+}
+
+#[tokio::test]
+async fn concurrent_requests_past_the_limit_are_refused_and_leases_end() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (key, _) = key_with(&stack, &s, json!({"rate_limits": {"max_concurrent": 1}})).await;
+    let slow = json!({"model": "gpt-4o-mini", "messages": user_message("slow"), "mock": {"latency_ms": 800}});
+    let (first, second) = tokio::join!(stack.chat(&key, slow), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stack.chat(&key, body("meanwhile")).await
+    });
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&second, "retry-after"), "1");
+    let e = expect_openai_error(second, 429).await;
+    assert!(e["error"]["message"].as_str().unwrap().contains("in flight"), "{e}");
+    // The first one's lease ended with it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stack.chat(&key, body("after")).await.status(), 200);
+}
+
+#[tokio::test]
+async fn alert_only_budgets_alert_but_never_refuse() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (key, _) = key_with(
+        &stack,
+        &s,
+        json!({"budget": {"amount_usd": 0.000001, "period": "day", "hard_limit": false, "alert_thresholds": [100]}}),
+    )
+    .await;
+    for _ in 0..5 {
+        assert_eq!(stack.chat(&key, body("over and over")).await.status(), 200);
+    }
+    let mut conn = db::connect().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = gw_shared::db::events::list(&mut conn, s.org_id, None, None, 10).await.unwrap();
+        if events.len() >= 2 {
+            assert_eq!(events.len(), 2, "{events:#?}");
+            assert!(events.iter().any(|e| e.event_type == "budget.exceeded"));
+            assert!(events.iter().all(|e| e.payload["scope"] == "key"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no budget events: {events:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn limit_settings_are_validated_and_removable() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    for (bad, field) in [
+        (json!({"budget": {"amount_usd": -1, "period": "day"}}), "budget.amount_usd"),
+        (json!({"budget": {"amount_usd": 1, "period": "year"}}), "budget.period"),
+        (json!({"rate_limits": {"rpm": 0}}), "rate_limits.rpm"),
+        (json!({"rate_limits": {}}), "rate_limits"),
+        (json!({"rate_limits": {"models": {"m": {"tpm": 0}}}}), "rate_limits.models.m.tpm"),
+    ] {
+        let e = expect_api_error(stack.admin_patch("/organizations/current", &s.access_token, &bad).await, 400).await;
+        assert_eq!(e["error"]["fields"][0]["field"], field, "{bad}: {e}");
+    }
+    let (_, key_id) = key_with(&stack, &s, json!({})).await;
+    let v: Value = stack
+        .admin_patch(
+            &format!("/api-keys/{key_id}"),
+            &s.access_token,
+            &json!({"budget": {"amount_usd": 5, "period": "week"}}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["budget"]["alert_thresholds"], json!([50, 80, 95, 100]));
+    let v: Value = stack.admin_get(&format!("/api-keys/{key_id}/limits"), &s.access_token).await.json().await.unwrap();
+    assert_eq!(v["budget"]["spent_usd"], 0.0);
+    assert!(v["budget"]["period_id"].as_str().unwrap().contains("-W"));
+    let v: Value = stack
+        .admin_patch(&format!("/api-keys/{key_id}"), &s.access_token, &json!({"budget": null}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["budget"], Value::Null);
+    // Another organization's key is not found, not shown.
+    let other = stack.register().await;
+    let r = stack.admin_get(&format!("/api-keys/{key_id}/limits"), &other.access_token).await;
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn a_redis_outage_fails_no_request_and_shared_limiting_resumes() {
+    let mut redis = PrivateRedis::start();
+    let stack = Stack::start_with(StackOptions {
+        redis_url: Some(redis.url()),
+        proxy_config: "audit_flush_interval_ms = 50\nlimits_replicas = 3".into(),
+        ..Default::default()
+    })
+    .await;
+    let s = stack.register().await;
+    let (key, key_id) =
+        key_with(&stack, &s, json!({"budget": {"amount_usd": 100, "period": "day"}, "rate_limits": {"rpm": 100000}}))
+            .await;
+    let b = body("through the outage");
+    for _ in 0..5 {
+        assert_eq!(stack.chat(&key, b.clone()).await.status(), 200);
+    }
+    redis.stop_server();
+    let stopped = Instant::now();
+    let mut outage_cost = 0.0;
+    let mut during = 0;
+    while stopped.elapsed() < Duration::from_secs(2) {
+        let r = stack.chat(&key, b.clone()).await;
+        assert_eq!(r.status(), 200, "a request failed while Redis was down");
+        outage_cost += header(&r, "x-gw-cost-usd").parse::<f64>().unwrap();
+        during += 1;
+    }
+    assert!(during > 5);
+    let metrics =
+        stack.http.get(format!("{}/metrics", stack.proxy_metrics)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("gw_limits_degraded 1"), "{metrics}");
+    redis.start_server();
+    let back = Instant::now();
+    loop {
+        let r = stack.chat(&key, b.clone()).await;
+        assert_eq!(r.status(), 200);
+        let m = stack.http.get(format!("{}/metrics", stack.proxy_metrics)).send().await.unwrap().text().await.unwrap();
+        if m.contains("gw_limits_degraded 0") {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(5), "shared limiting did not resume within 5 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The spend recorded while Redis was away is in the shared counters (which the restart
+    // emptied of everything before).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v: Value =
+            stack.admin_get(&format!("/api-keys/{key_id}/limits"), &s.access_token).await.json().await.unwrap();
+        let spent = v["budget"]["spent_usd"].as_f64().unwrap_or(0.0);
+        if spent + 1e-9 * during as f64 >= outage_cost {
+            break;
+        }
+        assert!(Instant::now() < deadline, "shared spend {spent} < outage spend {outage_cost}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
