@@ -107,6 +107,18 @@ pub fn metadata(field: &str, value: Value) -> ApiResult<Value> {
     Ok(value)
 }
 
+/// A budget as stored, validated.
+pub fn budget(b: gw_shared::limits::settings::Budget) -> ApiResult<Value> {
+    b.validate("budget").map_err(|p| ApiError::field(p.field, p.message))?;
+    serde_json::to_value(&b).map_err(|e| ApiError::Internal(format!("cannot encode a budget: {e}")))
+}
+
+/// Rate limits as stored, validated.
+pub fn rate_limits(r: gw_shared::limits::settings::RateLimits) -> ApiResult<Value> {
+    r.validate("rate_limits").map_err(|p| ApiError::field(p.field, p.message))?;
+    serde_json::to_value(&r).map_err(|e| ApiError::Internal(format!("cannot encode rate limits: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,16 +147,4 @@ mod tests {
         assert!(metadata("m", serde_json::json!({"a": "x".repeat(MAX_METADATA_BYTES)})).is_err());
         assert!(metadata("m", serde_json::json!({"": 1})).is_err());
     }
-}
-
-/// A budget as stored, validated.
-pub fn budget(b: gw_shared::limits::settings::Budget) -> ApiResult<Value> {
-    b.validate("budget").map_err(|p| ApiError::field(p.field, p.message))?;
-    serde_json::to_value(&b).map_err(|e| ApiError::Internal(format!("cannot encode a budget: {e}")))
-}
-
-/// Rate limits as stored, validated.
-pub fn rate_limits(r: gw_shared::limits::settings::RateLimits) -> ApiResult<Value> {
-    r.validate("rate_limits").map_err(|p| ApiError::field(p.field, p.message))?;
-    serde_json::to_value(&r).map_err(|e| ApiError::Internal(format!("cannot encode rate limits: {e}")))
 }
