@@ -223,7 +223,7 @@ impl Limiter {
             }
         }
         if self.sync(conn).await && degraded {
-            self.local().reset_budgets();
+            self.local().forget();
             self.degraded.store(false, Ordering::Release);
             self.metrics.limits_degraded.set(0);
             log::info!("Redis answers again: rate limits and budgets are shared again");

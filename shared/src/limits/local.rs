@@ -223,8 +223,8 @@ impl LocalLimiter {
         self.unsynced.entry(u.keys[0].clone()).or_insert(Unsynced { nanos: 0, ..u }).nanos += nanos;
     }
 
-    /// Back to the shared counters: what this replica knew of budgets is stale from now on.
-    pub fn reset_budgets(&mut self) {
+    /// Back to the shared counters: everything this replica counted on its own is stale now.
+    pub fn forget(&mut self) {
         self.budgets.clear();
         self.windows.clear();
         self.leases.clear();
