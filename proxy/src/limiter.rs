@@ -1,11 +1,11 @@
 //! Budgets and rate limits, shared by every replica through Redis: one script call admits a
 //! request (every level checked and counted at once); settling happens after the response, off
-//! the request path, in a background task. When Redis cannot be reached the replica switches to
+//! the request path, in a task of its own. When Redis cannot be reached the replica switches to
 //! its own limiter (each limit divided by the expected replica count) without failing a request,
 //! probes Redis a few times a second, and when it answers again adds the spend recorded meanwhile
 //! to the shared counters and goes back to them. Budget alerts go to the events outbox.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -24,8 +24,13 @@ use uuid::Uuid;
 use crate::logline::RateLimitedLog;
 use crate::metrics::Metrics;
 
-/// Settlements and events waiting for the background task, at most.
+/// Budget events waiting for the outbox writer, at most.
 const QUEUE: usize = 16_384;
+/// Settlements waiting for Redis, at most; past it a settlement's spend is deferred to the next
+/// sync instead of queueing without bound behind a slow Redis.
+const MAX_SETTLING: usize = 16_384;
+/// Settlements per script call, at most (a script blocks Redis while it runs).
+const SETTLE_BATCH: usize = 128;
 /// How often a degraded replica asks Redis whether it is back.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 
@@ -37,19 +42,21 @@ pub struct LimiterConfig {
     pub replicas: u64,
 }
 
-struct Job {
-    settlement: Settlement,
-}
-
 pub struct Limiter {
     cfg: LimiterConfig,
-    /// Made by the background service, on its runtime (the connection's driver task lives there).
-    conn: OnceLock<ConnectionManager>,
+    /// The request path's connection. Made by the first request that needs it, so that its
+    /// driver task (and every reconnection's) runs on the proxy's worker runtime: a round trip
+    /// then costs no hop to another thread and back, which on a busy core cost more than the
+    /// script itself. The background service has a connection of its own.
+    hot: OnceLock<Option<ConnectionManager>>,
+    /// Settlements waiting for the flusher, and whether a flusher runs.
+    pending: Mutex<Vec<Settlement>>,
+    flushing: AtomicBool,
+    /// Settlements taken by the flusher and not yet answered.
+    settling: AtomicUsize,
     scripts: Scripts,
     local: Mutex<LocalLimiter>,
     degraded: AtomicBool,
-    jobs: mpsc::Sender<Job>,
-    jobs_rx: tokio::sync::Mutex<mpsc::Receiver<Job>>,
     events: mpsc::Sender<NewEvent>,
     events_rx: tokio::sync::Mutex<mpsc::Receiver<NewEvent>>,
     db: DbPool,
@@ -68,17 +75,17 @@ pub struct Admitted {
 
 impl Limiter {
     pub fn new(cfg: LimiterConfig, db: DbPool, metrics: Arc<Metrics>) -> Self {
-        let (jobs, jobs_rx) = mpsc::channel(QUEUE);
         let (events, events_rx) = mpsc::channel(QUEUE);
         let replicas = cfg.replicas;
         Self {
             cfg,
-            conn: OnceLock::new(),
+            hot: OnceLock::new(),
+            pending: Mutex::new(Vec::new()),
+            flushing: AtomicBool::new(false),
+            settling: AtomicUsize::new(0),
             scripts: Scripts::default(),
             local: Mutex::new(LocalLimiter::new(replicas)),
             degraded: AtomicBool::new(false),
-            jobs,
-            jobs_rx: tokio::sync::Mutex::new(jobs_rx),
             events,
             events_rx: tokio::sync::Mutex::new(events_rx),
             db,
@@ -99,9 +106,11 @@ impl Limiter {
     /// own limiter decides.
     pub async fn admit(&self, plan: Plan) -> Admitted {
         if !self.degraded.load(Ordering::Acquire) {
-            if let Some(conn) = self.conn.get() {
-                let mut conn = conn.clone();
-                match tokio::time::timeout(self.cfg.timeout, self.scripts.admit(&mut conn, &plan)).await {
+            if let Some(mut conn) = self.hot() {
+                let started = std::time::Instant::now();
+                let result = tokio::time::timeout(self.cfg.timeout, self.scripts.admit(&mut conn, &plan)).await;
+                self.metrics.limit_admit_duration.observe(started.elapsed().as_secs_f64());
+                match result {
                     Ok(Ok(admission)) => {
                         self.local().observe(&plan, &admission);
                         self.count(&admission, "redis");
@@ -134,8 +143,24 @@ impl Limiter {
         }
     }
 
-    /// Settles an admitted request that used `tokens` and cost `cost_nanos`. Never waits.
-    pub fn settle(&self, admitted: Admitted, tokens: u64, cost_nanos: i64) {
+    /// The request path's connection (see `hot`); None if the Redis URL is unusable.
+    fn hot(&self) -> Option<ConnectionManager> {
+        self.hot
+            .get_or_init(|| match connect(&self.cfg) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    log::error!("cannot set up the limiter's Redis connection: {e}; limiting on this replica alone");
+                    None
+                }
+            })
+            .clone()
+    }
+
+    /// Settles an admitted request that used `tokens` and cost `cost_nanos`. Never waits: a
+    /// flusher task on the caller's runtime (beside the connection's driver) sends what has
+    /// gathered as one script call and, while that call is out, gathers the next batch. A lone
+    /// request's settlement leaves at once; under load each call carries many.
+    pub fn settle(self: &Arc<Self>, admitted: Admitted, tokens: u64, cost_nanos: i64) {
         let settlement = admitted.plan.settlement(&admitted.admission, tokens, cost_nanos);
         if settlement.ops.is_empty() {
             return;
@@ -145,13 +170,50 @@ impl Limiter {
             self.alert(settlement.org_id, &settled);
             return;
         }
-        if let Err(e) = self.jobs.try_send(Job { settlement }) {
-            let job = match e {
-                mpsc::error::TrySendError::Full(j) | mpsc::error::TrySendError::Closed(j) => j,
-            };
-            // Its reservations expire in Redis; its spend is kept here and synced later.
-            self.local().defer(&job.settlement);
-            self.log.warn(|| "the settlement queue is full: spend deferred to the next sync".into());
+        let Some(conn) = self.hot() else {
+            self.local().defer(&settlement);
+            return;
+        };
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if pending.len() + self.settling.load(Ordering::Acquire) >= MAX_SETTLING {
+                drop(pending);
+                // Its reservations expire in Redis; its spend is kept here and synced later.
+                self.local().defer(&settlement);
+                self.log.warn(|| "too many settlements waiting for Redis: spend deferred to the next sync".into());
+                return;
+            }
+            pending.push(settlement);
+        }
+        if !self.flushing.swap(true, Ordering::AcqRel) {
+            let limiter = self.clone();
+            tokio::spawn(async move { limiter.flush(conn).await });
+        }
+    }
+
+    fn take_pending(&self) -> Vec<Settlement> {
+        let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = pending.len().min(SETTLE_BATCH);
+        let batch: Vec<Settlement> = pending.drain(..n).collect();
+        self.settling.fetch_add(batch.len(), Ordering::AcqRel);
+        batch
+    }
+
+    async fn flush(&self, mut conn: ConnectionManager) {
+        loop {
+            let batch = self.take_pending();
+            if batch.is_empty() {
+                self.flushing.store(false, Ordering::Release);
+                // A settlement pushed after the take but before the store saw a flusher running.
+                let more = !self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty();
+                if more && !self.flushing.swap(true, Ordering::AcqRel) {
+                    continue;
+                }
+                return;
+            }
+            let n = batch.len();
+            self.settle_shared(&mut conn, batch).await;
+            self.settling.fetch_sub(n, Ordering::AcqRel);
         }
     }
 
@@ -168,18 +230,23 @@ impl Limiter {
         }
     }
 
-    async fn settle_shared(&self, conn: &mut ConnectionManager, s: Settlement) {
-        match tokio::time::timeout(self.cfg.timeout * 4, self.scripts.settle(conn, &s)).await {
-            Ok(Ok(settled)) => self.alert(s.org_id, &settled),
-            Ok(Err(e)) => {
-                self.local().defer(&s);
-                self.degrade(&format!("{e}"));
+    async fn settle_shared(&self, conn: &mut ConnectionManager, batch: Vec<Settlement>) {
+        let why = match tokio::time::timeout(self.cfg.timeout * 4, self.scripts.settle_many(conn, &batch)).await {
+            Ok(Ok(settled)) => {
+                for (s, settled) in batch.iter().zip(settled) {
+                    self.alert(s.org_id, &settled);
+                }
+                return;
             }
-            Err(_) => {
-                self.local().defer(&s);
-                self.degrade("no answer in time");
-            }
+            Ok(Err(e)) => format!("{e}"),
+            Err(_) => "no answer in time".to_string(),
+        };
+        let mut local = self.local();
+        for s in &batch {
+            local.defer(s);
         }
+        drop(local);
+        self.degrade(&why);
     }
 
     /// Adds spend recorded on this replica to the shared counters; true when all of it landed.
@@ -267,29 +334,14 @@ pub struct LimiterService(pub Arc<Limiter>);
 impl BackgroundService for LimiterService {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let limiter = self.0.clone();
-        let client = match redis::Client::open(limiter.cfg.redis_url.as_str()) {
+        let mut conn = match connect(&limiter.cfg) {
             Ok(c) => c,
             Err(e) => {
-                log::error!("invalid Redis URL for the limiter: {e}; limiting on this replica alone");
-                limiter.degrade("invalid URL");
-                return;
-            }
-        };
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(limiter.cfg.timeout * 4))
-            .set_response_timeout(Some(limiter.cfg.timeout * 4))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = match ConnectionManager::new_lazy_with_config(client, config) {
-            Ok(c) => c,
-            Err(e) => {
-                log::error!("cannot set up the limiter's Redis connection: {e}");
+                log::error!("cannot set up the limiter's Redis connection: {e}; limiting on this replica alone");
                 limiter.degrade("no connection");
                 return;
             }
         };
-        let _ = limiter.conn.set(conn.clone());
-
         let events = {
             let limiter = limiter.clone();
             tokio::spawn(async move {
@@ -310,50 +362,39 @@ impl BackgroundService for LimiterService {
                 }
             })
         };
-        let probes = {
-            let limiter = limiter.clone();
-            let mut conn = conn.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(PROBE_EVERY);
-                loop {
-                    tick.tick().await;
-                    limiter.probe(&mut conn).await;
-                }
-            })
-        };
-        let mut rx = limiter.jobs_rx.lock().await;
-        let mut batch = Vec::with_capacity(64);
+        let mut tick = tokio::time::interval(PROBE_EVERY);
         loop {
             tokio::select! {
-                n = rx.recv_many(&mut batch, 64) => {
-                    if n == 0 {
-                        break;
-                    }
-                    // Concurrent calls share the multiplexed connection: one pipelined write.
-                    let work = batch.drain(..).map(|job| {
-                        let mut conn = conn.clone();
-                        let limiter = &limiter;
-                        async move { limiter.settle_shared(&mut conn, job.settlement).await }
-                    });
-                    futures::future::join_all(work).await;
-                }
+                _ = tick.tick() => limiter.probe(&mut conn).await,
                 changed = shutdown.changed() => {
                     if changed.is_err() || *shutdown.borrow() {
-                        // Settle what is queued, then stop.
-                        while let Ok(job) = rx.try_recv() {
-                            let mut conn = conn.clone();
-                            limiter.settle_shared(&mut conn, job.settlement).await;
-                        }
                         break;
                     }
                 }
             }
         }
-        probes.abort();
-        // Give the outbox writer a moment with what the last settlements produced.
+        // Let the settlements in flight land, and the outbox writer take what they produced.
+        for _ in 0..40 {
+            if !limiter.flushing.load(Ordering::Acquire) && limiter.settling.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        limiter.sync(&mut conn).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         events.abort();
     }
+}
+
+/// A multiplexed connection that reconnects by itself, established on first use.
+fn connect(cfg: &LimiterConfig) -> redis::RedisResult<ConnectionManager> {
+    let client = redis::Client::open(cfg.redis_url.as_str())?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(cfg.timeout * 4))
+        .set_response_timeout(Some(cfg.timeout * 4))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    ConnectionManager::new_lazy_with_config(client, config)
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub struct Metrics {
     /// Admissions against rate limits and budgets, by where they were decided and the outcome.
     pub limit_decisions: IntCounterVec,
     pub limit_redis_errors: IntCounter,
+    pub limit_admit_duration: prometheus::Histogram,
     /// 1 while Redis is unreachable and the replica limits on its own.
     pub limits_degraded: IntGauge,
     pub events_written: IntCounter,
@@ -104,12 +105,20 @@ impl Metrics {
         )?;
         let limit_redis_errors =
             IntCounter::new("gw_limits_redis_errors_total", "Limiter calls to Redis that failed or timed out")?;
+        let limit_admit_duration = prometheus::Histogram::with_opts(
+            HistogramOpts::new(
+                "gw_limits_admit_duration_seconds",
+                "Time a request waited for its admission (Redis round trip)",
+            )
+            .buckets(vec![0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.05, 0.25]),
+        )?;
         let limits_degraded =
             IntGauge::new("gw_limits_degraded", "1 while Redis is unreachable and this replica limits on its own")?;
         let events_written = IntCounter::new("gw_events_written_total", "Events written to the outbox")?;
         let events_dropped = IntCounter::new("gw_events_dropped_total", "Events dropped because their queue was full")?;
         registry.register(Box::new(limit_decisions.clone()))?;
         registry.register(Box::new(limit_redis_errors.clone()))?;
+        registry.register(Box::new(limit_admit_duration.clone()))?;
         registry.register(Box::new(limits_degraded.clone()))?;
         registry.register(Box::new(events_written.clone()))?;
         registry.register(Box::new(events_dropped.clone()))?;
@@ -131,6 +140,7 @@ impl Metrics {
             audit_queue,
             limit_decisions,
             limit_redis_errors,
+            limit_admit_duration,
             limits_degraded,
             events_written,
             events_dropped,

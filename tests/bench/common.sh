@@ -52,6 +52,15 @@ start_admin() {
   token=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/auth/register" -H 'content-type: application/json' \
     -d "{\"email\":\"bench-$RANDOM$RANDOM@bench.gw\",\"password\":\"benchmark-pass\",\"name\":\"b\",\"org_name\":\"bench\"}" |
     python3 -c 'import sys,json;print(json.load(sys.stdin)["access_token"])')
+  # GW_BENCH_LIMITS=1: the request passes the limiter at two levels, an organization budget and
+  # the key's rpm/tpm/concurrency limits, all set far above what the run can reach.
+  local key_spec='{"name":"bench"}'
+  if [ "${GW_BENCH_LIMITS:-0}" = 1 ]; then
+    curl -fs -X PATCH "http://127.0.0.1:$ADMIN_PORT/api/v1/organizations/current" -H "authorization: Bearer $token" \
+      -H 'content-type: application/json' \
+      -d '{"budget":{"amount_usd":1000000,"period":"month","alert_thresholds":[50,80,95,100],"hard_limit":true}}' >/dev/null
+    key_spec='{"name":"bench","rate_limits":{"rpm":100000000,"tpm":4000000000,"max_concurrent":100000}}'
+  fi
   KEY=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/api-keys" -H "authorization: Bearer $token" \
-    -H 'content-type: application/json' -d '{"name":"bench"}' | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')
+    -H 'content-type: application/json' -d "$key_spec" | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')
 }

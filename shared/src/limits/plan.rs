@@ -191,8 +191,9 @@ pub fn window_key(prefix: &str, scope: Scope, measure: Measure, model: Option<&s
     }
 }
 
-/// The budget's counters (a hash: `spent`, `reserved`, one `r:<request>` per reservation, alert
-/// marks) and its reservations' leases (a sorted set by expiry).
+/// The budget's counters (a hash: `spent`, `reserved`, alert marks) and its reservations (a sorted
+/// set of `<request>:<nano-dollars>` by lease expiry; `reserved` is always the sum of its members'
+/// amounts, so an expired member says what to release without another lookup).
 pub fn budget_keys(prefix: &str, scope: Scope, period_id: &str) -> [String; 2] {
     let h = format!("{prefix}:b:{}:{period_id}", scope.tag());
     let z = format!("{h}:leases");
