@@ -175,7 +175,7 @@ impl Limiter {
             return;
         };
         {
-            let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut pending = self.pending();
             if pending.len() + self.settling.load(Ordering::Acquire) >= MAX_SETTLING {
                 drop(pending);
                 // Its reservations expire in Redis; its spend is kept here and synced later.
@@ -191,8 +191,12 @@ impl Limiter {
         }
     }
 
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Settlement>> {
+        self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn take_pending(&self) -> Vec<Settlement> {
-        let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut pending = self.pending();
         let n = pending.len().min(SETTLE_BATCH);
         let batch: Vec<Settlement> = pending.drain(..n).collect();
         self.settling.fetch_add(batch.len(), Ordering::AcqRel);
@@ -205,7 +209,7 @@ impl Limiter {
             if batch.is_empty() {
                 self.flushing.store(false, Ordering::Release);
                 // A settlement pushed after the take but before the store saw a flusher running.
-                let more = !self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty();
+                let more = !self.pending().is_empty();
                 if more && !self.flushing.swap(true, Ordering::AcqRel) {
                     continue;
                 }
