@@ -16,7 +16,28 @@ use redis::{RedisResult, Script, Value};
 
 use super::plan::{Admission, BudgetSettled, Check, Outcome, Plan, SettleOp, Settlement, WINDOW_MS};
 
-const ADMIT: &str = r#"
+/// A budget's `spent` and `reserved` as they stand at `now`: the reservations whose lease ran out
+/// (their requests died) released first. Shared by `ADMIT` and `PEEK`.
+macro_rules! budget_now {
+    () => {
+        r#"
+local function budget_now(h, z, now)
+  local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+  for _, m in ipairs(expired) do
+    local amt = string.match(m, ':(%d+)$')
+    if amt and amt ~= '0' then redis.call('HINCRBY', h, 'reserved', '-' .. amt) end
+  end
+  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
+  local v = redis.call('HMGET', h, 'spent', 'reserved')
+  return tonumber(v[1] or '0'), tonumber(v[2] or '0')
+end
+"#
+    };
+}
+
+const ADMIT: &str = concat!(
+    budget_now!(),
+    r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id, lease = ARGV[1], tonumber(ARGV[2])
@@ -45,14 +66,7 @@ while a <= #ARGV do
   elseif kind == 'b' then
     local limit, hard, ttl = tonumber(ARGV[a+1]), ARGV[a+3], tonumber(ARGV[a+4])
     local h, z = KEYS[k], KEYS[k+1]
-    local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
-    for _, m in ipairs(expired) do
-      local amt = string.match(m, ':(%d+)$')
-      if amt and amt ~= '0' then redis.call('HINCRBY', h, 'reserved', '-' .. amt) end
-    end
-    if #expired > 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
-    local v = redis.call('HMGET', h, 'spent', 'reserved')
-    local spent, reserved = tonumber(v[1] or '0'), tonumber(v[2] or '0')
+    local spent, reserved = budget_now(h, z, now)
     if failed == 0 and hard == '1' and spent + reserved >= limit then failed = n end
     todo[n] = {'b', h, z, ARGV[a+2], ttl, reserved == 0}
     out[#out+1] = spent; out[#out+1] = reserved; out[#out+1] = 0
@@ -81,7 +95,8 @@ if failed == 0 then
   end
 end
 return out
-"#;
+"#
+);
 
 const SETTLE: &str = r#"
 local id = ''
@@ -129,19 +144,16 @@ return out
 "#;
 
 /// A budget's counters as they stand, expired reservations released first.
-const PEEK: &str = r#"
+const PEEK: &str = concat!(
+    budget_now!(),
+    r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local h, z = KEYS[1], KEYS[2]
-local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
-for _, m in ipairs(expired) do
-  local amt = string.match(m, ':(%d+)$')
-  if amt and amt ~= '0' then redis.call('HINCRBY', h, 'reserved', '-' .. amt) end
-end
-if #expired > 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
-local v = redis.call('HMGET', h, 'spent', 'reserved')
-return {tonumber(v[1] or '0'), tonumber(v[2] or '0'), redis.call('ZCARD', z)}
-"#;
+local spent, reserved = budget_now(h, z, now)
+return {spent, reserved, redis.call('ZCARD', z)}
+"#
+);
 
 /// The three scripts, hashed once (`EVALSHA`, loaded again after a Redis restart).
 pub struct Scripts {
