@@ -55,6 +55,12 @@ pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/organizations/current", VIEWER),
     rule("PATCH", "/api/v1/organizations/current", ADMIN),
     rule("GET", "/api/v1/organizations/current/limits", VIEWER),
+    rule("GET", "/api/v1/organizations/current/policy", VIEWER),
+    rule("PUT", "/api/v1/organizations/current/policy", ADMIN),
+    rule("GET", "/api/v1/organizations/current/policy/templates", VIEWER),
+    rule("POST", "/api/v1/organizations/current/policy/apply-template", ADMIN),
+    rule("GET", "/api/v1/organizations/current/policy/versions", VIEWER),
+    rule("POST", "/api/v1/organizations/current/policy/revert", ADMIN),
     rule("GET", "/api/v1/teams", VIEWER),
     rule("POST", "/api/v1/teams", ADMIN),
     rule("GET", "/api/v1/teams/{team_id}", VIEWER),
@@ -89,6 +95,9 @@ pub const MATRIX: &[Rule] = &[
     rule("PATCH", "/api/v1/sso/connections/{connection_id}", ADMIN),
     rule("DELETE", "/api/v1/sso/connections/{connection_id}", ADMIN),
     rule("GET", "/api/v1/audit-events", ADMIN),
+    // Per-request detail (request, key and team ids), like the audit trail.
+    rule("GET", "/api/v1/analytics/policy", ADMIN),
+    rule("GET", "/api/v1/analytics/policy/export", ADMIN),
 ];
 
 /// The rule for a route, if the matrix has one.

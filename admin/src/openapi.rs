@@ -14,10 +14,11 @@ use crate::error::ErrorBody;
     info(
         title = "gw management API",
         version = "1",
-        description = "Manage a gw organization: teams, members, invites, API keys, provider keys, SSO and \
-                       the admin audit trail. Authenticate with a session access token (`POST /auth/login`) \
-                       as `Authorization: Bearer <access_token>`. Errors share one body; lists share one \
-                       pagination (`limit`, `cursor`, `next_cursor`). See docs/api.md and docs/roles.md."
+        description = "Manage a gw organization: teams, members, invites, API keys, provider keys, SSO, \
+                       the admin audit trail and policy analytics. Authenticate with a session access token \
+                       (`POST /auth/login`) as `Authorization: Bearer <access_token>`. Errors share one body; \
+                       lists share one pagination (`limit`, `cursor`, `next_cursor`). See docs/api.md and \
+                       docs/roles.md."
     ),
     modifiers(&BearerAuth),
     components(schemas(ErrorBody)),

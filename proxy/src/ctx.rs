@@ -11,6 +11,7 @@ use gw_shared::cache::CacheStatus;
 use gw_shared::db::api_keys::KeyAuth;
 use gw_shared::limits::LimitState;
 use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
+use gw_shared::policy::engine::OutputGuard;
 use gw_shared::policy::PolicyDecision;
 use gw_shared::pricing::TokenUsage;
 use gw_shared::routing::ModelRoute;
@@ -101,6 +102,8 @@ pub struct RequestCtx {
     pub stream: bool,
     pub limits: Option<LimitState>,
     pub policy: Vec<PolicyDecision>,
+    /// What the request's policies do to the answer (cloned per attempt); `None`: nothing.
+    pub output_guard: Option<OutputGuard>,
     pub cache: CacheStatus,
     pub attempts: Vec<Attempt>,
     pub usage: TokenUsage,
@@ -137,6 +140,7 @@ impl RequestCtx {
             stream: false,
             limits: None,
             policy: Vec::new(),
+            output_guard: None,
             cache: CacheStatus::Miss,
             attempts: Vec::new(),
             usage: TokenUsage::default(),
@@ -168,7 +172,7 @@ impl RequestCtx {
 mod tests {
     use super::*;
 
-    use gw_shared::policy::PolicyAction;
+    use gw_shared::policy::{PolicyAction, Stage};
 
     #[test]
     fn strongest_policy_decision_wins() {
@@ -179,7 +183,9 @@ mod tests {
                 policy: "p".into(),
                 guardrail: "g",
                 action,
+                stage: Stage::Input,
                 reason: action.label().into(),
+                entities: vec![],
             });
         }
         assert_eq!(ctx.policy_verdict().map(|d| d.action), Some(PolicyAction::Blocked));

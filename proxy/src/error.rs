@@ -70,6 +70,19 @@ pub enum ProxyError {
     DeadlineExceeded(u64),
     #[error("The authentication backend is unavailable; retry shortly.")]
     StoreUnavailable,
+    /// A guardrail blocked the request (or, mid-stream, the answer). The reason names the policy
+    /// and the cause, never the matched values.
+    #[error("Blocked by policy '{policy}': {reason}.")]
+    PolicyBlocked { policy: String, reason: String },
+    /// The `x-gw-policy` header names something that cannot apply.
+    #[error("{0}")]
+    PolicyHeader(String),
+    /// A guardrail failed internally and its policy fails closed.
+    #[error("A guardrail of policy '{policy}' failed and the policy fails closed; the request was not sent.")]
+    GuardrailFailed { policy: String },
+    /// The organization's policy could not be read: which guardrails are mandatory is unknown.
+    #[error("The organization's policy is unavailable; retry shortly.")]
+    PolicyUnavailable,
     /// A bug or misconfiguration: the detail goes to the log, the client gets the gist.
     #[error("Internal error.")]
     Internal(String),
@@ -142,6 +155,8 @@ impl ProxyError {
             PermissionDenied(_) => 403,
             AuthThrottled(_) | LimitExceeded(_) => 429,
             InvalidTeam(_) | BadRequest { .. } | WrongEndpoint { .. } | Unsupported(_) => 400,
+            PolicyBlocked { .. } | PolicyHeader(_) => 400,
+            GuardrailFailed { .. } | PolicyUnavailable => 503,
             NoDeployment(_) => 503,
             BodyTooLarge(_) => 413,
             Upstream { error, .. } => match &error.failure {
@@ -190,6 +205,10 @@ impl ProxyError {
             StreamBroken { .. } => "upstream_stream_broken",
             DeadlineExceeded(_) => "deadline_exceeded",
             StoreUnavailable => "service_unavailable",
+            PolicyBlocked { .. } => "content_policy_violation",
+            PolicyHeader(_) => "invalid_policy",
+            GuardrailFailed { .. } => "guardrail_failed",
+            PolicyUnavailable => "policy_unavailable",
             Internal(_) => "internal_error",
             ClientGone(_) => "client_disconnected",
         }
@@ -228,6 +247,10 @@ impl ProxyError {
             }
             DeadlineExceeded(_) => ("api_error", "upstream_timeout", None),
             StoreUnavailable => ("api_error", "service_unavailable", None),
+            PolicyBlocked { .. } => ("invalid_request_error", "content_policy_violation", None),
+            PolicyHeader(_) => ("invalid_request_error", "invalid_policy", Some("x-gw-policy")),
+            GuardrailFailed { .. } => ("api_error", "guardrail_failed", None),
+            PolicyUnavailable => ("api_error", "policy_unavailable", None),
             Internal(_) | ClientGone(_) => ("api_error", "internal_error", None),
         };
         ErrorBody::new(self.to_string(), kind, Some(code), param)

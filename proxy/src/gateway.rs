@@ -41,6 +41,8 @@ pub struct Gateway {
     pub teams: Arc<Lookup<TeamSource>>,
     pub provider_keys: Arc<Lookup<ProviderKeySource>>,
     pub orgs: Arc<Lookup<OrgSource>>,
+    pub policies: Arc<Lookup<crate::pipeline::policy::PolicySource>>,
+    pub compiled: crate::pipeline::policy::Compiled,
     pub limiter: Arc<Limiter>,
     /// Completion tokens assumed for a request that sets no limit of its own.
     pub default_max_tokens: u64,

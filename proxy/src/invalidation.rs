@@ -14,6 +14,7 @@ use pingora::services::background::BackgroundService;
 use crate::lookup::Lookup;
 use crate::pipeline::auth::KeySource;
 use crate::pipeline::limits::OrgSource;
+use crate::pipeline::policy::{Compiled, PolicySource};
 use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
 
@@ -24,6 +25,8 @@ pub struct Caches {
     pub teams: Arc<Lookup<TeamSource>>,
     pub provider_keys: Arc<Lookup<ProviderKeySource>>,
     pub orgs: Arc<Lookup<OrgSource>>,
+    pub policies: Arc<Lookup<PolicySource>>,
+    pub compiled: Compiled,
 }
 
 impl Caches {
@@ -33,6 +36,8 @@ impl Caches {
             Invalidation::Team { org_id, team_id } => self.teams.invalidate(&(*org_id, *team_id)).await,
             Invalidation::ProviderKeys { org_id } => self.provider_keys.invalidate(org_id).await,
             Invalidation::Org { org_id } => self.orgs.invalidate(org_id).await,
+            // The compiled copy is keyed by version: the next read finds the new version.
+            Invalidation::Policy { org_id } => self.policies.invalidate(org_id).await,
             Invalidation::All => self.clear(),
         }
     }
@@ -42,6 +47,8 @@ impl Caches {
         self.teams.invalidate_all();
         self.provider_keys.invalidate_all();
         self.orgs.invalidate_all();
+        self.policies.invalidate_all();
+        self.compiled.invalidate_all();
     }
 }
 

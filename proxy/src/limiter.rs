@@ -221,6 +221,14 @@ impl Limiter {
         }
     }
 
+    /// Queues an event for the outbox (never waits: a full queue drops it, counted and logged).
+    pub fn emit(&self, ev: NewEvent) {
+        if self.events.try_send(ev).is_err() {
+            self.metrics.events_dropped.inc();
+            self.log.error(|| "the events queue is full: an event was dropped".into());
+        }
+    }
+
     /// Queues the budget events a settlement made due.
     fn alert(&self, org_id: Uuid, settled: &[BudgetSettled]) {
         let now = chrono::Utc::now();

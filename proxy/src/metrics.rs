@@ -35,6 +35,11 @@ pub struct Metrics {
     pub limits_degraded: IntGauge,
     pub events_written: IntCounter,
     pub events_dropped: IntCounter,
+    /// Policy decisions by guardrail kind, action and stage (never policy names or values).
+    pub policy_decisions: IntCounterVec,
+    /// Guardrails that failed internally, by kind.
+    pub policy_guardrail_errors: IntCounterVec,
+    pub policy_step: prometheus::Histogram,
 }
 
 impl Metrics {
@@ -122,8 +127,26 @@ impl Metrics {
         registry.register(Box::new(limits_degraded.clone()))?;
         registry.register(Box::new(events_written.clone()))?;
         registry.register(Box::new(events_dropped.clone()))?;
+        let policy_decisions = IntCounterVec::new(
+            Opts::new("gw_policy_decisions_total", "Policy decisions by guardrail, action and stage"),
+            &["guardrail", "action", "stage"],
+        )?;
+        let policy_guardrail_errors = IntCounterVec::new(
+            Opts::new("gw_policy_guardrail_errors_total", "Guardrails that failed internally"),
+            &["guardrail"],
+        )?;
+        let policy_step = prometheus::Histogram::with_opts(
+            HistogramOpts::new("gw_policy_step_duration_seconds", "Time the policy step took on a request's input")
+                .buckets(vec![0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.05]),
+        )?;
+        registry.register(Box::new(policy_decisions.clone()))?;
+        registry.register(Box::new(policy_guardrail_errors.clone()))?;
+        registry.register(Box::new(policy_step.clone()))?;
         Ok(Self {
             registry,
+            policy_decisions,
+            policy_guardrail_errors,
+            policy_step,
             requests,
             request_duration,
             upstream_duration,

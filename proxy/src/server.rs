@@ -21,6 +21,7 @@ use crate::lookup::{Lookup, LookupConfig};
 use crate::metrics::{Metrics, MetricsApp};
 use crate::pipeline::auth::KeySource;
 use crate::pipeline::limits::OrgSource;
+use crate::pipeline::policy::PolicySource;
 use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
 use crate::throttle::AuthThrottle;
@@ -47,6 +48,8 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     let keys = Arc::new(Lookup::new(KeySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
     let teams = Arc::new(Lookup::new(TeamSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
     let orgs = Arc::new(Lookup::new(OrgSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
+    let policies = Arc::new(Lookup::new(PolicySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
+    let compiled = crate::pipeline::policy::compiled_cache();
     let limiter = Arc::new(Limiter::new(
         LimiterConfig {
             redis_url: cfg.redis.url.clone(),
@@ -76,6 +79,8 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         teams: teams.clone(),
         provider_keys: provider_keys.clone(),
         orgs: orgs.clone(),
+        policies: policies.clone(),
+        compiled: compiled.clone(),
         limiter: limiter.clone(),
         default_max_tokens: p.limits_default_max_tokens.max(1),
         keyring: cfg.secrets.keyring.clone(),
@@ -114,7 +119,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     server.add_service(background_service("audit-flusher", flusher));
     server.add_service(background_service(
         "invalidation-listener",
-        InvalidationListener { redis_url: cfg.redis.url.clone(), caches: Caches { keys, teams, provider_keys, orgs } },
+        InvalidationListener { redis_url: cfg.redis.url.clone(), caches: Caches { keys, teams, provider_keys, orgs, policies, compiled } },
     ));
     server.add_service(background_service("health-checks", health));
     server.add_service(background_service("limiter", LimiterService(limiter)));

@@ -30,6 +30,8 @@ pub enum Invalidation {
     ProviderKeys { org_id: Uuid },
     /// An organization's own settings (budget, rate limits).
     Org { org_id: Uuid },
+    /// An organization's policy document.
+    Policy { org_id: Uuid },
     /// Everything cached from Postgres.
     All,
 }
@@ -41,6 +43,7 @@ impl Invalidation {
             Invalidation::Team { org_id, team_id } => format!("team:{org_id}:{team_id}"),
             Invalidation::ProviderKeys { org_id } => format!("provider_keys:{org_id}"),
             Invalidation::Org { org_id } => format!("org:{org_id}"),
+            Invalidation::Policy { org_id } => format!("policy:{org_id}"),
             Invalidation::All => "all".into(),
         }
     }
@@ -51,6 +54,9 @@ impl Invalidation {
         }
         if let Some(org) = msg.strip_prefix("provider_keys:") {
             return Some(Invalidation::ProviderKeys { org_id: org.parse().ok()? });
+        }
+        if let Some(org) = msg.strip_prefix("policy:") {
+            return Some(Invalidation::Policy { org_id: org.parse().ok()? });
         }
         if let Some(org) = msg.strip_prefix("org:") {
             return Some(Invalidation::Org { org_id: org.parse().ok()? });
@@ -71,6 +77,7 @@ impl Invalidation {
             Invalidation::Team { org_id, team_id } => Some(team_cache_key(*org_id, *team_id)),
             Invalidation::ProviderKeys { org_id } => Some(provider_keys_cache_key(*org_id)),
             Invalidation::Org { org_id } => Some(org_cache_key(*org_id)),
+            Invalidation::Policy { org_id } => Some(policy_cache_key(*org_id)),
             Invalidation::All => None,
         }
     }
@@ -87,6 +94,10 @@ pub fn team_cache_key(org_id: Uuid, team_id: Uuid) -> String {
 
 pub fn org_cache_key(org_id: Uuid) -> String {
     format!("gw:cache:org:{org_id}")
+}
+
+pub fn policy_cache_key(org_id: Uuid) -> String {
+    format!("gw:cache:policy:{org_id}")
 }
 
 /// Redis key of the shared copy of an organization's provider keys (still sealed: Redis never
@@ -164,6 +175,9 @@ mod tests {
         assert_eq!(Invalidation::decode(&team.encode()), Some(team.clone()));
         let org = Invalidation::Org { org_id: Uuid::now_v7() };
         assert_eq!(Invalidation::decode(&org.encode()), Some(org.clone()));
+        let policy = Invalidation::Policy { org_id: Uuid::now_v7() };
+        assert_eq!(Invalidation::decode(&policy.encode()), Some(policy.clone()));
+        assert!(policy.cache_key().unwrap().starts_with("gw:cache:policy:"));
         let pk = Invalidation::ProviderKeys { org_id: Uuid::now_v7() };
         assert_eq!(Invalidation::decode(&pk.encode()), Some(pk.clone()));
         assert!(team.cache_key().unwrap().starts_with("gw:cache:team:"));

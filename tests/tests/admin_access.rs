@@ -200,6 +200,18 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("POST", "/api/v1/auth/logout"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current/limits"), OwnScope(None)),
+        (("GET", "/api/v1/organizations/current/policy"), List),
+        (("PUT", "/api/v1/organizations/current/policy"), OwnScope(Some(json!({"defaults": []})))),
+        (("GET", "/api/v1/organizations/current/policy/templates"), List),
+        (
+            ("POST", "/api/v1/organizations/current/policy/apply-template"),
+            Foreign(Some(json!({"template": "baseline", "team_id": a.team}))),
+        ),
+        (("GET", "/api/v1/organizations/current/policy/versions"), List),
+        (
+            ("POST", "/api/v1/organizations/current/policy/revert"),
+            Foreign(Some(json!({"version": 1, "team_id": a.team}))),
+        ),
         (("PATCH", "/api/v1/organizations/current"), OwnScope(Some(json!({"name": "B renamed"})))),
         (("GET", "/api/v1/teams"), List),
         (("POST", "/api/v1/teams"), OwnScope(Some(json!({"name": "isolated"})))),
@@ -243,6 +255,8 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("PATCH", "/api/v1/sso/connections/{connection_id}"), Foreign(Some(json!({"name": "stolen"})))),
         (("DELETE", "/api/v1/sso/connections/{connection_id}"), Foreign(None)),
         (("GET", "/api/v1/audit-events"), List),
+        (("GET", "/api/v1/analytics/policy"), List),
+        (("GET", "/api/v1/analytics/policy/export"), List),
     ])
 }
 

@@ -7,6 +7,7 @@ use utoipa_actix_web::service_config::ServiceConfig;
 
 use crate::error::ApiError;
 
+pub mod analytics;
 pub mod api_keys;
 pub mod audit_events;
 pub mod auth;
@@ -14,6 +15,7 @@ pub mod health;
 pub mod invites;
 pub mod limits;
 pub mod organizations;
+pub mod policy;
 pub mod provider_keys;
 pub mod sso;
 pub mod sso_connections;
@@ -28,6 +30,7 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(auth::routes)
             .configure(sso::routes)
             .configure(organizations::routes)
+            .configure(policy::routes)
             .configure(teams::routes)
             .configure(users::routes)
             .configure(invites::routes)
@@ -35,6 +38,7 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(provider_keys::routes)
             .configure(sso_connections::routes)
             .configure(audit_events::routes)
+            .configure(analytics::routes)
             .configure(limits::routes),
     );
 }

@@ -40,7 +40,11 @@ pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
     let policy: Vec<Value> = ctx
         .policy
         .iter()
-        .map(|d| json!({"policy": d.policy, "guardrail": d.guardrail, "action": d.action.label(), "reason": d.reason}))
+        .map(|d| {
+            let entities: serde_json::Map<String, Value> = d.entities.iter().map(|(k, n)| (k.clone(), json!(n))).collect();
+            json!({"policy": d.policy, "guardrail": d.guardrail, "action": d.action.label(), "stage": d.stage.label(),
+                "reason": d.reason, "entities": entities})
+        })
         .collect();
     Some(AuditRecord {
         id: ctx.request_id,

@@ -1,7 +1,6 @@
 //! The request pipeline, run from `request_filter`: one module per step, in the order of
 //! ARCHITECTURE.md, each filling the one `RequestCtx` and either continuing or answering.
-//! Steps without behaviour yet (policy, cache) arrive with their issues, between `limits` and
-//! `route`.
+//! The cache step arrives with its issue, between `policy` and `route`.
 
 pub mod access;
 pub mod audit;
@@ -10,6 +9,7 @@ pub mod edge;
 pub mod limits;
 pub mod models;
 pub mod parse;
+pub mod policy;
 pub mod provider_keys;
 pub mod relay;
 pub mod respond;
@@ -33,11 +33,13 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
         Endpoint::ChatCompletions => {
             parse::run(gw, session, ctx).await?;
             limits::run(gw, ctx).await?;
+            policy::run(gw, session, ctx).await?;
             route::run(gw, session, ctx).await
         }
         Endpoint::Embeddings => {
             parse::run_embeddings(gw, session, ctx).await?;
             limits::run(gw, ctx).await?;
+            policy::run(gw, session, ctx).await?;
             route::run(gw, session, ctx).await
         }
     }

@@ -11,11 +11,13 @@ pub struct StreamIn {
     pub deadline: Instant,
     /// The protocol has no end event: a clean end of the body completes the stream (Gemini).
     pub ends_at_eof: bool,
+    /// The output guardrails the chunks pass through, if any.
+    pub filter: Option<Box<dyn ChunkFilter>>,
 }
 
 use eventsource_stream2::Eventsource;
 use futures::{FutureExt, StreamExt};
-use gw_shared::providers::{Flow, StreamSink, StreamTranslator, UpstreamError};
+use gw_shared::providers::{ChunkFilter, Flow, StreamSink, StreamTranslator, UpstreamError};
 use gw_shared::routing::Deployment;
 use pingora::proxy::Session;
 
@@ -34,9 +36,12 @@ pub async fn run(
     body: &mut Body,
 ) -> Result<(), ProxyError> {
     let provider = &dep.provider.name;
-    let mut sink = StreamSink::new();
     let transport = &gw.transport;
-    let StreamIn { mut translator, deadline, ends_at_eof } = input;
+    let StreamIn { mut translator, deadline, ends_at_eof, filter } = input;
+    let mut sink = match filter {
+        Some(f) => StreamSink::filtered(f),
+        None => StreamSink::new(),
+    };
     let ended: Result<bool, ProxyError> = {
         let chunks = futures::stream::unfold(body, move |b| async move {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -61,6 +66,7 @@ pub async fn run(
             match next {
                 None => break Ok(ends_at_eof && (ctx.header_sent || sink.pending() > 0)),
                 Some(Ok(ev)) => match translator.event(&ev.event, &ev.data, &mut sink) {
+                    _ if sink.blocked.is_some() => break Err(blocked(gw, ctx, &mut sink)),
                     Ok(Flow::Continue) => {}
                     Ok(Flow::Done) => break Ok(true),
                     Err(e) => break Err(ProxyError::upstream(provider, e)),
@@ -78,6 +84,18 @@ pub async fn run(
             }
         }
     };
+    let ended = match ended {
+        Ok(true) => {
+            sink.finish_filter();
+            if sink.blocked.is_some() {
+                Err(blocked(gw, ctx, &mut sink))
+            } else {
+                Ok(true)
+            }
+        }
+        other => other,
+    };
+    ctx.policy.extend(sink.decisions());
     // Usage already seen is settled even when the client left: the upstream spent the tokens.
     let flushed = match &ended {
         Err(ProxyError::ClientGone(_)) => Ok(()),
@@ -98,6 +116,7 @@ pub async fn run(
         Err(e) if !ctx.header_sent => Err(e),
         Err(ProxyError::Upstream { provider, error }) => Err(ProxyError::Upstream { provider, error }),
         Err(ProxyError::ClientGone(why)) => Err(ProxyError::ClientGone(why)),
+        Err(e @ ProxyError::PolicyBlocked { .. }) => Err(e),
         Err(_) => Err(ProxyError::StreamBroken { provider: provider.clone(), why: "broke off" }),
         Ok(_) if !ctx.header_sent => {
             Err(ProxyError::upstream(provider, UpstreamError::bad_response("the stream ended without data")))
@@ -105,6 +124,17 @@ pub async fn run(
         Ok(false) => Err(ProxyError::StreamBroken { provider: provider.clone(), why: "ended early" }),
         Ok(true) => respond::finish_stream(session, ctx).await,
     }
+}
+
+/// The output guardrails stopped the stream: the error that ends it, and its event.
+fn blocked(gw: &Gateway, ctx: &RequestCtx, sink: &mut StreamSink) -> ProxyError {
+    let b = sink.blocked.take().unwrap_or_else(|| gw_shared::policy::engine::OutputBlocked {
+        policy: String::new(),
+        guardrail: "output",
+        reason: "the answer was blocked".into(),
+    });
+    super::policy::blocked_event(gw, ctx, &b.policy, b.guardrail, &b.reason);
+    ProxyError::PolicyBlocked { policy: b.policy, reason: b.reason }
 }
 
 /// Writes what the sink gathered; the first write starts the response. It waits for the first

@@ -223,7 +223,10 @@ fn verdict(result: &Result<(), ProxyError>, header_latency: Option<Duration>) ->
         {
             AttemptVerdict::NoVerdict
         }
-        Err(ProxyError::Internal(_)) => AttemptVerdict::NoVerdict,
+        // The answer's content, not the deployment's health.
+        Err(ProxyError::Internal(_) | ProxyError::PolicyBlocked { .. } | ProxyError::GuardrailFailed { .. }) => {
+            AttemptVerdict::NoVerdict
+        }
         Err(_) => AttemptVerdict::Failure,
     }
 }
@@ -319,6 +322,9 @@ async fn attempt(
                 translator: provider.adapter.stream(setup),
                 deadline: attempt_deadline,
                 ends_at_eof: provider.adapter.stream_ends_at_eof(),
+                filter: ctx.output_guard.clone().map(|g| {
+                    Box::new(gw_shared::policy::stream::GuardedStream::new(g)) as Box<dyn gw_shared::providers::ChunkFilter>
+                }),
             };
             relay::run(gw, session, ctx, dep, input, &mut body).await?;
             if tokio::time::timeout(DRAIN, gw.transport.read_all(&mut body, DRAIN)).await.is_ok_and(|r| r.is_ok()) {
@@ -359,7 +365,11 @@ async fn attempt(
     }
     .map_err(|e| ProxyError::upstream(&provider.name, e))?;
     settle(gw, ctx, dep, completion.usage);
-    respond::json(session, ctx, 200, completion.body, Vec::new()).await
+    let body = match (req, ctx.output_guard.clone()) {
+        (Req::Chat(_), Some(guard)) => super::policy::guard_completion(gw, ctx, guard, &completion.body)?,
+        _ => completion.body,
+    };
+    respond::json(session, ctx, 200, body, Vec::new()).await
 }
 
 /// An attempt's time bound: its own total timeout (an upstream timeout, so the next deployment

@@ -26,6 +26,9 @@ pub struct LiveTeam {
     /// The team's budget and rate limits.
     #[serde(default)]
     pub limits: ScopeLimits,
+    /// Policies every request of the team gets, after the organization's.
+    #[serde(default)]
+    pub default_policies: Vec<String>,
 }
 
 pub struct TeamSource {
@@ -48,7 +51,13 @@ impl Source for TeamSource {
     async fn load(&self, &(org_id, team_id): &(Uuid, Uuid)) -> Result<Option<LiveTeam>, String> {
         let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
         let live = teams::live(&mut conn, org_id, team_id).await.map_err(|e| e.to_string())?;
-        Ok(live.map(|(allowed_models, limits)| LiveTeam { org_id, team_id, allowed_models, limits }))
+        Ok(live.map(|(allowed_models, limits, default_policies)| LiveTeam {
+            org_id,
+            team_id,
+            allowed_models,
+            limits,
+            default_policies,
+        }))
     }
 }
 

@@ -8,6 +8,8 @@ pub mod audit_logs;
 pub mod events;
 pub mod invites;
 pub mod orgs;
+pub mod policies;
+pub mod policy_decisions;
 pub mod provider_keys;
 pub mod refresh_tokens;
 pub mod registrations;

@@ -260,6 +260,19 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    policy_versions (id) {
+        id -> Int8,
+        org_id -> Uuid,
+        team_id -> Nullable<Uuid>,
+        version -> Int4,
+        document -> Jsonb,
+        source -> Text,
+        actor_id -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(team_members -> users (user_id));
 diesel::joinable!(org_memberships -> users (user_id));
 
@@ -281,4 +294,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     provider_keys,
     audit_logs,
     events,
+    policy_versions,
 );

@@ -94,13 +94,13 @@ pub async fn live(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
     team_id: Uuid,
-) -> Result<Option<(Option<Vec<String>>, ScopeLimits)>> {
+) -> Result<Option<(Option<Vec<String>>, ScopeLimits, Vec<String>)>> {
     Ok(teams::table
         .filter(teams::org_id.eq(org_id))
         .filter(teams::id.eq(team_id))
         .filter(teams::deleted_at.is_null())
-        .select((teams::allowed_models, (teams::budget, teams::rate_limits)))
-        .first::<(Option<Vec<String>>, ScopeLimits)>(conn)
+        .select((teams::allowed_models, (teams::budget, teams::rate_limits), teams::default_policies))
+        .first::<(Option<Vec<String>>, ScopeLimits, Vec<String>)>(conn)
         .await
         .optional()?)
 }

@@ -103,6 +103,25 @@ impl EmbeddingsRequest {
         }
     }
 
+    /// The texts to embed, for guardrails to rewrite; call [`Self::sync_body`] after an edit.
+    pub fn texts_mut(&mut self) -> Option<&mut Vec<String>> {
+        match &mut self.input {
+            EmbeddingInput::Texts(t) => Some(t),
+            EmbeddingInput::Tokens(_) => None,
+        }
+    }
+
+    /// The body the upstream gets carries the texts as they are now.
+    pub fn sync_body(&mut self) {
+        if let EmbeddingInput::Texts(t) = &self.input {
+            let v = match (self.body.get("input"), t.as_slice()) {
+                (Some(Value::String(_)), [one]) => Value::String(one.clone()),
+                _ => Value::Array(t.iter().cloned().map(Value::String).collect()),
+            };
+            self.body.insert("input".into(), v);
+        }
+    }
+
     /// Tokens of pre-tokenized input (0 for text input).
     pub fn token_count(&self) -> u64 {
         match &self.input {

@@ -66,6 +66,30 @@ impl ChatRequest {
         &self.body
     }
 
+    /// Every text of the messages (string contents and text parts), each with whether a user
+    /// wrote it, for guardrails to read and rewrite; the upstream body follows the edits.
+    pub fn texts_mut(&mut self) -> Vec<(bool, &mut String)> {
+        self.openai_tail = OnceLock::new();
+        let mut out = Vec::new();
+        if let Some(Value::Array(msgs)) = self.body.get_mut("messages") {
+            for m in msgs {
+                let user = m.get("role").and_then(Value::as_str) == Some("user");
+                match m.get_mut("content") {
+                    Some(Value::String(s)) => out.push((user, s)),
+                    Some(Value::Array(parts)) => {
+                        for p in parts {
+                            if let Some(Value::String(t)) = p.get_mut("text") {
+                                out.push((user, t));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
     pub fn messages(&self) -> &[Value] {
         self.body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
     }

@@ -4,9 +4,20 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
 
+use crate::policy::engine::OutputBlocked;
+use crate::policy::PolicyDecision;
 use crate::pricing::TokenUsage;
 
-#[derive(Debug, Default)]
+/// Rewrites a stream's chunks on their way to the client (the output guardrails): each chunk in
+/// gives zero or more chunks out; text may be held back and leave with a later chunk.
+pub trait ChunkFilter: Send {
+    fn chunk(&mut self, chunk: serde_json::Value, out: &mut Vec<serde_json::Value>) -> Result<(), OutputBlocked>;
+    /// The stream ended: whatever is still held.
+    fn finish(&mut self, out: &mut Vec<serde_json::Value>) -> Result<(), OutputBlocked>;
+    fn decisions(&self) -> Vec<PolicyDecision>;
+}
+
+#[derive(Default)]
 pub struct StreamSink {
     buf: BytesMut,
     /// The upstream's usage, from whichever event carried it.
@@ -16,6 +27,15 @@ pub struct StreamSink {
     /// A chunk carrying content (text, a tool call, a refusal) has been written: the moment
     /// time-to-first-token measures. Translators say so with [`StreamSink::saw_content`].
     pub content_seen: bool,
+    filter: Option<Box<dyn ChunkFilter>>,
+    /// The filter refused the stream: nothing more goes out.
+    pub blocked: Option<OutputBlocked>,
+}
+
+impl std::fmt::Debug for StreamSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamSink").field("pending", &self.buf.len()).field("chunks", &self.chunks).finish()
+    }
 }
 
 impl StreamSink {
@@ -23,8 +43,71 @@ impl StreamSink {
         Self::default()
     }
 
+    /// A sink whose chunks pass through `filter` first.
+    pub fn filtered(filter: Box<dyn ChunkFilter>) -> Self {
+        Self { filter: Some(filter), ..Self::default() }
+    }
+
+    fn filter_chunk(&mut self, chunk: serde_json::Value) {
+        let Some(filter) = self.filter.as_mut() else { return };
+        if self.blocked.is_some() {
+            return;
+        }
+        let mut out = Vec::new();
+        let result = filter.chunk(chunk, &mut out);
+        for v in &out {
+            self.write_json(v);
+        }
+        if let Err(b) = result {
+            self.blocked = Some(b);
+        }
+    }
+
+    fn write_json(&mut self, v: &serde_json::Value) {
+        self.buf.put_slice(b"data: ");
+        // Serializing a `Value` into memory cannot fail.
+        let _ = serde_json::to_writer((&mut self.buf).writer(), v);
+        self.buf.put_slice(b"\n\n");
+        self.chunks += 1;
+    }
+
+    /// The stream ended well: the filter lets out what it held.
+    pub fn finish_filter(&mut self) {
+        let Some(filter) = self.filter.as_mut() else { return };
+        if self.blocked.is_some() {
+            return;
+        }
+        let mut out = Vec::new();
+        let result = filter.finish(&mut out);
+        for v in &out {
+            self.write_json(v);
+        }
+        if let Err(b) = result {
+            self.blocked = Some(b);
+        }
+    }
+
+    /// The filter's decisions so far.
+    pub fn decisions(&self) -> Vec<PolicyDecision> {
+        self.filter.as_ref().map(|f| f.decisions()).unwrap_or_default()
+    }
+
     /// An event whose JSON payload goes to the client as it came.
     pub fn push_raw(&mut self, json: &str) {
+        if self.filter.is_some() {
+            match serde_json::from_str(json) {
+                Ok(v) => self.filter_chunk(v),
+                // What cannot be read cannot be checked: it does not go out.
+                Err(_) => {
+                    self.blocked = Some(OutputBlocked {
+                        policy: String::new(),
+                        guardrail: "output",
+                        reason: "the upstream sent a chunk the output guardrails could not read".into(),
+                    })
+                }
+            }
+            return;
+        }
         self.buf.reserve(json.len() + 8);
         self.buf.put_slice(b"data: ");
         self.buf.put_slice(json.as_bytes());
@@ -34,6 +117,11 @@ impl StreamSink {
 
     /// An event gw serialized itself.
     pub fn push_json<T: Serialize>(&mut self, payload: &T) -> serde_json::Result<()> {
+        if self.filter.is_some() {
+            let v = serde_json::to_value(payload)?;
+            self.filter_chunk(v);
+            return Ok(());
+        }
         self.buf.put_slice(b"data: ");
         serde_json::to_writer((&mut self.buf).writer(), payload)?;
         self.buf.put_slice(b"\n\n");

@@ -15,7 +15,6 @@ use gw_shared::db::teams::{self, NewTeam, Team, TeamChange, TeamMember, TEAM_ROL
 use gw_shared::db::users;
 use gw_shared::ids::new_id;
 use gw_shared::keys::KeyHash;
-use gw_shared::policy::KNOWN_POLICIES;
 use gw_shared::redis::{invalidate, Invalidation};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -223,6 +222,8 @@ pub async fn create_team(
     body: crate::body::Json<CreateTeamBody>,
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
+    let mut conn = state.conn().await?;
+    let available = crate::routes::policy::available(&mut conn, session.org_id).await?;
     let new = NewTeam {
         id: new_id(),
         org_id: session.org_id,
@@ -233,13 +234,12 @@ pub async fn create_team(
             MAX_DESCRIPTION,
         )?,
         metadata: validate::metadata("metadata", b.metadata.unwrap_or_else(|| json!({})))?,
-        default_policies: policies(b.default_policies.unwrap_or_default())?,
+        default_policies: policies(b.default_policies.unwrap_or_default(), &available)?,
         budget: b.budget.map(budget_value).transpose()?,
         rate_limits: b.rate_limits.map(rate_limits_value).transpose()?,
         allowed_models: b.models.map(|m| validate::models(&state.cfg, m)).transpose()?,
     };
     let trail = Trail::of(&session, &req);
-    let mut conn = state.conn().await?;
     let team = conn.transaction(async |conn| create_tx(conn, &trail, new).await).await?;
     log::info!("team {} created in org {}", team.id, team.org_id);
     Ok(HttpResponse::Created().json(TeamOut::new(team, 0)))
@@ -287,6 +287,11 @@ pub async fn update_team(
 ) -> ApiResult<HttpResponse> {
     let team_id = path.into_inner();
     let b = body.into_inner();
+    let mut conn = state.conn().await?;
+    let available = match b.default_policies {
+        Some(_) => crate::routes::policy::available(&mut conn, session.org_id).await?,
+        None => vec![],
+    };
     let change = TeamChange {
         name: b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?,
         description: b
@@ -295,7 +300,7 @@ pub async fn update_team(
             .map(|d| validate::optional_text("description", d, MAX_DESCRIPTION))
             .transpose()?,
         metadata: b.metadata.map(|m| validate::metadata("metadata", m)).transpose()?,
-        default_policies: b.default_policies.map(policies).transpose()?,
+        default_policies: b.default_policies.map(|p| policies(p, &available)).transpose()?,
         budget: b.budget.map(|o| o.map(budget_value).transpose()).transpose()?,
         rate_limits: b.rate_limits.map(|o| o.map(rate_limits_value).transpose()).transpose()?,
         allowed_models: b.models.map(|o| o.map(|m| validate::models(&state.cfg, m)).transpose()).transpose()?,
@@ -321,7 +326,6 @@ pub async fn update_team(
     }
     let trail = Trail::of(&session, &req);
     let org_id = session.org_id;
-    let mut conn = state.conn().await?;
     let (team, n) =
         conn.transaction(async |conn| update_tx(conn, &trail, org_id, team_id, &change, &changed).await).await?;
     publish_team(&state, org_id, team_id).await;

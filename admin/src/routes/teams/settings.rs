@@ -16,17 +16,18 @@ pub(super) fn rate_limits_value(r: RateLimits) -> ApiResult<Value> {
     crate::validate::rate_limits(r)
 }
 
-/// Default policies as stored: known names, duplicates dropped (first occurrence kept).
-pub(super) fn policies(requested: Vec<String>) -> ApiResult<Vec<String>> {
+/// Default policies as stored: names the organization's policy defines (or built-ins),
+/// duplicates dropped (first occurrence kept).
+pub(super) fn policies(requested: Vec<String>, available: &[String]) -> ApiResult<Vec<String>> {
     if requested.len() > MAX_POLICIES {
         return Err(ApiError::field("default_policies", format!("must have at most {MAX_POLICIES} entries")));
     }
     let mut out: Vec<String> = Vec::with_capacity(requested.len());
     for p in requested {
-        if !KNOWN_POLICIES.contains(&p.as_str()) {
+        if !available.contains(&p) {
             return Err(ApiError::field(
                 "default_policies",
-                format!("unknown policy {p:?}; known policies: {}", KNOWN_POLICIES.join(", ")),
+                format!("unknown policy {p:?}; available policies: {}", available.join(", ")),
             ));
         }
         if !out.contains(&p) {
@@ -40,10 +41,14 @@ pub(super) fn policies(requested: Vec<String>) -> ApiResult<Vec<String>> {
 mod tests {
     use super::*;
 
+    fn known() -> Vec<String> {
+        gw_shared::policy::spec::OrgPolicy::default().available()
+    }
+
     #[test]
     fn policies_are_known_and_deduplicated() {
-        let p = policies(vec!["topic_guard".into(), "pii_redact".into(), "topic_guard".into()]).unwrap();
+        let p = policies(vec!["topic_guard".into(), "pii_redact".into(), "topic_guard".into()], &known()).unwrap();
         assert_eq!(p, ["topic_guard", "pii_redact"]);
-        assert!(policies(vec!["nope".into()]).is_err());
+        assert!(policies(vec!["nope".into()], &known()).is_err());
     }
 }

@@ -130,6 +130,10 @@ struct Knobs {
     require_credential: Option<String>,
     /// Groups requests for `fail_first` and `GET /_mock/stats?tag=`.
     tag: Option<String>,
+    /// OpenAI and Azure chat: answer with this text instead of the usual reply.
+    reply: Option<String>,
+    /// OpenAI and Azure streams: pieces of this many characters instead of one word per event.
+    chunk_chars: usize,
 }
 
 /// What the mock saw of the model requests with one tag.

@@ -43,6 +43,7 @@ pub fn chat(call: Call, deployment: Option<&str>) -> HttpResponse {
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     let Reply { text: reply, prompt_tokens, .. } = reply_for(msgs);
+    let reply = k.reply.clone().unwrap_or(reply);
     let completion_tokens = reply.split_whitespace().count() as u64 + k.reasoning_tokens;
     let mut usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                            "total_tokens": prompt_tokens + completion_tokens});
@@ -76,9 +77,16 @@ pub fn chat(call: Call, deployment: Option<&str>) -> HttpResponse {
     };
     let sse = |v: &Value| Bytes::from(format!("data: {v}\n\n"));
     let mut events = vec![sse(&chunk(json!({"role": "assistant", "content": ""}), Value::Null))];
-    for (i, w) in reply.split(' ').enumerate() {
-        let piece = if i == 0 { w.to_string() } else { format!(" {w}") };
-        events.push(sse(&chunk(json!({"content": piece}), Value::Null)));
+    if k.chunk_chars > 0 {
+        let chars: Vec<char> = reply.chars().collect();
+        for piece in chars.chunks(k.chunk_chars) {
+            events.push(sse(&chunk(json!({"content": piece.iter().collect::<String>()}), Value::Null)));
+        }
+    } else {
+        for (i, w) in reply.split(' ').enumerate() {
+            let piece = if i == 0 { w.to_string() } else { format!(" {w}") };
+            events.push(sse(&chunk(json!({"content": piece}), Value::Null)));
+        }
     }
     events.push(sse(&chunk(json!({}), json!("stop"))));
     if include_usage && !k.no_usage {

@@ -1,0 +1,377 @@
+//! The organization's policy: its document (own policies, defaults, mandatory list), the
+//! built-in templates, applying one to the organization or a team, and the version history with
+//! revert. Every change is a new version, committed, then published to the proxies (they drop
+//! their compiled copy and read the new version on the next request).
+
+use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use gw_shared::db::policies::{self, VersionRow};
+use gw_shared::policy::builtin;
+use gw_shared::policy::spec::OrgPolicy;
+use gw_shared::redis::{invalidate, Invalidation};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_actix_web::service_config::ServiceConfig;
+use uuid::Uuid;
+
+use crate::error::{ApiError, ApiResult, Errors};
+use crate::session::Session;
+use crate::state::AppState;
+use crate::trail::{Entry, Trail};
+
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(get_policy)
+        .service(put_policy)
+        .service(templates)
+        .service(apply_template)
+        .service(versions)
+        .service(revert);
+}
+
+/// The organization's document in force (an empty one when it never saved one) and its version.
+pub async fn current(conn: &mut AsyncPgConnection, org_id: Uuid) -> ApiResult<(i64, OrgPolicy)> {
+    match policies::current(conn, org_id).await? {
+        None => Ok((0, OrgPolicy::default())),
+        Some(s) => {
+            let doc = serde_json::from_value(s.document)
+                .map_err(|e| ApiError::Internal(format!("stored policy of org {org_id} does not parse: {e}")))?;
+            Ok((s.version, doc))
+        }
+    }
+}
+
+/// Names a team's default policies may use.
+pub async fn available(conn: &mut AsyncPgConnection, org_id: Uuid) -> ApiResult<Vec<String>> {
+    Ok(current(conn, org_id).await?.1.available())
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PolicyOut {
+    /// 0 until the organization saves a policy.
+    version: i64,
+    updated_at: Option<DateTime<Utc>>,
+    /// The document as stored: `defaults`, `mandatory`, `policies`.
+    #[schema(value_type = Object)]
+    document: Value,
+    /// Every policy a request, team or default may name: built-ins and the organization's own,
+    /// with the definition in force (an own policy replaces a built-in of the same name).
+    #[schema(value_type = Object)]
+    available: Value,
+}
+
+async fn out(conn: &mut AsyncPgConnection, org_id: Uuid) -> ApiResult<PolicyOut> {
+    let latest = policies::latest(conn, org_id, None).await?;
+    let (version, doc) = current(conn, org_id).await?;
+    let mut available = serde_json::Map::new();
+    for name in doc.available() {
+        let def = doc.policies.iter().find(|p| p.name == name).cloned().or_else(|| builtin::policy(&name));
+        let builtin = !doc.policies.iter().any(|p| p.name == name);
+        if let Some(def) = def {
+            let mut v = serde_json::to_value(&def).map_err(|e| ApiError::Internal(e.to_string()))?;
+            if let Value::Object(o) = &mut v {
+                o.insert("builtin".into(), Value::Bool(builtin));
+                o.insert("mandatory".into(), Value::Bool(doc.mandatory.contains(&name)));
+                o.insert("default".into(), Value::Bool(doc.defaults.contains(&name)));
+            }
+            available.insert(name, v);
+        }
+    }
+    Ok(PolicyOut {
+        version,
+        updated_at: latest.map(|r| r.created_at),
+        document: serde_json::to_value(&doc).map_err(|e| ApiError::Internal(e.to_string()))?,
+        available: Value::Object(available),
+    })
+}
+
+/// The effective organization policy.
+#[utoipa::path(tag = "policy", responses((status = 200, body = PolicyOut), Errors))]
+#[get("/organizations/current/policy")]
+pub async fn get_policy(state: web::Data<AppState>, session: Session) -> ApiResult<HttpResponse> {
+    let mut conn = state.conn().await?;
+    Ok(HttpResponse::Ok().json(out(&mut conn, session.org_id).await?))
+}
+
+/// Parses and validates a document from a request body.
+fn document(v: Value) -> ApiResult<OrgPolicy> {
+    let doc: OrgPolicy = serde_json::from_value(v).map_err(|e| ApiError::Validation(format!("invalid policy: {e}")))?;
+    doc.validate().map_err(|p| ApiError::field(p.field, p.message))?;
+    Ok(doc)
+}
+
+/// Refuses a document that drops a policy a team still names among its defaults.
+async fn check_teams(conn: &mut AsyncPgConnection, org_id: Uuid, old: &OrgPolicy, new: &OrgPolicy) -> ApiResult<()> {
+    let dropped: Vec<String> = old.available().into_iter().filter(|n| !new.knows(n)).collect();
+    let users = policies::teams_using(conn, org_id, &dropped).await?;
+    if let Some((id, name, used)) = users.first() {
+        let names: Vec<&String> = used.iter().filter(|u| dropped.contains(u)).collect();
+        return Err(ApiError::Conflict(format!(
+            "team {name:?} ({id}) names {names:?} among its default policies; change the team first"
+        )));
+    }
+    Ok(())
+}
+
+/// Saves a new version of the organization's document (in a transaction holding the org lock).
+async fn save(
+    conn: &mut AsyncPgConnection,
+    trail: &Trail,
+    doc: &OrgPolicy,
+    source: &str,
+    check: bool,
+) -> ApiResult<VersionRow> {
+    let org_id = trail.org_id;
+    if !policies::lock_org(conn, org_id).await? {
+        return Err(ApiError::NotFound("organization"));
+    }
+    let (_, old) = current(conn, org_id).await?;
+    if check {
+        check_teams(conn, org_id, &old, doc).await?;
+    }
+    let value = serde_json::to_value(doc).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let row = policies::append(conn, org_id, None, &value, source, trail.actor_user_id).await?;
+    let entry = Entry {
+        action: "policy.update",
+        resource_type: "policy",
+        resource_id: Some(format!("v{}", row.version)),
+        detail: json!({"version": row.version, "source": source}),
+    };
+    trail.record(conn, entry).await?;
+    Ok(row)
+}
+
+async fn publish(state: &AppState, inv: Invalidation) {
+    if let Err(e) = invalidate(&state.redis, &inv).await {
+        log::warn!("could not publish a policy change: {e}");
+    }
+}
+
+/// Replace the organization's policy document (a new version).
+#[utoipa::path(tag = "policy", request_body(content = Object, description = "The policy document"),
+    responses((status = 200, body = PolicyOut), Errors))]
+#[put("/organizations/current/policy")]
+pub async fn put_policy(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: crate::body::Json<Value>,
+) -> ApiResult<HttpResponse> {
+    let doc = document(body.into_inner())?;
+    let trail = Trail::of(&session, &req);
+    let mut conn = state.conn().await?;
+    conn.transaction(async |c| save(c, &trail, &doc, "update", true).await).await?;
+    publish(&state, Invalidation::Policy { org_id: session.org_id }).await;
+    Ok(HttpResponse::Ok().json(out(&mut conn, session.org_id).await?))
+}
+
+/// The built-in templates.
+#[utoipa::path(tag = "policy", responses((status = 200, description = "The templates"), Errors))]
+#[get("/organizations/current/policy/templates")]
+pub async fn templates() -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(json!({"data": builtin::templates()})))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyTemplateBody {
+    /// `baseline`, `strict_pii`, `pci` or `healthcare`.
+    template: String,
+    /// Apply to this team's default policies instead of the organization's defaults.
+    team_id: Option<Uuid>,
+}
+
+/// Apply a template: its policies are added to (or replace, by name) the organization's own;
+/// then, for the organization, its defaults and mandatory list replace the organization's, or,
+/// for a team, its policy names become the team's default policies. Each is a new version,
+/// reverted like any other.
+#[utoipa::path(tag = "policy", request_body = ApplyTemplateBody, responses((status = 200, body = PolicyOut), Errors))]
+#[post("/organizations/current/policy/apply-template")]
+pub async fn apply_template(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: crate::body::Json<ApplyTemplateBody>,
+) -> ApiResult<HttpResponse> {
+    let b = body.into_inner();
+    let template = builtin::template(&b.template).ok_or_else(|| {
+        let names: Vec<&str> = builtin::templates().iter().map(|t| t.name).collect();
+        ApiError::field("template", format!("unknown template {:?}; templates: {}", b.template, names.join(", ")))
+    })?;
+    let trail = Trail::of(&session, &req);
+    let org_id = session.org_id;
+    let mut conn = state.conn().await?;
+    let team = b.team_id;
+    conn.transaction(async |c| {
+        {
+            if !policies::lock_org(c, org_id).await? {
+                return Err(ApiError::NotFound("organization"));
+            }
+            let (_, mut doc) = current(c, org_id).await?;
+            for p in &template.policy.policies {
+                doc.policies.retain(|q| q.name != p.name);
+                doc.policies.push(p.clone());
+            }
+            let source = format!("template:{}", template.name);
+            match team {
+                None => {
+                    doc.defaults = template.policy.defaults.clone();
+                    doc.mandatory = template.policy.mandatory.clone();
+                }
+                Some(team_id) => {
+                    policies::team_defaults(c, org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
+                    let names: Vec<String> = template.policy.policies.iter().map(|p| p.name.clone()).collect();
+                    set_team(c, &trail, team_id, &names, &source).await?;
+                }
+            }
+            doc.validate().map_err(|p| ApiError::Internal(format!("template {}: {}", template.name, p.message)))?;
+            save(c, &trail, &doc, &source, false).await
+        }
+    })
+    .await?;
+    publish(&state, Invalidation::Policy { org_id }).await;
+    if let Some(team_id) = team {
+        publish(&state, Invalidation::Team { org_id, team_id }).await;
+    }
+    Ok(HttpResponse::Ok().json(out(&mut conn, org_id).await?))
+}
+
+/// Sets a team's defaults and records the version (inside the caller's transaction).
+async fn set_team(
+    c: &mut AsyncPgConnection,
+    trail: &Trail,
+    team_id: Uuid,
+    names: &[String],
+    source: &str,
+) -> ApiResult<VersionRow> {
+    if !policies::set_team_defaults(c, trail.org_id, team_id, names).await? {
+        return Err(ApiError::NotFound("team"));
+    }
+    let row = policies::append(c, trail.org_id, Some(team_id), &json!({"defaults": names}), source, trail.actor_user_id)
+        .await?;
+    let entry = Entry {
+        action: "team.policies",
+        resource_type: "team",
+        resource_id: Some(team_id.to_string()),
+        detail: json!({"version": row.version, "source": source, "default_policies": names}),
+    };
+    trail.record(c, entry).await?;
+    Ok(row)
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct VersionsQuery {
+    /// A team's versions instead of the organization's.
+    team_id: Option<Uuid>,
+    /// Versions older than this one (the page's `next_cursor`).
+    before: Option<i32>,
+    /// 1 to 100, default 20.
+    limit: Option<i64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct VersionOut {
+    version: i32,
+    team_id: Option<Uuid>,
+    source: String,
+    actor_id: Option<Uuid>,
+    created_at: DateTime<Utc>,
+    #[schema(value_type = Object)]
+    document: Value,
+}
+
+/// The version history of the organization's policy, or of a team's defaults; newest first.
+#[utoipa::path(tag = "policy", params(VersionsQuery), responses((status = 200, description = "A page of versions"), Errors))]
+#[get("/organizations/current/policy/versions")]
+pub async fn versions(
+    state: web::Data<AppState>,
+    session: Session,
+    q: web::Query<VersionsQuery>,
+) -> ApiResult<HttpResponse> {
+    let limit = q.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::field("limit", "must be between 1 and 100"));
+    }
+    let mut conn = state.conn().await?;
+    let mut rows = policies::history(&mut conn, session.org_id, q.team_id, q.before, limit + 1).await?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = if more { rows.last().map(|r| r.version) } else { None };
+    let data: Vec<VersionOut> = rows
+        .into_iter()
+        .map(|r| VersionOut {
+            version: r.version,
+            team_id: r.team_id,
+            source: r.source,
+            actor_id: r.actor_id,
+            created_at: r.created_at,
+            document: r.document,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({"data": data, "has_more": more, "next_cursor": next})))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevertBody {
+    version: i32,
+    team_id: Option<Uuid>,
+}
+
+/// Put an earlier version back in force, as a new version.
+#[utoipa::path(tag = "policy", request_body = RevertBody, responses((status = 200, body = PolicyOut), Errors))]
+#[post("/organizations/current/policy/revert")]
+pub async fn revert(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: crate::body::Json<RevertBody>,
+) -> ApiResult<HttpResponse> {
+    let b = body.into_inner();
+    let trail = Trail::of(&session, &req);
+    let org_id = session.org_id;
+    let mut conn = state.conn().await?;
+    conn.transaction(async |c| {
+        {
+            if !policies::lock_org(c, org_id).await? {
+                return Err(ApiError::NotFound("organization"));
+            }
+            let row = policies::version(c, org_id, b.team_id, b.version).await?.ok_or(ApiError::NotFound("policy version"))?;
+            let source = format!("revert:{}", b.version);
+            match b.team_id {
+                None => {
+                    let doc: OrgPolicy = serde_json::from_value(row.document)
+                        .map_err(|e| ApiError::Conflict(format!("version {} no longer parses: {e}", b.version)))?;
+                    doc.validate().map_err(|p| {
+                        ApiError::Conflict(format!("version {} is no longer valid: {}: {}", b.version, p.field, p.message))
+                    })?;
+                    save(c, &trail, &doc, &source, true).await?;
+                }
+                Some(team_id) => {
+                    let names: Vec<String> = row
+                        .document
+                        .get("defaults")
+                        .and_then(|d| serde_json::from_value(d.clone()).ok())
+                        .unwrap_or_default();
+                    let (_, doc) = current(c, org_id).await?;
+                    if let Some(gone) = names.iter().find(|n| !doc.knows(n)) {
+                        return Err(ApiError::Conflict(format!(
+                            "version {} names policy {gone:?}, which the organization no longer defines",
+                            b.version
+                        )));
+                    }
+                    set_team(c, &trail, team_id, &names, &source).await?;
+                }
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    publish(&state, Invalidation::Policy { org_id }).await;
+    if let Some(team_id) = b.team_id {
+        publish(&state, Invalidation::Team { org_id, team_id }).await;
+    }
+    Ok(HttpResponse::Ok().json(out(&mut conn, org_id).await?))
+}
