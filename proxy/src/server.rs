@@ -119,7 +119,10 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     server.add_service(background_service("audit-flusher", flusher));
     server.add_service(background_service(
         "invalidation-listener",
-        InvalidationListener { redis_url: cfg.redis.url.clone(), caches: Caches { keys, teams, provider_keys, orgs, policies, compiled } },
+        InvalidationListener {
+            redis_url: cfg.redis.url.clone(),
+            caches: Caches { keys, teams, provider_keys, orgs, policies, compiled },
+        },
     ));
     server.add_service(background_service("health-checks", health));
     server.add_service(background_service("limiter", LimiterService(limiter)));

@@ -86,7 +86,8 @@ fn bench(c: &mut Criterion) {
             let mut vault = Vault::new();
             let mut texts = req.texts_mut();
             let mut segs: Vec<Segment> = texts.iter_mut().map(|(u, t)| Segment { user: *u, text: t }).collect();
-            let out = run_input(&ps, &mut segs, &RequestFacts { model: "gpt-4o-mini", prompt_tokens: 1024 }, &mut vault);
+            let out =
+                run_input(&ps, &mut segs, &RequestFacts { model: "gpt-4o-mini", prompt_tokens: 1024 }, &mut vault);
             black_box((out, OutputGuard::new(&ps, vault)));
         })
     });
@@ -99,8 +100,10 @@ fn bench(c: &mut Criterion) {
         .as_bytes()
         .chunks(4)
         .map(|c| String::from_utf8_lossy(c).into_owned())
-        .map(|t| serde_json::json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [{"index": 0, "delta": {"content": t}, "finish_reason": null}]}))
+        .map(|t| {
+            serde_json::json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": t}, "finish_reason": null}]})
+        })
         .collect();
     c.bench_function("output_guard_stream_1kb_in_4b_chunks", |b| {
         b.iter(|| {

@@ -170,7 +170,9 @@ async fn team_defaults_apply_to_the_team_s_requests() {
     let stack = Stack::shared().await;
     let (s, _, _) = stack.org_with_key().await;
     let team = stack.create_team(&s, "pii team").await;
-    let resp = stack.admin_patch(&format!("/teams/{team}"), &s.access_token, &json!({"default_policies": ["pii_redact"]})).await;
+    let resp = stack
+        .admin_patch(&format!("/teams/{team}"), &s.access_token, &json!({"default_policies": ["pii_redact"]}))
+        .await;
     assert_eq!(resp.status(), 200);
     let resp = stack.create_key(&s, json!({"name": "team key", "team_id": team})).await;
     assert_eq!(resp.status(), 201);
@@ -182,7 +184,8 @@ async fn team_defaults_apply_to_the_team_s_requests() {
     let seen = stack.mock_stats_for(&tag).await;
     assert_eq!(seen["last_body"]["messages"][0]["content"], "I am [EMAIL_1]");
     // A name the organization does not define is refused for a team.
-    let resp = stack.admin_patch(&format!("/teams/{team}"), &s.access_token, &json!({"default_policies": ["nope"]})).await;
+    let resp =
+        stack.admin_patch(&format!("/teams/{team}"), &s.access_token, &json!({"default_policies": ["nope"]})).await;
     assert_eq!(resp.status(), 400);
 }
 
@@ -312,7 +315,8 @@ async fn embeddings_inputs_are_redacted_too() {
     let stack = Stack::shared().await;
     let (_, key, _) = stack.org_with_key().await;
     let tag = unique_tag();
-    let body = json!({"model": "text-embedding-3-small", "input": [format!("mail {EMAIL}"), "plain"], "mock": {"tag": tag}});
+    let body =
+        json!({"model": "text-embedding-3-small", "input": [format!("mail {EMAIL}"), "plain"], "mock": {"tag": tag}});
     let resp = stack
         .http
         .post(format!("{}/v1/embeddings", stack.proxy))

@@ -204,30 +204,28 @@ pub async fn apply_template(
     let mut conn = state.conn().await?;
     let team = b.team_id;
     conn.transaction(async |c| {
-        {
-            if !policies::lock_org(c, org_id).await? {
-                return Err(ApiError::NotFound("organization"));
-            }
-            let (_, mut doc) = current(c, org_id).await?;
-            for p in &template.policy.policies {
-                doc.policies.retain(|q| q.name != p.name);
-                doc.policies.push(p.clone());
-            }
-            let source = format!("template:{}", template.name);
-            match team {
-                None => {
-                    doc.defaults = template.policy.defaults.clone();
-                    doc.mandatory = template.policy.mandatory.clone();
-                }
-                Some(team_id) => {
-                    policies::team_defaults(c, org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
-                    let names: Vec<String> = template.policy.policies.iter().map(|p| p.name.clone()).collect();
-                    set_team(c, &trail, team_id, &names, &source).await?;
-                }
-            }
-            doc.validate().map_err(|p| ApiError::Internal(format!("template {}: {}", template.name, p.message)))?;
-            save(c, &trail, &doc, &source, false).await
+        if !policies::lock_org(c, org_id).await? {
+            return Err(ApiError::NotFound("organization"));
         }
+        let (_, mut doc) = current(c, org_id).await?;
+        for p in &template.policy.policies {
+            doc.policies.retain(|q| q.name != p.name);
+            doc.policies.push(p.clone());
+        }
+        let source = format!("template:{}", template.name);
+        match team {
+            None => {
+                doc.defaults = template.policy.defaults.clone();
+                doc.mandatory = template.policy.mandatory.clone();
+            }
+            Some(team_id) => {
+                policies::team_defaults(c, org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
+                let names: Vec<String> = template.policy.policies.iter().map(|p| p.name.clone()).collect();
+                set_team(c, &trail, team_id, &names, &source).await?;
+            }
+        }
+        doc.validate().map_err(|p| ApiError::Internal(format!("template {}: {}", template.name, p.message)))?;
+        save(c, &trail, &doc, &source, false).await
     })
     .await?;
     publish(&state, Invalidation::Policy { org_id }).await;
@@ -248,8 +246,9 @@ async fn set_team(
     if !policies::set_team_defaults(c, trail.org_id, team_id, names).await? {
         return Err(ApiError::NotFound("team"));
     }
-    let row = policies::append(c, trail.org_id, Some(team_id), &json!({"defaults": names}), source, trail.actor_user_id)
-        .await?;
+    let row =
+        policies::append(c, trail.org_id, Some(team_id), &json!({"defaults": names}), source, trail.actor_user_id)
+            .await?;
     let entry = Entry {
         action: "team.policies",
         resource_type: "team",
@@ -334,39 +333,38 @@ pub async fn revert(
     let org_id = session.org_id;
     let mut conn = state.conn().await?;
     conn.transaction(async |c| {
-        {
-            if !policies::lock_org(c, org_id).await? {
-                return Err(ApiError::NotFound("organization"));
-            }
-            let row = policies::version(c, org_id, b.team_id, b.version).await?.ok_or(ApiError::NotFound("policy version"))?;
-            let source = format!("revert:{}", b.version);
-            match b.team_id {
-                None => {
-                    let doc: OrgPolicy = serde_json::from_value(row.document)
-                        .map_err(|e| ApiError::Conflict(format!("version {} no longer parses: {e}", b.version)))?;
-                    doc.validate().map_err(|p| {
-                        ApiError::Conflict(format!("version {} is no longer valid: {}: {}", b.version, p.field, p.message))
-                    })?;
-                    save(c, &trail, &doc, &source, true).await?;
-                }
-                Some(team_id) => {
-                    let names: Vec<String> = row
-                        .document
-                        .get("defaults")
-                        .and_then(|d| serde_json::from_value(d.clone()).ok())
-                        .unwrap_or_default();
-                    let (_, doc) = current(c, org_id).await?;
-                    if let Some(gone) = names.iter().find(|n| !doc.knows(n)) {
-                        return Err(ApiError::Conflict(format!(
-                            "version {} names policy {gone:?}, which the organization no longer defines",
-                            b.version
-                        )));
-                    }
-                    set_team(c, &trail, team_id, &names, &source).await?;
-                }
-            }
-            Ok(())
+        if !policies::lock_org(c, org_id).await? {
+            return Err(ApiError::NotFound("organization"));
         }
+        let row =
+            policies::version(c, org_id, b.team_id, b.version).await?.ok_or(ApiError::NotFound("policy version"))?;
+        let source = format!("revert:{}", b.version);
+        match b.team_id {
+            None => {
+                let doc: OrgPolicy = serde_json::from_value(row.document)
+                    .map_err(|e| ApiError::Conflict(format!("version {} no longer parses: {e}", b.version)))?;
+                doc.validate().map_err(|p| {
+                    ApiError::Conflict(format!("version {} is no longer valid: {}: {}", b.version, p.field, p.message))
+                })?;
+                save(c, &trail, &doc, &source, true).await?;
+            }
+            Some(team_id) => {
+                let names: Vec<String> = row
+                    .document
+                    .get("defaults")
+                    .and_then(|d| serde_json::from_value(d.clone()).ok())
+                    .unwrap_or_default();
+                let (_, doc) = current(c, org_id).await?;
+                if let Some(gone) = names.iter().find(|n| !doc.knows(n)) {
+                    return Err(ApiError::Conflict(format!(
+                        "version {} names policy {gone:?}, which the organization no longer defines",
+                        b.version
+                    )));
+                }
+                set_team(c, &trail, team_id, &names, &source).await?;
+            }
+        }
+        Ok(())
     })
     .await?;
     publish(&state, Invalidation::Policy { org_id }).await;

@@ -41,7 +41,8 @@ pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
         .policy
         .iter()
         .map(|d| {
-            let entities: serde_json::Map<String, Value> = d.entities.iter().map(|(k, n)| (k.clone(), json!(n))).collect();
+            let entities: serde_json::Map<String, Value> =
+                d.entities.iter().map(|(k, n)| (k.clone(), json!(n))).collect();
             json!({"policy": d.policy, "guardrail": d.guardrail, "action": d.action.label(), "stage": d.stage.label(),
                 "reason": d.reason, "entities": entities})
         })

@@ -323,7 +323,8 @@ async fn attempt(
                 deadline: attempt_deadline,
                 ends_at_eof: provider.adapter.stream_ends_at_eof(),
                 filter: ctx.output_guard.clone().map(|g| {
-                    Box::new(gw_shared::policy::stream::GuardedStream::new(g)) as Box<dyn gw_shared::providers::ChunkFilter>
+                    Box::new(gw_shared::policy::stream::GuardedStream::new(g))
+                        as Box<dyn gw_shared::providers::ChunkFilter>
                 }),
             };
             relay::run(gw, session, ctx, dep, input, &mut body).await?;

@@ -16,7 +16,12 @@ pub fn policy(name: &str) -> Option<PolicyDef> {
         "pii_redact" => (
             "Redacts e-mail addresses, phone numbers, card numbers, SSNs, IBANs, IP addresses and secrets in \
              prompts and answers, with typed placeholders.",
-            vec![Guardrail::PiiRedact { entities: Entity::ALL.to_vec(), action: Action::Redact, output: true, restore: false }],
+            vec![Guardrail::PiiRedact {
+                entities: Entity::ALL.to_vec(),
+                action: Action::Redact,
+                output: true,
+                restore: false,
+            }],
         ),
         // Topics are the organization's to name: the built-in guards nothing until an organization
         // defines its own `topic_guard` (a gateway-wide deny list would refuse ordinary requests).
@@ -31,7 +36,12 @@ pub fn policy(name: &str) -> Option<PolicyDef> {
         ),
         _ => return None,
     };
-    Some(PolicyDef { name: name.to_string(), description: description.to_string(), on_error: OnError::Block, guardrails })
+    Some(PolicyDef {
+        name: name.to_string(),
+        description: description.to_string(),
+        on_error: OnError::Block,
+        guardrails,
+    })
 }
 
 /// Phrases of the prompt-injection heuristic, folded on match (case, width, spacing). Each is
@@ -109,7 +119,12 @@ pub fn templates() -> Vec<Template> {
                     "baseline",
                     "Secrets redacted, prompt injection flagged, prompts up to 128k tokens.",
                     vec![
-                        Guardrail::PiiRedact { entities: vec![Secret], action: Action::Redact, output: true, restore: false },
+                        Guardrail::PiiRedact {
+                            entities: vec![Secret],
+                            action: Action::Redact,
+                            output: true,
+                            restore: false,
+                        },
                         Guardrail::PromptInjection { action: Action::Flag },
                         Guardrail::MaxInputTokens { max_tokens: 128_000 },
                     ],
@@ -127,7 +142,12 @@ pub fn templates() -> Vec<Template> {
                     "strict_pii",
                     "All PII entities redacted in prompts and answers; prompt injection blocked.",
                     vec![
-                        Guardrail::PiiRedact { entities: Entity::ALL.to_vec(), action: Action::Redact, output: true, restore: false },
+                        Guardrail::PiiRedact {
+                            entities: Entity::ALL.to_vec(),
+                            action: Action::Redact,
+                            output: true,
+                            restore: false,
+                        },
                         Guardrail::PromptInjection { action: Action::Block },
                     ],
                 )],
@@ -144,11 +164,24 @@ pub fn templates() -> Vec<Template> {
                     "pci",
                     "Card numbers and security codes redacted both ways; secrets redacted.",
                     vec![
-                        Guardrail::PiiRedact { entities: vec![CreditCard, Secret], action: Action::Redact, output: true, restore: false },
+                        Guardrail::PiiRedact {
+                            entities: vec![CreditCard, Secret],
+                            action: Action::Redact,
+                            output: true,
+                            restore: false,
+                        },
                         Guardrail::Regex {
                             rules: vec![
-                                rule("card_security_code", r"(?i)\b(?:cvv2?|cvc2?|cid|card security code|security code)\b\W{0,3}\d{3,4}\b", Action::Redact),
-                                rule("card_expiry", r"(?i)\b(?:exp(?:iry|iration)?(?: date)?)\b\W{0,3}(?:0[1-9]|1[0-2])\s?/\s?(?:\d{2}|\d{4})\b", Action::Redact),
+                                rule(
+                                    "card_security_code",
+                                    r"(?i)\b(?:cvv2?|cvc2?|cid|card security code|security code)\b\W{0,3}\d{3,4}\b",
+                                    Action::Redact,
+                                ),
+                                rule(
+                                    "card_expiry",
+                                    r"(?i)\b(?:exp(?:iry|iration)?(?: date)?)\b\W{0,3}(?:0[1-9]|1[0-2])\s?/\s?(?:\d{2}|\d{4})\b",
+                                    Action::Redact,
+                                ),
                             ],
                             output: true,
                         },
@@ -167,11 +200,24 @@ pub fn templates() -> Vec<Template> {
                     "healthcare",
                     "PII and health identifiers redacted both ways; prompt injection blocked.",
                     vec![
-                        Guardrail::PiiRedact { entities: Entity::ALL.to_vec(), action: Action::Redact, output: true, restore: false },
+                        Guardrail::PiiRedact {
+                            entities: Entity::ALL.to_vec(),
+                            action: Action::Redact,
+                            output: true,
+                            restore: false,
+                        },
                         Guardrail::Regex {
                             rules: vec![
-                                rule("medical_record_number", r"(?i)\b(?:mrn|medical record(?: number| no\.?)?)\b\W{0,3}[A-Z0-9-]{5,15}\b", Action::Redact),
-                                rule("health_plan_id", r"(?i)\b(?:member id|health plan (?:id|number)|insurance id|policy number)\b\W{0,3}[A-Z0-9-]{5,20}\b", Action::Redact),
+                                rule(
+                                    "medical_record_number",
+                                    r"(?i)\b(?:mrn|medical record(?: number| no\.?)?)\b\W{0,3}[A-Z0-9-]{5,15}\b",
+                                    Action::Redact,
+                                ),
+                                rule(
+                                    "health_plan_id",
+                                    r"(?i)\b(?:member id|health plan (?:id|number)|insurance id|policy number)\b\W{0,3}[A-Z0-9-]{5,20}\b",
+                                    Action::Redact,
+                                ),
                                 rule("npi", r"(?i)\bnpi\b\W{0,3}\d{10}\b", Action::Redact),
                             ],
                             output: true,

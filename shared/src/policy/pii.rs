@@ -457,7 +457,7 @@ pub fn luhn_valid(digits: &[u8]) -> bool {
         }
         sum += d;
     }
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 /// IBAN check on an IBAN without spaces, in uppercase: structure, the country's length for the

@@ -33,9 +33,8 @@ fn safe_cut(buf: &str, spans: &[super::engine::OutSpan], hold: usize) -> usize {
     let mut cut = floor_boundary(buf, buf.len().saturating_sub(hold));
     // Not inside a run without whitespace.
     if cut > 0 && cut < buf.len() {
-        let run_start = buf[..cut].rfind(char::is_whitespace).map_or(0, |i| {
-            i + buf[i..].chars().next().map_or(1, char::len_utf8)
-        });
+        let run_start =
+            buf[..cut].rfind(char::is_whitespace).map_or(0, |i| i + buf[i..].chars().next().map_or(1, char::len_utf8));
         let next_is_space = buf[cut..].chars().next().is_some_and(char::is_whitespace);
         if !next_is_space && buf.len() - run_start <= MAX_HOLD {
             cut = run_start;
@@ -252,12 +251,17 @@ mod tests {
     fn chunk_filter_flushes_at_finish_and_before_usage() {
         let mut f = GuardedStream::new(pii());
         let mut out = Vec::new();
-        let c = |content: &str| serde_json::json!({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
+        let c = |content: &str| {
+            serde_json::json!({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]})
+        };
         f.chunk(c("mail me at a@exa"), &mut out).unwrap();
         f.chunk(c("mple.com please"), &mut out).unwrap();
-        f.chunk(serde_json::json!({"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), &mut out)
-            .unwrap();
+        f.chunk(
+            serde_json::json!({"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            &mut out,
+        )
+        .unwrap();
         f.chunk(serde_json::json!({"id": "x", "choices": [], "usage": {"total_tokens": 3}}), &mut out).unwrap();
         let text: String = out
             .iter()
@@ -296,7 +300,8 @@ mod tests {
 
     #[test]
     fn restored_placeholders_split_over_chunks() {
-        let doc = serde_json::json!({"policies": [{"name": "r", "guardrails": [{"type": "pii_redact", "restore": true}]}]});
+        let doc =
+            serde_json::json!({"policies": [{"name": "r", "guardrails": [{"type": "pii_redact", "restore": true}]}]});
         let d: OrgPolicy = serde_json::from_value(doc).unwrap();
         let s = PolicySet::compile(1, &d);
         let ps = s.resolve(&[], Some("r")).unwrap();
