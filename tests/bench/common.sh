@@ -61,6 +61,12 @@ start_admin() {
       -d '{"budget":{"amount_usd":1000000,"period":"month","alert_thresholds":[50,80,95,100],"hard_limit":true}}' >/dev/null
     key_spec='{"name":"bench","rate_limits":{"rpm":100000000,"tpm":4000000000,"max_concurrent":100000}}'
   fi
+  # GW_BENCH_POLICY=1: pii_redact is mandatory for the organization, so every request passes the
+  # policy step (prompt scanned, answer scanned through the output guard).
+  if [ "${GW_BENCH_POLICY:-0}" = 1 ]; then
+    curl -fs -X PUT "http://127.0.0.1:$ADMIN_PORT/api/v1/organizations/current/policy" \
+      -H "authorization: Bearer $token" -H 'content-type: application/json' -d '{"mandatory":["pii_redact"]}' >/dev/null
+  fi
   KEY=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/api-keys" -H "authorization: Bearer $token" \
     -H 'content-type: application/json' -d "$key_spec" | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')
 }

@@ -95,7 +95,10 @@ pub async fn run(
         }
         other => other,
     };
-    ctx.policy.extend(sink.decisions());
+    for d in sink.decisions() {
+        gw.metrics.policy_decisions.with_label_values(&[d.guardrail, d.action.label(), d.stage.label()]).inc();
+        ctx.policy.push(d);
+    }
     // Usage already seen is settled even when the client left: the upstream spent the tokens.
     let flushed = match &ended {
         Err(ProxyError::ClientGone(_)) => Ok(()),

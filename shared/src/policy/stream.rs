@@ -128,10 +128,16 @@ impl ChunkFilter for GuardedStream {
             out.push(chunk);
             return Ok(());
         }
-        let mut template = obj.clone();
-        template.remove("choices");
-        template.remove("usage");
-        self.template = Some(template);
+        // The chunk's id, model and the like do not change within a stream: kept once, for the
+        // chunks the filter makes itself.
+        if self.template.is_none() {
+            let template = obj
+                .iter()
+                .filter(|(k, _)| *k != "choices" && *k != "usage")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            self.template = Some(template);
+        }
         if let Some(choices) = obj.get_mut("choices").and_then(Value::as_array_mut) {
             for c in choices {
                 let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);

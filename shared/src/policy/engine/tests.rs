@@ -1,6 +1,9 @@
 //! Engine tests: resolution, each guardrail, failing open and closed, the answer's guard.
 
+use proptest::prelude::*;
+
 use super::*;
+use crate::policy::pii::tests::{card_number, iban_number, local_part};
 use crate::policy::spec::{RegexRule, Topic};
 
 fn set(doc: serde_json::Value) -> PolicySet {
@@ -212,4 +215,43 @@ fn unreadable_document_fails_closed() {
     let s = PolicySet::unreadable(3, "bad json".into());
     let ps = s.resolve(&[], None).unwrap();
     assert!(matches!(run(&ps, &mut [(true, "x".into())]).stop, Some(Stop::Failed { .. })));
+}
+
+fn redact(text: &str) -> (String, InputOutcome) {
+    let ps = PolicySet::empty().resolve(&[], Some("pii_redact")).unwrap();
+    let mut texts = [(true, text.to_string())];
+    let out = run(&ps, &mut texts);
+    let [(_, t)] = texts;
+    (t, out)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever surrounds them, generated values leave the prompt, each for its placeholder.
+    #[test]
+    fn generated_values_are_redacted(
+        before in "[a-z ]{0,40}",
+        after in "[a-z ]{0,40}",
+        card in card_number(),
+        iban in iban_number(),
+        local in local_part(),
+        domain in "[a-z0-9]{1,10}",
+        tld in "[a-z]{2,6}",
+    ) {
+        let email = format!("{local}@{domain}.{tld}");
+        let text = format!("{before} {card} {after} {iban}, {email} {before}");
+        let (redacted, out) = redact(&text);
+        prop_assert_eq!(redacted, format!("{before} [CREDIT_CARD_1] {after} [IBAN_1], [EMAIL_1] {before}"));
+        prop_assert_eq!(out.decisions.len(), 1);
+        prop_assert!(!out.decisions[0].reason.contains(&email));
+    }
+
+    /// Text without values comes out byte-identical, with no decision.
+    #[test]
+    fn text_without_values_is_untouched(text in "[a-zA-Z \n\t,.!?;:'\"()éüßÆ日本語-]{0,400}") {
+        let (redacted, out) = redact(&text);
+        prop_assert_eq!(redacted, text);
+        prop_assert!(out.decisions.is_empty());
+    }
 }

@@ -440,7 +440,7 @@ pub fn detector() -> Option<&'static Detector> {
 
 mod checks;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use checks::*;
 pub use checks::{iban_valid, luhn_valid};

@@ -439,7 +439,7 @@ fn corpus() {
 
 const WORDS: &str = "[a-z ]{0,30}";
 
-fn card_number() -> impl Strategy<Value = String> {
+pub(crate) fn card_number() -> impl Strategy<Value = String> {
     let brands: Vec<(&'static str, usize)> = vec![
         ("4", 13),
         ("4", 16),
@@ -482,7 +482,7 @@ fn card_number() -> impl Strategy<Value = String> {
     })
 }
 
-fn iban_number() -> impl Strategy<Value = String> {
+pub(crate) fn iban_number() -> impl Strategy<Value = String> {
     let countries: Vec<(&'static str, usize)> = vec![
         ("DE", 22),
         ("GB", 22),
@@ -513,7 +513,7 @@ fn iban_number() -> impl Strategy<Value = String> {
     })
 }
 
-fn local_part() -> impl Strategy<Value = String> {
+pub(crate) fn local_part() -> impl Strategy<Value = String> {
     "[a-z0-9_+-]([a-z0-9._+-]{0,10}[a-z0-9_+-])?".prop_filter("no consecutive dots", |s| !s.contains(".."))
 }
 
