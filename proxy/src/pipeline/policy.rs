@@ -4,10 +4,12 @@
 //! once; a guardrail that fails internally fails closed unless its policy says otherwise. The
 //! answer's guard (output redaction, restoring placeholders) is prepared here for the route step.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use gw_shared::db::policies::{self, StoredPolicy};
 use gw_shared::db::DbPool;
 use gw_shared::headers;
@@ -18,6 +20,7 @@ use gw_shared::policy::spec::OrgPolicy;
 use gw_shared::policy::vault::Vault;
 use gw_shared::policy::PolicyAction;
 use pingora::proxy::Session;
+use serde::Deserialize;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -170,6 +173,26 @@ pub fn blocked_event(gw: &Gateway, ctx: &RequestCtx, policy: &str, guardrail: &s
     });
 }
 
+/// Just the texts of an answer, borrowed where they need no unescaping: most answers come out
+/// of the guard unchanged and then go out as they came, without a full parse and serialization.
+#[derive(Deserialize)]
+struct Texts<'a> {
+    #[serde(borrow, default)]
+    choices: Vec<TextChoice<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TextChoice<'a> {
+    #[serde(borrow, default)]
+    message: Option<TextMessage<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TextMessage<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+}
+
 /// A complete answer through the output guardrails: every choice's content redacted (and the
 /// caller's values restored where the policy says). An answer that cannot be read cannot be
 /// checked, so it does not go out.
@@ -177,21 +200,29 @@ pub fn guard_completion(
     gw: &Gateway,
     ctx: &mut RequestCtx,
     mut guard: OutputGuard,
-    body: &[u8],
-) -> Result<bytes::Bytes, ProxyError> {
-    let mut completion: ChatCompletion = serde_json::from_slice(body).map_err(|e| {
+    body: &Bytes,
+) -> Result<Bytes, ProxyError> {
+    let unreadable = |e: serde_json::Error| {
         log::error!("request {}: the answer could not be read for the output guardrails: {e}", ctx.request_id);
         ProxyError::GuardrailFailed { policy: "output".into() }
-    })?;
+    };
+    let texts: Texts = serde_json::from_slice(body).map_err(unreadable)?;
+    let mut guarded: Vec<Option<String>> = Vec::with_capacity(texts.choices.len());
+    let mut changed = false;
     let mut result = Ok(());
-    for choice in &mut completion.choices {
-        if let Some(text) = choice.message.content.as_deref() {
-            match guard.text(text) {
-                Ok(t) => choice.message.content = Some(t),
-                Err(b) => {
-                    result = Err(b);
-                    break;
-                }
+    for choice in &texts.choices {
+        let Some(text) = choice.message.as_ref().and_then(|m| m.content.as_deref()) else {
+            guarded.push(None);
+            continue;
+        };
+        match guard.text(text) {
+            Ok(t) => {
+                changed |= t != text;
+                guarded.push(Some(t));
+            }
+            Err(b) => {
+                result = Err(b);
+                break;
             }
         }
     }
@@ -203,5 +234,14 @@ pub fn guard_completion(
         blocked_event(gw, ctx, &b.policy, b.guardrail, &b.reason);
         return Err(ProxyError::PolicyBlocked { policy: b.policy, reason: b.reason });
     }
-    serde_json::to_vec(&completion).map(bytes::Bytes::from).map_err(|e| ProxyError::internal("guarded answer", e))
+    if !changed {
+        return Ok(body.clone());
+    }
+    let mut completion: ChatCompletion = serde_json::from_slice(body).map_err(unreadable)?;
+    for (choice, text) in completion.choices.iter_mut().zip(guarded) {
+        if text.is_some() {
+            choice.message.content = text;
+        }
+    }
+    serde_json::to_vec(&completion).map(Bytes::from).map_err(|e| ProxyError::internal("guarded answer", e))
 }
