@@ -2,10 +2,13 @@
 the upstream sees a value, a topic guard raises openai.BadRequestError, and an organization's
 mandatory policy cannot be switched off from the header."""
 
+import os
+import time
 import uuid
 
 import httpx
 import openai
+import psycopg
 import pytest
 
 EMAIL = "jane.roe@example.com"
@@ -21,6 +24,17 @@ def put_policy(org, doc):
     r = org.http.put("/api/v1/organizations/current/policy", json=doc, headers=org.auth())
     assert r.status_code == 200, r.text
     return r.json()
+
+
+def audit_row(request_id):
+    """The request's whole audit row as text, once the write-behind flusher has written it."""
+    with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
+        for _ in range(100):
+            row = conn.execute("SELECT row_to_json(a)::text FROM audit_logs a WHERE id = %s", (request_id,)).fetchone()
+            if row:
+                return row[0]
+            time.sleep(0.05)
+    raise AssertionError(f"audit row {request_id} never appeared")
 
 
 def seen_by_upstream(stack, tag):
@@ -43,6 +57,9 @@ def test_pii_redact_keeps_values_from_the_upstream(stack, org):
     sent = seen_by_upstream(stack, tag)["last_body"]["messages"][0]["content"]
     assert sent == "I am [EMAIL_1], card [CREDIT_CARD_1]; again [EMAIL_1]"
     assert "jane" not in str(seen_by_upstream(stack, tag))
+    row = audit_row(raw.headers["x-gw-request-id"])
+    assert '"redacted"' in row and "EMAIL" in row
+    assert "jane" not in row and "4111" not in row
 
 
 def test_pii_redact_on_a_stream_answer(stack, org):
