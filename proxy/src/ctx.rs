@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use gw_shared::cache::CacheStatus;
 use gw_shared::db::api_keys::KeyAuth;
+use gw_shared::limits::estimate::Estimate;
 use gw_shared::limits::LimitState;
 use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
 use gw_shared::policy::engine::OutputGuard;
@@ -101,6 +102,8 @@ pub struct RequestCtx {
     pub embeddings: Option<EmbeddingsRequest>,
     pub stream: bool,
     pub limits: Option<LimitState>,
+    /// The request's size as the limits step estimated it (when any limit applied).
+    pub estimate: Option<Estimate>,
     pub policy: Vec<PolicyDecision>,
     /// What the request's policies do to the answer (cloned per attempt); `None`: nothing.
     pub output_guard: Option<OutputGuard>,
@@ -139,6 +142,7 @@ impl RequestCtx {
             embeddings: None,
             stream: false,
             limits: None,
+            estimate: None,
             policy: Vec::new(),
             output_guard: None,
             cache: CacheStatus::Miss,

@@ -72,6 +72,7 @@ pub async fn run(gw: &Gateway, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     }
     let routes = super::route::chain(gw, ctx)?;
     let estimate = request_estimate(gw, ctx);
+    ctx.estimate = Some(estimate);
     let ceiling = estimate::ceiling(routes.iter().flat_map(|r| r.deployments.iter().map(|d| &d.price)));
     let ask = Ask {
         model: routes.first().map_or("", |r| &r.name),

@@ -98,13 +98,24 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
     }
     let mut vault = Vault::new();
     let model = ctx.model.clone().unwrap_or_default();
+    // The prompt's size: the limits step's estimate, else counted only when a guardrail reads it.
+    let known = ctx.estimate.map(|e| e.prompt_tokens);
+    let counts = applied.iter().any(|p| p.counts_tokens());
     let outcome = if let Some(req) = ctx.request.as_mut() {
-        let prompt_tokens = gw_shared::limits::estimate::chat(req, 0).prompt_tokens;
+        let prompt_tokens = match (known, counts) {
+            (Some(t), _) => t,
+            (None, true) => gw_shared::limits::estimate::chat(req, 0).prompt_tokens,
+            (None, false) => 0,
+        };
         let mut texts = req.texts_mut();
         let mut segs: Vec<Segment> = texts.iter_mut().map(|(user, text)| Segment { user: *user, text }).collect();
         run_input(&applied, &mut segs, &RequestFacts { model: &model, prompt_tokens }, &mut vault)
     } else if let Some(req) = ctx.embeddings.as_mut() {
-        let prompt_tokens = gw_shared::limits::estimate::embeddings(req).prompt_tokens;
+        let prompt_tokens = match (known, counts) {
+            (Some(t), _) => t,
+            (None, true) => gw_shared::limits::estimate::embeddings(req).prompt_tokens,
+            (None, false) => 0,
+        };
         let outcome = match req.texts_mut() {
             Some(texts) => {
                 let mut segs: Vec<Segment> = texts.iter_mut().map(|text| Segment { user: true, text }).collect();

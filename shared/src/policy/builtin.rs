@@ -16,12 +16,7 @@ pub fn policy(name: &str) -> Option<PolicyDef> {
         "pii_redact" => (
             "Redacts e-mail addresses, phone numbers, card numbers, SSNs, IBANs, IP addresses and secrets in \
              prompts and answers, with typed placeholders.",
-            vec![Guardrail::PiiRedact {
-                entities: Entity::ALL.to_vec(),
-                action: Action::Redact,
-                output: true,
-                restore: false,
-            }],
+            vec![pii_both_ways(Entity::ALL.to_vec())],
         ),
         // Topics are the organization's to name: the built-in guards nothing until an organization
         // defines its own `topic_guard` (a gateway-wide deny list would refuse ordinary requests).
@@ -101,6 +96,11 @@ fn rule(name: &str, pattern: &str, action: Action) -> RegexRule {
     RegexRule { name: name.into(), pattern: pattern.into(), action }
 }
 
+/// Redaction of `entities` in prompts and answers, nothing restored.
+fn pii_both_ways(entities: Vec<Entity>) -> Guardrail {
+    Guardrail::PiiRedact { entities, action: Action::Redact, output: true, restore: false }
+}
+
 fn def(name: &str, description: &str, guardrails: Vec<Guardrail>) -> PolicyDef {
     PolicyDef { name: name.into(), description: description.into(), on_error: OnError::Block, guardrails }
 }
@@ -119,12 +119,7 @@ pub fn templates() -> Vec<Template> {
                     "baseline",
                     "Secrets redacted, prompt injection flagged, prompts up to 128k tokens.",
                     vec![
-                        Guardrail::PiiRedact {
-                            entities: vec![Secret],
-                            action: Action::Redact,
-                            output: true,
-                            restore: false,
-                        },
+                        pii_both_ways(vec![Secret]),
                         Guardrail::PromptInjection { action: Action::Flag },
                         Guardrail::MaxInputTokens { max_tokens: 128_000 },
                     ],
@@ -141,15 +136,7 @@ pub fn templates() -> Vec<Template> {
                 policies: vec![def(
                     "strict_pii",
                     "All PII entities redacted in prompts and answers; prompt injection blocked.",
-                    vec![
-                        Guardrail::PiiRedact {
-                            entities: Entity::ALL.to_vec(),
-                            action: Action::Redact,
-                            output: true,
-                            restore: false,
-                        },
-                        Guardrail::PromptInjection { action: Action::Block },
-                    ],
+                    vec![pii_both_ways(Entity::ALL.to_vec()), Guardrail::PromptInjection { action: Action::Block }],
                 )],
             },
         },
@@ -164,12 +151,7 @@ pub fn templates() -> Vec<Template> {
                     "pci",
                     "Card numbers and security codes redacted both ways; secrets redacted.",
                     vec![
-                        Guardrail::PiiRedact {
-                            entities: vec![CreditCard, Secret],
-                            action: Action::Redact,
-                            output: true,
-                            restore: false,
-                        },
+                        pii_both_ways(vec![CreditCard, Secret]),
                         Guardrail::Regex {
                             rules: vec![
                                 rule(
@@ -200,12 +182,7 @@ pub fn templates() -> Vec<Template> {
                     "healthcare",
                     "PII and health identifiers redacted both ways; prompt injection blocked.",
                     vec![
-                        Guardrail::PiiRedact {
-                            entities: Entity::ALL.to_vec(),
-                            action: Action::Redact,
-                            output: true,
-                            restore: false,
-                        },
+                        pii_both_ways(Entity::ALL.to_vec()),
                         Guardrail::Regex {
                             rules: vec![
                                 rule(

@@ -92,6 +92,11 @@ impl CompiledPolicy {
         Self { name: name.into(), on_error: OnError::Block, checks: vec![Check::Broken { kind: "policy", why }] }
     }
 
+    /// Whether a guardrail of the policy reads the prompt's token estimate.
+    pub fn counts_tokens(&self) -> bool {
+        self.checks.iter().any(|c| matches!(c, Check::MaxTokens(_)))
+    }
+
     /// Whether the policy looks at answers (output scanning or restoring placeholders).
     pub fn has_output(&self) -> bool {
         self.checks.iter().any(|c| match c {
