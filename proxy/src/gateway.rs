@@ -43,6 +43,8 @@ pub struct Gateway {
     pub orgs: Arc<Lookup<OrgSource>>,
     pub policies: Arc<Lookup<crate::pipeline::policy::PolicySource>>,
     pub compiled: crate::pipeline::policy::Compiled,
+    pub cache_settings: Arc<Lookup<crate::pipeline::cache::CacheSettingsSource>>,
+    pub cache: Arc<crate::response_cache::ResponseCache>,
     pub limiter: Arc<Limiter>,
     /// Completion tokens assumed for a request that sets no limit of its own.
     pub default_max_tokens: u64,

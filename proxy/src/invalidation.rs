@@ -27,6 +27,8 @@ pub struct Caches {
     pub orgs: Arc<Lookup<OrgSource>>,
     pub policies: Arc<Lookup<PolicySource>>,
     pub compiled: Compiled,
+    pub cache_settings: Arc<Lookup<crate::pipeline::cache::CacheSettingsSource>>,
+    pub responses: Arc<crate::response_cache::ResponseCache>,
 }
 
 impl Caches {
@@ -38,6 +40,8 @@ impl Caches {
             Invalidation::Org { org_id } => self.orgs.invalidate(org_id).await,
             // The compiled copy is keyed by version: the next read finds the new version.
             Invalidation::Policy { org_id } => self.policies.invalidate(org_id).await,
+            Invalidation::CacheSettings { org_id } => self.cache_settings.invalidate(org_id).await,
+            Invalidation::CachePurge { org_id, model } => self.responses.purge_local(*org_id, *model),
             Invalidation::All => self.clear(),
         }
     }
@@ -49,6 +53,9 @@ impl Caches {
         self.orgs.invalidate_all();
         self.policies.invalidate_all();
         self.compiled.invalidate_all();
+        self.cache_settings.invalidate_all();
+        // A purge may have been missed too.
+        self.responses.clear_local();
     }
 }
 

@@ -13,6 +13,7 @@ mod logline;
 mod lookup;
 mod metrics;
 mod pipeline;
+mod response_cache;
 mod server;
 mod throttle;
 mod transport;

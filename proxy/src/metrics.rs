@@ -40,6 +40,16 @@ pub struct Metrics {
     /// Guardrails that failed internally, by kind.
     pub policy_guardrail_errors: IntCounterVec,
     pub policy_step: prometheus::Histogram,
+    /// Response-cache lookups by result (`L1`, `L2`, `L3`, `miss`, `bypass`).
+    pub cache_lookups: IntCounterVec,
+    /// Answers written to a tier, by tier and outcome (`ok`, `error`, `dropped`).
+    pub cache_stores: IntCounterVec,
+    /// Lookups a tier could not answer (error or timeout), by tier.
+    pub cache_errors: IntCounterVec,
+    /// Time a lookup spent in each tier.
+    pub cache_lookup_duration: HistogramVec,
+    /// Time to embed one prompt locally.
+    pub cache_embedding: prometheus::Histogram,
 }
 
 impl Metrics {
@@ -142,7 +152,36 @@ impl Metrics {
         registry.register(Box::new(policy_decisions.clone()))?;
         registry.register(Box::new(policy_guardrail_errors.clone()))?;
         registry.register(Box::new(policy_step.clone()))?;
+        let cache_lookups =
+            IntCounterVec::new(Opts::new("gw_cache_lookups_total", "Response-cache lookups by result"), &["result"])?;
+        let cache_stores = IntCounterVec::new(
+            Opts::new("gw_cache_stores_total", "Answers written to a cache tier, by outcome"),
+            &["tier", "outcome"],
+        )?;
+        let cache_errors = IntCounterVec::new(
+            Opts::new("gw_cache_errors_total", "Cache lookups a tier could not answer (error or timeout)"),
+            &["tier"],
+        )?;
+        let cache_lookup_duration = HistogramVec::new(
+            HistogramOpts::new("gw_cache_lookup_duration_seconds", "Time a cache lookup spent in each tier")
+                .buckets(vec![0.000005, 0.00001, 0.000025, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]),
+            &["tier"],
+        )?;
+        let cache_embedding = prometheus::Histogram::with_opts(
+            HistogramOpts::new("gw_cache_embedding_duration_seconds", "Time to embed one prompt locally")
+                .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0]),
+        )?;
+        registry.register(Box::new(cache_lookups.clone()))?;
+        registry.register(Box::new(cache_stores.clone()))?;
+        registry.register(Box::new(cache_errors.clone()))?;
+        registry.register(Box::new(cache_lookup_duration.clone()))?;
+        registry.register(Box::new(cache_embedding.clone()))?;
         Ok(Self {
+            cache_lookups,
+            cache_stores,
+            cache_errors,
+            cache_lookup_duration,
+            cache_embedding,
             registry,
             policy_decisions,
             policy_guardrail_errors,

@@ -20,6 +20,8 @@ use crate::logline::RateLimitedLog;
 use crate::lookup::{Lookup, LookupConfig};
 use crate::metrics::{Metrics, MetricsApp};
 use crate::pipeline::auth::KeySource;
+use crate::pipeline::cache::CacheSettingsSource;
+use crate::response_cache::{load_embedder, CacheConfig, CacheWriter, ResponseCache};
 use crate::pipeline::limits::OrgSource;
 use crate::pipeline::policy::PolicySource;
 use crate::pipeline::provider_keys::ProviderKeySource;
@@ -59,6 +61,20 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         db.clone(),
         metrics.clone(),
     ));
+    let cache_settings =
+        Arc::new(Lookup::new(CacheSettingsSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
+    let responses = Arc::new(ResponseCache::new(
+        CacheConfig {
+            redis_url: cfg.redis.url.clone(),
+            l1_max_bytes: p.cache_l1_max_bytes,
+            l2_timeout: Duration::from_millis(p.cache_l2_timeout_ms.max(1)),
+            l3_timeout: Duration::from_millis(p.cache_l3_timeout_ms.max(1)),
+            queue: p.cache_store_queue,
+        },
+        db.clone(),
+        load_embedder(&p.cache_embedding_model_dir),
+        metrics.clone(),
+    ));
     let provider_keys = Arc::new(Lookup::new(ProviderKeySource { db }, redis, lookups, metrics.clone()));
     let health = HealthChecks {
         providers: router.providers().to_vec(),
@@ -81,6 +97,8 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         orgs: orgs.clone(),
         policies: policies.clone(),
         compiled: compiled.clone(),
+        cache_settings: cache_settings.clone(),
+        cache: responses.clone(),
         limiter: limiter.clone(),
         default_max_tokens: p.limits_default_max_tokens.max(1),
         keyring: cfg.secrets.keyring.clone(),
@@ -121,10 +139,20 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         "invalidation-listener",
         InvalidationListener {
             redis_url: cfg.redis.url.clone(),
-            caches: Caches { keys, teams, provider_keys, orgs, policies, compiled },
+            caches: Caches {
+                keys,
+                teams,
+                provider_keys,
+                orgs,
+                policies,
+                compiled,
+                cache_settings,
+                responses: responses.clone(),
+            },
         },
     ));
     server.add_service(background_service("health-checks", health));
+    server.add_service(background_service("cache-writer", CacheWriter(responses)));
     server.add_service(background_service("limiter", LimiterService(limiter)));
     let mut metrics_svc = Service::new("metrics".into(), MetricsApp(metrics));
     metrics_svc.add_tcp(&p.metrics_listen);

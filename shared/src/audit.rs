@@ -42,6 +42,10 @@ pub struct AuditRecord {
     pub routing: serde_json::Value,
     /// Every policy decision: policy, guardrail, action, reason (never the matched values).
     pub policy: serde_json::Value,
+    /// On a cache hit: what the cached answer cost when it was produced (this request cost 0).
+    pub cache_saved_usd: Decimal,
+    /// On an L3 hit: the prompt's cosine similarity to the cached one.
+    pub cache_similarity: Option<f32>,
 }
 
 /// Milliseconds as the audit columns hold them, saturating rather than wrapping.

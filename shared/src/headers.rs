@@ -7,6 +7,8 @@ pub const COST_USD: &str = "x-gw-cost-usd";
 pub const LATENCY_MS: &str = "x-gw-latency-ms";
 pub const TTFT_MS: &str = "x-gw-ttft-ms";
 pub const CACHE: &str = "x-gw-cache";
+/// On an L3 hit: the cosine similarity of the prompt to the cached one (`0.9731`).
+pub const CACHE_SIMILARITY: &str = "x-gw-cache-similarity";
 pub const POLICY_ACTION: &str = "x-gw-policy-action";
 pub const POLICY_REASON: &str = "x-gw-policy-reason";
 
@@ -14,8 +16,8 @@ pub const POLICY_REASON: &str = "x-gw-policy-reason";
 pub const TEAM: &str = "x-gw-team";
 /// Request header listing guardrail policies to apply.
 pub const POLICY: &str = "x-gw-policy";
+/// Request header: seconds the answer may stay cached (overrides the configured TTL).
+pub const CACHE_TTL: &str = "x-gw-cache-ttl";
 
-/// Value of `x-gw-cache` when no cache tier answered.
-pub const CACHE_MISS: &str = "miss";
 /// Value of `x-gw-policy-action` / `-reason` when no policy acted.
 pub const POLICY_NONE: &str = "none";

@@ -32,6 +32,10 @@ pub enum Invalidation {
     Org { org_id: Uuid },
     /// An organization's policy document.
     Policy { org_id: Uuid },
+    /// An organization's (or one of its teams') cache settings.
+    CacheSettings { org_id: Uuid },
+    /// An organization's cached answers (all, or one model's): every replica drops its copies.
+    CachePurge { org_id: Uuid, model: Option<crate::cache::key::ModelTag> },
     /// Everything cached from Postgres.
     All,
 }
@@ -44,6 +48,9 @@ impl Invalidation {
             Invalidation::ProviderKeys { org_id } => format!("provider_keys:{org_id}"),
             Invalidation::Org { org_id } => format!("org:{org_id}"),
             Invalidation::Policy { org_id } => format!("policy:{org_id}"),
+            Invalidation::CacheSettings { org_id } => format!("cache_settings:{org_id}"),
+            Invalidation::CachePurge { org_id, model: None } => format!("cache_purge:{org_id}"),
+            Invalidation::CachePurge { org_id, model: Some(m) } => format!("cache_purge:{org_id}:{}", hex::encode(m)),
             Invalidation::All => "all".into(),
         }
     }
@@ -54,6 +61,16 @@ impl Invalidation {
         }
         if let Some(org) = msg.strip_prefix("provider_keys:") {
             return Some(Invalidation::ProviderKeys { org_id: org.parse().ok()? });
+        }
+        if let Some(org) = msg.strip_prefix("cache_settings:") {
+            return Some(Invalidation::CacheSettings { org_id: org.parse().ok()? });
+        }
+        if let Some(rest) = msg.strip_prefix("cache_purge:") {
+            let (org, model) = match rest.split_once(':') {
+                Some((org, m)) => (org, Some(hex::decode(m).ok()?.try_into().ok()?)),
+                None => (rest, None),
+            };
+            return Some(Invalidation::CachePurge { org_id: org.parse().ok()?, model });
         }
         if let Some(org) = msg.strip_prefix("policy:") {
             return Some(Invalidation::Policy { org_id: org.parse().ok()? });
@@ -78,7 +95,8 @@ impl Invalidation {
             Invalidation::ProviderKeys { org_id } => Some(provider_keys_cache_key(*org_id)),
             Invalidation::Org { org_id } => Some(org_cache_key(*org_id)),
             Invalidation::Policy { org_id } => Some(policy_cache_key(*org_id)),
-            Invalidation::All => None,
+            Invalidation::CacheSettings { org_id } => Some(cache_settings_key(*org_id)),
+            Invalidation::CachePurge { .. } | Invalidation::All => None,
         }
     }
 }
@@ -90,6 +108,11 @@ pub fn api_key_cache_key(hash: &KeyHash) -> String {
 
 pub fn team_cache_key(org_id: Uuid, team_id: Uuid) -> String {
     format!("gw:cache:team:{org_id}:{team_id}")
+}
+
+/// Redis key of the shared copy of an organization's cache settings.
+pub fn cache_settings_key(org_id: Uuid) -> String {
+    format!("gw:cache:cache_settings:{org_id}")
 }
 
 pub fn org_cache_key(org_id: Uuid) -> String {

@@ -79,6 +79,13 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The local embedding model's folder (`scripts/services.sh start` puts it there).
+pub fn embedding_model_dir() -> PathBuf {
+    std::env::var("GW_EMBEDDING_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace_root().join(".gw/models/all-minilm-l6-v2"))
+}
+
 /// Runs `"$0" "$@"` in the background and stops it (SIGTERM, then waits) once its standard input
 /// reaches end of file, i.e. once the test process holding the pipe's other end has exited,
 /// however it exited. Then removes `$GW_TEST_REMOVE` if set (the shared stack's config file).

@@ -54,8 +54,14 @@ pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
         api_key_id: Some(key.id),
         endpoint: ctx.endpoint.map(|e| e.path()).unwrap_or("unknown").to_string(),
         model: ctx.model.as_deref().map(audit_text),
-        provider: last.map(|a| a.provider.to_string()),
-        upstream_model: last.map(|a| a.upstream_model.to_string()),
+        provider: match &ctx.cached_from {
+            Some((provider, _)) => Some(provider.to_string()),
+            None => last.map(|a| a.provider.to_string()),
+        },
+        upstream_model: match &ctx.cached_from {
+            Some((_, model)) => Some(model.to_string()),
+            None => last.map(|a| a.upstream_model.to_string()),
+        },
         status_code: i32::from(ctx.status),
         error_type: ctx.error.map(str::to_string),
         stream: ctx.stream,
@@ -75,6 +81,8 @@ pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
         cache_creation_tokens: tokens_i32(ctx.usage.cache_creation_tokens),
         routing: Value::Array(routing),
         policy: Value::Array(policy),
+        cache_saved_usd: ctx.cache_saved,
+        cache_similarity: ctx.cache_similarity,
     })
 }
 

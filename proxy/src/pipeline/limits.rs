@@ -101,6 +101,8 @@ fn request_estimate(gw: &Gateway, ctx: &RequestCtx) -> Estimate {
 /// Settles the request's admission with what it really used (from `logging`, after the response).
 pub fn settle(gw: &Gateway, ctx: &mut RequestCtx) {
     if let Some(admitted) = ctx.admitted.take() {
-        gw.limiter.settle(admitted, u64::from(ctx.usage.total()), estimate::nanos(ctx.cost));
+        // A cached answer used no upstream tokens (its usage says what the answer holds).
+        let tokens = if ctx.cache.is_hit() { 0 } else { u64::from(ctx.usage.total()) };
+        gw.limiter.settle(admitted, tokens, estimate::nanos(ctx.cost));
     }
 }

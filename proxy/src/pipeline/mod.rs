@@ -1,10 +1,10 @@
 //! The request pipeline, run from `request_filter`: one module per step, in the order of
 //! ARCHITECTURE.md, each filling the one `RequestCtx` and either continuing or answering.
-//! The cache step arrives with its issue, between `policy` and `route`.
 
 pub mod access;
 pub mod audit;
 pub mod auth;
+pub mod cache;
 pub mod edge;
 pub mod limits;
 pub mod models;
@@ -34,13 +34,22 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
             parse::run(gw, session, ctx).await?;
             limits::run(gw, ctx).await?;
             policy::run(gw, session, ctx).await?;
-            route::run(gw, session, ctx).await
+            cache_then_route(gw, session, ctx).await
         }
         Endpoint::Embeddings => {
             parse::run_embeddings(gw, session, ctx).await?;
             limits::run(gw, ctx).await?;
             policy::run(gw, session, ctx).await?;
-            route::run(gw, session, ctx).await
+            cache_then_route(gw, session, ctx).await
         }
     }
+}
+
+/// A cache hit has answered; a miss goes upstream.
+async fn cache_then_route(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    cache::run(gw, session, ctx).await?;
+    if ctx.cache.is_hit() {
+        return Ok(());
+    }
+    route::run(gw, session, ctx).await
 }

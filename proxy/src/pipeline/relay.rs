@@ -42,6 +42,9 @@ pub async fn run(
         Some(f) => StreamSink::filtered(f),
         None => StreamSink::new(),
     };
+    if super::cache::records(ctx) {
+        sink.record();
+    }
     let ended: Result<bool, ProxyError> = {
         let chunks = futures::stream::unfold(body, move |b| async move {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -125,7 +128,10 @@ pub async fn run(
             Err(ProxyError::upstream(provider, UpstreamError::bad_response("the stream ended without data")))
         }
         Ok(false) => Err(ProxyError::StreamBroken { provider: provider.clone(), why: "ended early" }),
-        Ok(true) => respond::finish_stream(session, ctx).await,
+        Ok(true) => {
+            super::cache::keep_stream(gw, ctx, dep, &mut sink).await;
+            respond::finish_stream(session, ctx).await
+        }
     }
 }
 

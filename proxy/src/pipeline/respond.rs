@@ -22,6 +22,7 @@ const COST_USD: HeaderName = HeaderName::from_static(headers::COST_USD);
 const LATENCY_MS: HeaderName = HeaderName::from_static(headers::LATENCY_MS);
 const TTFT_MS: HeaderName = HeaderName::from_static(headers::TTFT_MS);
 const CACHE: HeaderName = HeaderName::from_static(headers::CACHE);
+const CACHE_SIMILARITY: HeaderName = HeaderName::from_static(headers::CACHE_SIMILARITY);
 const POLICY_ACTION: HeaderName = HeaderName::from_static(headers::POLICY_ACTION);
 const POLICY_REASON: HeaderName = HeaderName::from_static(headers::POLICY_REASON);
 const LIMIT_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
@@ -60,6 +61,10 @@ pub fn header(ctx: &mut RequestCtx, status: u16, content_type: HeaderValue) -> R
     let mut id = [0u8; 36];
     let (provider, model) = match ctx.last_attempt() {
         _ if ctx.answered_by_gw => (GW, NONE),
+        _ if ctx.cached_from.is_some() => match &ctx.cached_from {
+            Some((p, m)) => (text(p), text(m)),
+            None => (NONE, NONE),
+        },
         Some(a) => (text(&a.provider), text(&a.upstream_model)),
         None => (NONE, NONE),
     };
@@ -75,6 +80,9 @@ pub fn header(ctx: &mut RequestCtx, status: u16, content_type: HeaderValue) -> R
     h.insert(LATENCY_MS, ms(latency));
     h.insert(TTFT_MS, ms(ttft));
     h.insert(CACHE, HeaderValue::from_static(ctx.cache.label()));
+    if let Some(s) = ctx.cache_similarity {
+        h.insert(CACHE_SIMILARITY, text(&format!("{s:.4}")));
+    }
     h.insert(POLICY_ACTION, action);
     h.insert(POLICY_REASON, reason);
     if let Some(limits) = ctx.limits {

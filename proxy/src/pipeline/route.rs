@@ -366,10 +366,12 @@ async fn attempt(
     }
     .map_err(|e| ProxyError::upstream(&provider.name, e))?;
     settle(gw, ctx, dep, completion.usage);
+    let raw = completion.body;
     let body = match (req, ctx.output_guard.clone()) {
-        (Req::Chat(_), Some(guard)) => super::policy::guard_completion(gw, ctx, guard, &completion.body)?,
-        _ => completion.body,
+        (Req::Chat(_), Some(guard)) => super::policy::guard_completion(gw, ctx, guard, &raw)?,
+        _ => raw.clone(),
     };
+    super::cache::keep(gw, ctx, dep, raw).await;
     respond::json(session, ctx, 200, body, Vec::new()).await
 }
 

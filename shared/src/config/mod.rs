@@ -149,6 +149,19 @@ pub struct ProxyConfig {
     /// Completion tokens a request without `max_tokens` (or `max_completion_tokens`) is assumed
     /// to use at most, for tokens-per-minute limits and budget reservations.
     pub limits_default_max_tokens: u64,
+    /// Bytes of answers the in-process cache tier (L1) holds at most.
+    pub cache_l1_max_bytes: u64,
+    /// Longest wait for Redis on a cache lookup (L2); past it the request goes on as a miss.
+    pub cache_l2_timeout_ms: u64,
+    /// Longest a semantic lookup (L3: embedding plus query) may take before the request goes on
+    /// as a miss.
+    pub cache_l3_timeout_ms: u64,
+    /// Folder holding the local embedding model (`config.json`, `tokenizer.json`,
+    /// `model.safetensors`); `GW_EMBEDDING_MODEL_DIR` overrides it.
+    pub cache_embedding_model_dir: String,
+    /// Answers waiting to be written to Redis and PostgreSQL, at most; past it new ones are
+    /// dropped (counted), never queued without bound.
+    pub cache_store_queue: usize,
 }
 
 impl Default for ProxyConfig {
@@ -178,6 +191,11 @@ impl Default for ProxyConfig {
             limits_timeout_ms: 250,
             limits_replicas: 1,
             limits_default_max_tokens: 4096,
+            cache_l1_max_bytes: 256 * 1024 * 1024,
+            cache_l2_timeout_ms: 50,
+            cache_l3_timeout_ms: 250,
+            cache_embedding_model_dir: ".gw/models/all-minilm-l6-v2".into(),
+            cache_store_queue: 4096,
         }
     }
 }
@@ -422,6 +440,9 @@ impl Config {
         }
         if let Some(v) = env("GW_PROXY_METRICS_LISTEN") {
             self.proxy.metrics_listen = v;
+        }
+        if let Some(v) = env("GW_EMBEDDING_MODEL_DIR").filter(|s| !s.is_empty()) {
+            self.proxy.cache_embedding_model_dir = v;
         }
         if let Some(v) = env("GW_ADMIN_LISTEN") {
             self.admin.listen = v;

@@ -18,9 +18,10 @@ use crate::audit::AuditRecord;
 
 const COLUMNS: &str = "id, org_id, team_id, api_key_id, endpoint, model, provider, upstream_model, status_code, \
     error_type, stream, prompt_tokens, completion_tokens, total_tokens, cost_usd, latency_ms, upstream_latency_ms, \
-    ttft_ms, cache_status, policy_action, attempts, created_at, cached_tokens, reasoning_tokens, routing, policy, cache_creation_tokens";
+    ttft_ms, cache_status, policy_action, attempts, created_at, cached_tokens, reasoning_tokens, routing, policy, cache_creation_tokens, \
+    cache_saved_usd, cache_similarity";
 
-const TYPES: [Type; 27] = [
+const TYPES: [Type; 29] = [
     Type::UUID,
     Type::UUID,
     Type::UUID,
@@ -48,6 +49,8 @@ const TYPES: [Type; 27] = [
     Type::JSONB,
     Type::JSONB,
     Type::INT4,
+    Type::NUMERIC,
+    Type::FLOAT4,
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -172,7 +175,7 @@ async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[Audi
     let writer = BinaryCopyInWriter::new(sink, &TYPES);
     pin_mut!(writer);
     for r in rows {
-        let row: [&(dyn ToSql + Sync); 27] = [
+        let row: [&(dyn ToSql + Sync); 29] = [
             &r.id,
             &r.org_id,
             &r.team_id,
@@ -200,6 +203,8 @@ async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[Audi
             &r.routing,
             &r.policy,
             &r.cache_creation_tokens,
+            &r.cache_saved_usd,
+            &r.cache_similarity,
         ];
         writer.as_mut().write(&row).await.map_err(classify)?;
     }

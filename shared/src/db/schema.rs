@@ -144,6 +144,8 @@ diesel::table! {
         routing -> Jsonb,
         policy -> Jsonb,
         cache_creation_tokens -> Int4,
+        cache_saved_usd -> Numeric,
+        cache_similarity -> Nullable<Float4>,
     }
 }
 
@@ -295,4 +297,14 @@ diesel::allow_tables_to_appear_in_same_query!(
     audit_logs,
     events,
     policy_versions,
+    cache_settings,
 );
+
+diesel::table! {
+    cache_settings (org_id) {
+        org_id -> Uuid,
+        team_id -> Nullable<Uuid>,
+        settings -> Jsonb,
+        updated_at -> Timestamptz,
+    }
+}

@@ -30,11 +30,13 @@ pub struct StreamSink {
     filter: Option<Box<dyn ChunkFilter>>,
     /// The filter refused the stream: nothing more goes out.
     pub blocked: Option<OutputBlocked>,
+    /// Gathers the chunks (as they came, before the filter) into one response for the cache.
+    recording: Option<crate::cache::stream::Assembler>,
 }
 
 impl std::fmt::Debug for StreamSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamSink").field("pending", &self.buf.len()).field("chunks", &self.chunks).finish()
+        f.debug_struct("StreamSink").field("pending", &self.buf.len()).field("chunks", &self.chunks).finish_non_exhaustive()
     }
 }
 
@@ -46,6 +48,16 @@ impl StreamSink {
     /// A sink whose chunks pass through `filter` first.
     pub fn filtered(filter: Box<dyn ChunkFilter>) -> Self {
         Self { filter: Some(filter), ..Self::default() }
+    }
+
+    /// Gathers every chunk from now on into the response they amount to (see [`Self::recorded`]).
+    pub fn record(&mut self) {
+        self.recording = Some(crate::cache::stream::Assembler::new());
+    }
+
+    /// The gathered response, if the stream amounted to a complete one.
+    pub fn recorded(&mut self) -> Option<serde_json::Value> {
+        self.recording.take().and_then(|a| a.finish())
     }
 
     fn filter_chunk(&mut self, chunk: serde_json::Value) {
@@ -94,8 +106,21 @@ impl StreamSink {
 
     /// An event whose JSON payload goes to the client as it came.
     pub fn push_raw(&mut self, json: &str) {
-        if self.filter.is_some() {
-            match serde_json::from_str(json) {
+        if self.filter.is_some() || self.recording.is_some() {
+            let parsed: Result<serde_json::Value, _> = serde_json::from_str(json);
+            if let Some(r) = self.recording.as_mut() {
+                // An unreadable chunk spoils the recording (a non-object is never stored).
+                r.chunk(parsed.as_ref().unwrap_or(&serde_json::Value::Null));
+            }
+            if self.filter.is_none() {
+                self.buf.reserve(json.len() + 8);
+                self.buf.put_slice(b"data: ");
+                self.buf.put_slice(json.as_bytes());
+                self.buf.put_slice(b"\n\n");
+                self.chunks += 1;
+                return;
+            }
+            match parsed {
                 Ok(v) => self.filter_chunk(v),
                 // What cannot be read cannot be checked: it does not go out.
                 Err(_) => {
@@ -117,9 +142,16 @@ impl StreamSink {
 
     /// An event gw serialized itself.
     pub fn push_json<T: Serialize>(&mut self, payload: &T) -> serde_json::Result<()> {
-        if self.filter.is_some() {
+        if self.filter.is_some() || self.recording.is_some() {
             let v = serde_json::to_value(payload)?;
-            self.filter_chunk(v);
+            if let Some(r) = self.recording.as_mut() {
+                r.chunk(&v);
+            }
+            if self.filter.is_some() {
+                self.filter_chunk(v);
+            } else {
+                self.write_json(&v);
+            }
             return Ok(());
         }
         self.buf.put_slice(b"data: ");

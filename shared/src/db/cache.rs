@@ -1,0 +1,171 @@
+//! The cache's rows: settings (`cache_settings`) and the semantic tier's entries
+//! (`semantic_cache`, pgvector). Every query is scoped to one organization.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bytea, Double, Float4, Integer, Jsonb, Nullable, Text, Uuid as SqlUuid};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use pgvector::Vector;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::schema::cache_settings;
+use crate::cache::settings::{CacheSettings, OrgCacheSettings, TeamCacheSettings};
+use crate::error::{Error, Result};
+
+/// The organization's settings and every team's departures from them.
+pub async fn load(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<OrgCacheSettings> {
+    let rows: Vec<(Option<Uuid>, Value)> = cache_settings::table
+        .filter(cache_settings::org_id.eq(org_id))
+        .select((cache_settings::team_id, cache_settings::settings))
+        .load(conn)
+        .await?;
+    let mut out = OrgCacheSettings::default();
+    let mut teams = HashMap::new();
+    for (team, doc) in rows {
+        let bad = |e: serde_json::Error| Error::Invalid(format!("stored cache settings: {e}"));
+        match team {
+            None => out.org = serde_json::from_value(doc).map_err(bad)?,
+            Some(t) => {
+                teams.insert(t, serde_json::from_value(doc).map_err(bad)?);
+            }
+        }
+    }
+    out.teams = teams;
+    Ok(out)
+}
+
+pub async fn put_org(conn: &mut AsyncPgConnection, org_id: Uuid, s: &CacheSettings) -> Result<()> {
+    upsert(conn, org_id, None, serde_json::to_value(s).map_err(|e| Error::Invalid(e.to_string()))?).await
+}
+
+pub async fn put_team(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid, s: &TeamCacheSettings) -> Result<()> {
+    upsert(conn, org_id, Some(team_id), serde_json::to_value(s).map_err(|e| Error::Invalid(e.to_string()))?).await
+}
+
+async fn upsert(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Option<Uuid>, doc: Value) -> Result<()> {
+    diesel::sql_query(
+        "INSERT INTO cache_settings (org_id, team_id, settings) VALUES ($1, $2, $3) \
+         ON CONFLICT (org_id, team_id) DO UPDATE SET settings = EXCLUDED.settings, updated_at = now()",
+    )
+    .bind::<SqlUuid, _>(org_id)
+    .bind::<Nullable<SqlUuid>, _>(team_id)
+    .bind::<Jsonb, _>(doc)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Drops a team's departures (it inherits everything again); whether it had any.
+pub async fn delete_team(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid) -> Result<bool> {
+    let n = diesel::delete(
+        cache_settings::table.filter(cache_settings::org_id.eq(org_id)).filter(cache_settings::team_id.eq(team_id)),
+    )
+    .execute(conn)
+    .await?;
+    Ok(n > 0)
+}
+
+/// A new semantic entry.
+pub struct NewSemantic<'a> {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub model: &'a str,
+    pub scope: &'a [u8; 32],
+    pub embedding: Vec<f32>,
+    pub prompt: &'a str,
+    pub answer: &'a [u8],
+    pub ttl: Duration,
+}
+
+pub async fn insert_semantic(conn: &mut AsyncPgConnection, row: NewSemantic<'_>) -> Result<()> {
+    let dims = i32::try_from(row.embedding.len()).map_err(|_| Error::Invalid("embedding too long".into()))?;
+    let ttl_secs = row.ttl.as_secs();
+    diesel::sql_query(
+        "INSERT INTO semantic_cache (id, org_id, model, scope, dims, embedding, prompt, answer, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9))",
+    )
+    .bind::<SqlUuid, _>(row.id)
+    .bind::<SqlUuid, _>(row.org_id)
+    .bind::<Text, _>(row.model)
+    .bind::<Bytea, _>(&row.scope[..])
+    .bind::<Integer, _>(dims)
+    .bind::<pgvector::sql_types::Vector, _>(Vector::from(row.embedding))
+    .bind::<Text, _>(row.prompt)
+    .bind::<Bytea, _>(row.answer)
+    .bind::<Double, _>(ttl_secs as f64)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A live entry near a prompt.
+#[derive(Debug, QueryableByName)]
+pub struct Neighbour {
+    #[diesel(sql_type = Float4)]
+    pub similarity: f32,
+    #[diesel(sql_type = Text)]
+    pub prompt: String,
+    #[diesel(sql_type = Bytea)]
+    pub answer: Vec<u8>,
+    /// Seconds the entry has left.
+    #[diesel(sql_type = Double)]
+    pub ttl_secs: f64,
+}
+
+/// Up to `limit` live entries of `scope` nearest to `embedding` with a cosine similarity of at
+/// least `threshold`, nearest first.
+pub async fn nearest(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    scope: &[u8; 32],
+    embedding: &[f32],
+    threshold: f32,
+    limit: i64,
+) -> Result<Vec<Neighbour>> {
+    let dims = i32::try_from(embedding.len()).map_err(|_| Error::Invalid("embedding too long".into()))?;
+    // The cast to the local model's dimension lets the planner use its HNSW index; the scope
+    // index serves every other dimension.
+    let distance = if embedding.len() == crate::cache::embed::DIMENSIONS {
+        "embedding::vector(384) <=> $4::vector(384)"
+    } else {
+        "embedding <=> $4"
+    };
+    let sql = format!(
+        "SELECT * FROM (SELECT (1 - ({distance}))::real AS similarity, prompt, answer, \
+         extract(epoch FROM expires_at - now())::float8 AS ttl_secs FROM semantic_cache \
+         WHERE org_id = $1 AND scope = $2 AND dims = $3 AND expires_at > now() \
+         ORDER BY {distance} LIMIT $5) near WHERE similarity >= $6"
+    );
+    Ok(diesel::sql_query(sql)
+        .bind::<SqlUuid, _>(org_id)
+        .bind::<Bytea, _>(&scope[..])
+        .bind::<Integer, _>(dims)
+        .bind::<pgvector::sql_types::Vector, _>(Vector::from(embedding.to_vec()))
+        .bind::<BigInt, _>(limit)
+        .bind::<Float4, _>(threshold)
+        .load(conn)
+        .await?)
+}
+
+/// Deletes an organization's semantic entries (all, or one model's); how many.
+pub async fn purge(conn: &mut AsyncPgConnection, org_id: Uuid, model: Option<&str>) -> Result<usize> {
+    Ok(diesel::sql_query("DELETE FROM semantic_cache WHERE org_id = $1 AND ($2::text IS NULL OR model = $2)")
+        .bind::<SqlUuid, _>(org_id)
+        .bind::<Nullable<Text>, _>(model)
+        .execute(conn)
+        .await?)
+}
+
+/// Deletes up to `limit` expired entries of every organization (a background job); how many.
+pub async fn delete_expired(conn: &mut AsyncPgConnection, limit: i64) -> Result<usize> {
+    Ok(diesel::sql_query(
+        "DELETE FROM semantic_cache WHERE id IN \
+         (SELECT id FROM semantic_cache WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind::<BigInt, _>(limit)
+    .execute(conn)
+    .await?)
+}
