@@ -61,6 +61,11 @@ pub const MATRIX: &[Rule] = &[
     rule("POST", "/api/v1/organizations/current/policy/apply-template", ADMIN),
     rule("GET", "/api/v1/organizations/current/policy/versions", VIEWER),
     rule("POST", "/api/v1/organizations/current/policy/revert", ADMIN),
+    rule("GET", "/api/v1/organizations/current/cache", VIEWER),
+    rule("PUT", "/api/v1/organizations/current/cache", ADMIN),
+    rule("POST", "/api/v1/organizations/current/cache/purge", ADMIN),
+    rule("PUT", "/api/v1/teams/{team_id}/cache", ADMIN),
+    rule("DELETE", "/api/v1/teams/{team_id}/cache", ADMIN),
     rule("GET", "/api/v1/teams", VIEWER),
     rule("POST", "/api/v1/teams", ADMIN),
     rule("GET", "/api/v1/teams/{team_id}", VIEWER),
@@ -98,6 +103,8 @@ pub const MATRIX: &[Rule] = &[
     // Per-request detail (request, key and team ids), like the audit trail.
     rule("GET", "/api/v1/analytics/policy", ADMIN),
     rule("GET", "/api/v1/analytics/policy/export", ADMIN),
+    rule("GET", "/api/v1/analytics/cache", ADMIN),
+    rule("GET", "/api/v1/analytics/overview", ADMIN),
 ];
 
 /// The rule for a route, if the matrix has one.

@@ -98,6 +98,8 @@ pub struct CacheConfig {
 
 pub struct ResponseCache {
     l1: Cache<[u8; 32], Arc<Cached>>,
+    /// An answer heavier than the whole tier is not offered to it.
+    l1_max_bytes: u64,
     redis_url: String,
     /// The request path's Redis connection, made by the first request that needs it (its driver
     /// then runs on the worker runtime, as the limiter's does).
@@ -127,6 +129,7 @@ impl ResponseCache {
         let (jobs, jobs_rx) = mpsc::channel(cfg.queue.max(1));
         Self {
             l1,
+            l1_max_bytes: cfg.l1_max_bytes,
             redis_url: cfg.redis_url,
             hot: OnceLock::new(),
             l2_down_until: AtomicI64::new(0),
@@ -175,8 +178,12 @@ impl ResponseCache {
         None
     }
 
+    fn fits_l1(&self, entry: &Entry) -> bool {
+        entry.weight() as u64 <= self.l1_max_bytes
+    }
+
     async fn fill_l1(&self, plan: &Plan, entry: Arc<Entry>, ttl: Duration) {
-        if plan.settings.l1 && !ttl.is_zero() {
+        if plan.settings.l1 && !ttl.is_zero() && self.fits_l1(&entry) {
             let cached = Cached { entry, org_id: plan.key.org_id, model: plan.key.model, ttl };
             self.l1.insert(plan.key.digest, Arc::new(cached)).await;
         }
@@ -311,7 +318,7 @@ impl ResponseCache {
         }
         let entry = Arc::new(entry);
         let ttl = plan.ttl();
-        if plan.settings.l1 {
+        if plan.settings.l1 && self.fits_l1(&entry) {
             let cached = Cached { entry: entry.clone(), org_id: plan.key.org_id, model: plan.key.model, ttl };
             self.l1.insert(plan.key.digest, Arc::new(cached)).await;
             self.metrics.cache_stores.with_label_values(&["L1", "ok"]).inc();

@@ -399,6 +399,7 @@ fn spawn_bin(name: &str, config: &Path, guard: Option<&Path>, env: &[(String, St
         .env("GW_TEST_UPSTREAM_KEY", "sk-upstream-test")
         .env("GW_TEST_AWS_CREDENTIALS", AWS_TEST_CREDENTIALS)
         .env("GW_ENCRYPTION_KEY", ENCRYPTION_KEY)
+        .env("GW_EMBEDDING_MODEL_DIR", embedding_model_dir())
         .env("RUST_LOG", std::env::var("GW_TEST_LOG").unwrap_or_else(|_| "warn".into()))
         .env_remove("DATABASE_URL")
         .env_remove("REDIS_URL");
@@ -650,6 +651,17 @@ impl Stack {
             .send()
             .await
             .expect("admin POST")
+    }
+
+    /// `PUT {admin}/api/v1{path}` with a session token and a JSON body.
+    pub async fn admin_put(&self, path: &str, token: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .put(format!("{}/api/v1{path}", self.admin))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("admin PUT")
     }
 
     /// `PATCH {admin}/api/v1{path}` with a session token and a JSON body.

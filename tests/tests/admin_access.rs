@@ -213,6 +213,11 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
             Foreign(Some(json!({"version": 1, "team_id": a.team}))),
         ),
         (("PATCH", "/api/v1/organizations/current"), OwnScope(Some(json!({"name": "B renamed"})))),
+        (("GET", "/api/v1/organizations/current/cache"), List),
+        (("PUT", "/api/v1/organizations/current/cache"), OwnScope(Some(json!({"l1": false})))),
+        (("POST", "/api/v1/organizations/current/cache/purge"), OwnScope(Some(json!({})))),
+        (("PUT", "/api/v1/teams/{team_id}/cache"), Foreign(Some(json!({"l1": true})))),
+        (("DELETE", "/api/v1/teams/{team_id}/cache"), Foreign(None)),
         (("GET", "/api/v1/teams"), List),
         (("POST", "/api/v1/teams"), OwnScope(Some(json!({"name": "isolated"})))),
         (("GET", "/api/v1/teams/{team_id}"), Foreign(None)),
@@ -257,6 +262,8 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/audit-events"), List),
         (("GET", "/api/v1/analytics/policy"), List),
         (("GET", "/api/v1/analytics/policy/export"), List),
+        (("GET", "/api/v1/analytics/cache"), List),
+        (("GET", "/api/v1/analytics/overview"), List),
     ])
 }
 

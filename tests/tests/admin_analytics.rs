@@ -57,12 +57,14 @@ fn row(org: Uuid, team: Option<Uuid>, created_at: DateTime<Utc>, decisions: Vec<
         cache_creation_tokens: 0,
         routing: json!([]),
         policy: Value::Array(decisions),
+        cache_saved_usd: Decimal::ZERO,
+        cache_similarity: None,
     }
 }
 
 async fn seed(rows: &[AuditRecord]) {
     let mut conn = db::connect().await;
-    // 27 columns a row, and PostgreSQL takes at most 65,535 parameters a statement.
+    // 29 columns a row, and PostgreSQL takes at most 65,535 parameters a statement.
     for chunk in rows.chunks(1000) {
         gw_shared::db::audit_logs::insert_batch(&mut conn, chunk).await.unwrap();
     }

@@ -62,7 +62,7 @@ fn the_default_threshold_takes_no_unrelated_pair_for_a_paraphrase() {
         let (vp, vr, vfp) = rates(&scored, t, true);
         println!("{t:9.2}  {p:9.3}  {r:6.3}  {fp:10}  {vp:9.3}  {vr:6.3}  {vfp:10}");
     }
-    for (same, s, v, p) in scored.iter().filter(|(same, _, v, _)| *same != *v) {
+    for (same, s, _, p) in scored.iter().filter(|(same, _, v, _)| *same != *v) {
         let what = if *same { "paraphrase the verification refuses" } else { "unrelated pair it passes" };
         println!("{what} ({s:.4}): {:?} / {:?}", p.a, p.b);
     }

@@ -70,7 +70,7 @@ async fn plain_completion_carries_headers_cost_and_audit_row() {
     }
     assert_eq!(header(&resp, "x-gw-provider"), "upstream");
     assert_eq!(header(&resp, "x-gw-model"), "gpt-4o-mini-2024-07-18");
-    assert_eq!(header(&resp, "x-gw-cache"), "miss");
+    assert_eq!(header(&resp, "x-gw-cache"), "bypass");
     assert_eq!(header(&resp, "x-gw-policy-action"), "none");
     let latency: u64 = header(&resp, "x-gw-latency-ms").parse().unwrap();
     let ttft: u64 = header(&resp, "x-gw-ttft-ms").parse().unwrap();
@@ -110,7 +110,7 @@ async fn plain_completion_carries_headers_cost_and_audit_row() {
     assert_eq!(row.upstream_model.as_deref(), Some("gpt-4o-mini-2024-07-18"));
     assert_eq!((row.prompt_tokens as u64, row.completion_tokens as u64), (p, c));
     assert_eq!(row.cost_usd, expected);
-    assert_eq!(row.cache_status, "miss");
+    assert_eq!(row.cache_status, "bypass");
     assert!(!row.stream);
 }
 

@@ -11,6 +11,7 @@ pub mod analytics;
 pub mod api_keys;
 pub mod audit_events;
 pub mod auth;
+pub mod cache;
 pub mod health;
 pub mod invites;
 pub mod limits;
@@ -31,6 +32,7 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(sso::routes)
             .configure(organizations::routes)
             .configure(policy::routes)
+            .configure(cache::routes)
             .configure(teams::routes)
             .configure(users::routes)
             .configure(invites::routes)

@@ -169,3 +169,71 @@ pub async fn delete_expired(conn: &mut AsyncPgConnection, limit: i64) -> Result<
     .execute(conn)
     .await?)
 }
+
+/// Requests over a period by cache result (`L1`, `L2`, `L3`, `miss`, `bypass`), with what the
+/// hits saved.
+#[derive(Debug, QueryableByName)]
+pub struct TierCount {
+    #[diesel(sql_type = Text)]
+    pub cache_status: String,
+    #[diesel(sql_type = BigInt)]
+    pub requests: i64,
+    #[diesel(sql_type = diesel::sql_types::Numeric)]
+    pub saved_usd: rust_decimal::Decimal,
+}
+
+pub async fn tier_counts(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    from: chrono::DateTime<chrono::Utc>,
+    to: chrono::DateTime<chrono::Utc>,
+    team_id: Option<Uuid>,
+) -> Result<Vec<TierCount>> {
+    use diesel::sql_types::Timestamptz;
+    Ok(diesel::sql_query(
+        "SELECT cache_status, count(*) AS requests, coalesce(sum(cache_saved_usd), 0) AS saved_usd \
+         FROM audit_logs WHERE org_id = $1 AND created_at >= $2 AND created_at < $3 \
+         AND ($4::uuid IS NULL OR team_id = $4) GROUP BY cache_status",
+    )
+    .bind::<SqlUuid, _>(org_id)
+    .bind::<Timestamptz, _>(from)
+    .bind::<Timestamptz, _>(to)
+    .bind::<Nullable<SqlUuid>, _>(team_id)
+    .load(conn)
+    .await?)
+}
+
+/// Spend and volume over a period.
+#[derive(Debug, QueryableByName)]
+pub struct Totals {
+    #[diesel(sql_type = BigInt)]
+    pub requests: i64,
+    #[diesel(sql_type = BigInt)]
+    pub errors: i64,
+    #[diesel(sql_type = diesel::sql_types::Numeric)]
+    pub spend_usd: rust_decimal::Decimal,
+    #[diesel(sql_type = BigInt)]
+    pub total_tokens: i64,
+}
+
+pub async fn totals(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    from: chrono::DateTime<chrono::Utc>,
+    to: chrono::DateTime<chrono::Utc>,
+    team_id: Option<Uuid>,
+) -> Result<Totals> {
+    use diesel::sql_types::Timestamptz;
+    Ok(diesel::sql_query(
+        "SELECT count(*) AS requests, count(*) FILTER (WHERE status_code >= 400) AS errors, \
+         coalesce(sum(cost_usd), 0) AS spend_usd, coalesce(sum(total_tokens), 0)::bigint AS total_tokens \
+         FROM audit_logs WHERE org_id = $1 AND created_at >= $2 AND created_at < $3 \
+         AND ($4::uuid IS NULL OR team_id = $4)",
+    )
+    .bind::<SqlUuid, _>(org_id)
+    .bind::<Timestamptz, _>(from)
+    .bind::<Timestamptz, _>(to)
+    .bind::<Nullable<SqlUuid>, _>(team_id)
+    .get_result(conn)
+    .await?)
+}

@@ -1,0 +1,240 @@
+//! The response cache's settings and purge. The organization chooses which tiers are on, the
+//! TTL and the semantic threshold; a team may depart from any of them (absent fields inherit).
+//! Every change commits, then goes to the proxies on the invalidation channel. A purge deletes
+//! the organization's semantic entries and Redis entries (all, or one model's) and tells every
+//! proxy to drop its in-process copies.
+
+use actix_web::{delete, get, post, put, web, HttpRequest, HttpResponse};
+use deadpool_redis::redis;
+use gw_shared::cache::embed;
+use gw_shared::cache::key::{model_prefix, model_tag, org_prefix};
+use gw_shared::cache::settings::{CacheSettings, TeamCacheSettings};
+use gw_shared::db::{cache as db_cache, teams};
+use gw_shared::redis::{invalidate, Invalidation};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+use utoipa_actix_web::service_config::ServiceConfig;
+use uuid::Uuid;
+
+use crate::error::{ApiError, ApiResult, Errors};
+use crate::session::Session;
+use crate::state::AppState;
+use crate::trail::{Entry, Trail};
+use crate::validate;
+
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(get_cache).service(put_cache).service(put_team_cache).service(delete_team_cache).service(purge);
+}
+
+/// Longest model name a purge may name.
+const MAX_MODEL_CHARS: usize = 256;
+/// Redis keys asked for per SCAN step of a purge.
+const SCAN_COUNT: usize = 1000;
+
+#[derive(Serialize, ToSchema)]
+pub struct TeamCacheOut {
+    team_id: Uuid,
+    settings: TeamCacheSettings,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SemanticInfo {
+    /// The embedding model prompts are compared with.
+    embedder: &'static str,
+    dimensions: usize,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CacheOut {
+    settings: CacheSettings,
+    /// Teams that depart from the organization's settings.
+    teams: Vec<TeamCacheOut>,
+    semantic: SemanticInfo,
+}
+
+async fn out(state: &AppState, org_id: Uuid) -> ApiResult<CacheOut> {
+    let mut conn = state.conn().await?;
+    let s = db_cache::load(&mut conn, org_id).await?;
+    let mut teams: Vec<TeamCacheOut> =
+        s.teams.into_iter().map(|(team_id, settings)| TeamCacheOut { team_id, settings }).collect();
+    teams.sort_by_key(|t| t.team_id);
+    Ok(CacheOut {
+        settings: s.org,
+        teams,
+        semantic: SemanticInfo { embedder: embed::LOCAL_MODEL, dimensions: embed::DIMENSIONS },
+    })
+}
+
+async fn publish(state: &AppState, inv: Invalidation) {
+    if let Err(e) = invalidate(&state.redis, &inv).await {
+        log::warn!("could not publish a cache change: {e}");
+    }
+}
+
+/// The organization's cache settings and its teams' departures from them.
+#[utoipa::path(tag = "cache", responses((status = 200, body = CacheOut), Errors))]
+#[get("/organizations/current/cache")]
+pub async fn get_cache(state: web::Data<AppState>, session: Session) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
+}
+
+/// Replace the organization's cache settings (absent fields take their defaults).
+#[utoipa::path(tag = "cache", request_body = CacheSettings, responses((status = 200, body = CacheOut), Errors))]
+#[put("/organizations/current/cache")]
+pub async fn put_cache(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: crate::body::Json<serde_json::Value>,
+) -> ApiResult<HttpResponse> {
+    let settings: CacheSettings = serde_json::from_value(body.into_inner())
+        .map_err(|e| ApiError::Validation(format!("invalid cache settings: {e}")))?;
+    settings.validate().map_err(|p| ApiError::field(p.field, p.message))?;
+    let trail = Trail::of(&session, &req);
+    let mut conn = state.conn().await?;
+    db_cache::put_org(&mut conn, session.org_id, &settings).await?;
+    let detail = serde_json::to_value(&settings).map_err(|e| ApiError::Internal(e.to_string()))?;
+    trail
+        .record(&mut conn, Entry { action: "cache.update", resource_type: "cache", resource_id: None, detail })
+        .await?;
+    publish(&state, Invalidation::CacheSettings { org_id: session.org_id }).await;
+    Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
+}
+
+async fn team_of_org(state: &AppState, org_id: Uuid, team_id: Uuid) -> ApiResult<()> {
+    let mut conn = state.conn().await?;
+    if !teams::exists_in_org(&mut conn, org_id, team_id).await? {
+        return Err(ApiError::NotFound("team"));
+    }
+    Ok(())
+}
+
+/// Set a team's departures from the organization's cache settings (replacing earlier ones).
+#[utoipa::path(tag = "cache", request_body = TeamCacheSettings, params(("team_id" = Uuid, Path)),
+    responses((status = 200, body = CacheOut), Errors))]
+#[put("/teams/{team_id}/cache")]
+pub async fn put_team_cache(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    path: web::Path<Uuid>,
+    body: crate::body::Json<serde_json::Value>,
+) -> ApiResult<HttpResponse> {
+    let team_id = path.into_inner();
+    let settings: TeamCacheSettings = serde_json::from_value(body.into_inner())
+        .map_err(|e| ApiError::Validation(format!("invalid cache settings: {e}")))?;
+    settings.validate().map_err(|p| ApiError::field(p.field, p.message))?;
+    team_of_org(&state, session.org_id, team_id).await?;
+    let trail = Trail::of(&session, &req);
+    let mut conn = state.conn().await?;
+    db_cache::put_team(&mut conn, session.org_id, team_id, &settings).await?;
+    let detail = serde_json::to_value(&settings).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let entry = Entry { action: "cache.team_update", resource_type: "team", resource_id: Some(team_id.to_string()), detail };
+    trail.record(&mut conn, entry).await?;
+    publish(&state, Invalidation::CacheSettings { org_id: session.org_id }).await;
+    Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
+}
+
+/// Drop a team's departures: it inherits the organization's cache settings again.
+#[utoipa::path(tag = "cache", params(("team_id" = Uuid, Path)), responses((status = 204), Errors))]
+#[delete("/teams/{team_id}/cache")]
+pub async fn delete_team_cache(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    path: web::Path<Uuid>,
+) -> ApiResult<HttpResponse> {
+    let team_id = path.into_inner();
+    team_of_org(&state, session.org_id, team_id).await?;
+    let mut conn = state.conn().await?;
+    if !db_cache::delete_team(&mut conn, session.org_id, team_id).await? {
+        return Err(ApiError::NotFound("team cache settings"));
+    }
+    let entry =
+        Entry { action: "cache.team_reset", resource_type: "team", resource_id: Some(team_id.to_string()), detail: json!({}) };
+    Trail::of(&session, &req).record(&mut conn, entry).await?;
+    publish(&state, Invalidation::CacheSettings { org_id: session.org_id }).await;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[derive(Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PurgeIn {
+    /// Only this model's answers (the name clients ask for); absent: every answer.
+    #[serde(default)]
+    model: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PurgeOut {
+    model: Option<String>,
+    /// Entries deleted from Redis (L2).
+    l2_deleted: u64,
+    /// Entries deleted from PostgreSQL (L3).
+    l3_deleted: u64,
+}
+
+/// Purge the organization's cached answers, all or one model's, from every tier.
+#[utoipa::path(tag = "cache", request_body(content = PurgeIn, description = "Optional: the model"),
+    responses((status = 200, body = PurgeOut), Errors))]
+#[post("/organizations/current/cache/purge")]
+pub async fn purge(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: Option<crate::body::Json<serde_json::Value>>,
+) -> ApiResult<HttpResponse> {
+    let input: PurgeIn = match body {
+        Some(b) => serde_json::from_value(b.into_inner()).map_err(|e| ApiError::Validation(format!("invalid purge: {e}")))?,
+        None => PurgeIn::default(),
+    };
+    let model = input.model.map(|m| validate::text("model", &m, MAX_MODEL_CHARS)).transpose()?;
+    let org_id = session.org_id;
+    let tag = model.as_deref().map(model_tag);
+    let mut conn = state.conn().await?;
+    let l3_deleted = db_cache::purge(&mut conn, org_id, model.as_deref()).await? as u64;
+    let pattern = match &tag {
+        Some(t) => format!("{}*", model_prefix(org_id, t)),
+        None => format!("{}*", org_prefix(org_id)),
+    };
+    let l2_deleted = purge_redis(&state, &pattern).await?;
+    // Then the proxies: an L2 hit taken before the delete may have filled an L1 copy.
+    publish(&state, Invalidation::CachePurge { org_id, model: tag }).await;
+    let entry = Entry {
+        action: "cache.purge",
+        resource_type: "cache",
+        resource_id: None,
+        detail: json!({"model": model, "l2_deleted": l2_deleted, "l3_deleted": l3_deleted}),
+    };
+    Trail::of(&session, &req).record(&mut conn, entry).await?;
+    Ok(HttpResponse::Ok().json(PurgeOut { model, l2_deleted, l3_deleted }))
+}
+
+/// Deletes every Redis key matching `pattern`, a SCAN step at a time (never `KEYS`, which would
+/// stall Redis for every proxy).
+async fn purge_redis(state: &AppState, pattern: &str) -> ApiResult<u64> {
+    let mut conn = state.redis.get().await.map_err(|e| ApiError::Unavailable(format!("redis: {e}")))?;
+    let unavailable = |e: redis::RedisError| ApiError::Unavailable(format!("redis: {e}"));
+    let mut cursor: u64 = 0;
+    let mut deleted = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        if !keys.is_empty() {
+            let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await.map_err(unavailable)?;
+            deleted += n;
+        }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
+}
