@@ -14,6 +14,9 @@ use crate::state::AppState;
 /// `pg_try_advisory_xact_lock` key of the session-pruning job ("gwprune").
 const PRUNE_LOCK: i64 = 0x0067_7770_7275_6e65;
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Expired semantic-cache rows deleted per statement, and statements per run at most.
+const EXPIRED_BATCH: i64 = 10_000;
+const EXPIRED_BATCHES: usize = 20;
 
 #[derive(QueryableByName)]
 struct Locked {
@@ -32,7 +35,8 @@ pub fn spawn(state: Arc<AppState>) {
     });
 }
 
-/// Deletes refresh tokens and sessions that ended over a day ago.
+/// Deletes refresh tokens and sessions that ended over a day ago, and expired semantic-cache
+/// entries.
 pub async fn prune_once(state: &AppState) -> Result<(), String> {
     let mut conn = state.db.get().await.map_err(|e| e.to_string())?;
     let pruned = conn
@@ -43,13 +47,25 @@ pub async fn prune_once(state: &AppState) -> Result<(), String> {
             if !lock.locked {
                 return Ok::<_, gw_shared::Error>(None);
             }
-            Ok(Some(gw_shared::db::sessions::prune(conn, chrono::Duration::days(1)).await?))
+            let ended = gw_shared::db::sessions::prune(conn, chrono::Duration::days(1)).await?;
+            // Expired semantic-cache entries are never answered (lookups skip them) but take room.
+            let mut expired = 0;
+            for _ in 0..EXPIRED_BATCHES {
+                let n = gw_shared::db::cache::delete_expired(conn, EXPIRED_BATCH).await?;
+                expired += n;
+                if n < EXPIRED_BATCH as usize {
+                    break;
+                }
+            }
+            Ok(Some((ended, expired)))
         })
         .await
         .map_err(|e| e.to_string())?;
-    if let Some((tokens, sessions)) = pruned {
-        if tokens + sessions > 0 {
-            log::info!("pruned {tokens} refresh token(s) and {sessions} session(s)");
+    if let Some(((tokens, sessions), expired)) = pruned {
+        if tokens + sessions + expired > 0 {
+            log::info!(
+                "pruned {tokens} refresh token(s), {sessions} session(s) and {expired} expired semantic cache entries"
+            );
         }
     }
     Ok(())

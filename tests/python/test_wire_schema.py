@@ -94,3 +94,26 @@ def test_validator_rejects_a_missing_required_nullable(validate):
            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
     with pytest.raises(Exception):
         validate("CreateChatCompletionResponse", bad)
+
+
+@pytest.mark.parametrize("first_stream", [True, False])
+def test_cached_answers_match_schema(stack, org, validate, first_stream):
+    """Answers replayed from the cache, plain and streamed, whichever way they were stored."""
+    r = org.http.put("/api/v1/organizations/current/cache", json={"l1": True}, headers=org.auth())
+    assert r.status_code == 200, r.text
+    key = org.create_key()["key"]
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "schema of a cached answer"}]}
+    first = dict(body, stream=True) if first_stream else body
+    assert post(stack, key, first).status_code == 200
+    plain = post(stack, key, body)
+    assert plain.headers["x-gw-cache"] == "L1"
+    validate("CreateChatCompletionResponse", plain.json())
+    streamed = post(stack, key, dict(body, stream=True, stream_options={"include_usage": True}))
+    assert streamed.headers["x-gw-cache"] == "L1"
+    payloads = sse_payloads(streamed.text)
+    assert payloads[-1] == "[DONE]"
+    for p in payloads[:-1]:
+        c = json.loads(p)
+        validate("CreateChatCompletionStreamResponse", c)
+        for choice in c["choices"]:
+            assert "finish_reason" in choice

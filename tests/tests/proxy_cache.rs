@@ -511,3 +511,35 @@ async fn with_redis_stopped_l2_is_skipped_and_it_resumes_when_redis_returns() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn expired_semantic_entries_are_never_answered_and_get_deleted() {
+    use gw_shared::db::cache as db_cache;
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let mut conn = db::connect().await;
+    let scope = [7u8; 32];
+    let mut v = vec![0.0f32; 384];
+    v[0] = 1.0;
+    for (ttl, prompt) in [(Duration::ZERO, "gone"), (Duration::from_secs(60), "live")] {
+        let row = db_cache::NewSemantic {
+            id: Uuid::now_v7(),
+            org_id: s.org_id,
+            model: "m",
+            scope: &scope,
+            embedding: v.clone(),
+            prompt,
+            answer: b"x",
+            ttl,
+        };
+        db_cache::insert_semantic(&mut conn, row).await.unwrap();
+    }
+    let near = db_cache::nearest(&mut conn, s.org_id, &scope, &v, 0.9, 5).await.unwrap();
+    assert_eq!(near.iter().map(|n| n.prompt.as_str()).collect::<Vec<_>>(), ["live"]);
+    assert!(near[0].similarity > 0.999 && near[0].ttl_secs > 50.0);
+    // Another organization's vectors are never candidates.
+    assert!(db_cache::nearest(&mut conn, Uuid::now_v7(), &scope, &v, 0.0, 5).await.unwrap().is_empty());
+    assert!(db_cache::delete_expired(&mut conn, 1_000_000).await.unwrap() >= 1);
+    assert_eq!(db_cache::purge(&mut conn, s.org_id, Some("other-model")).await.unwrap(), 0);
+    assert_eq!(db_cache::purge(&mut conn, s.org_id, None).await.unwrap(), 1, "only the live entry was left");
+}
