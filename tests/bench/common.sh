@@ -67,6 +67,12 @@ start_admin() {
     curl -fs -X PUT "http://127.0.0.1:$ADMIN_PORT/api/v1/organizations/current/policy" \
       -H "authorization: Bearer $token" -H 'content-type: application/json' -d '{"mandatory":["pii_redact"]}' >/dev/null
   fi
+  # GW_BENCH_CACHE=l1|l2: the organization caches answers in that tier only, so after the first
+  # request every request is a hit from it (the load generator repeats one body).
+  if [ -n "${GW_BENCH_CACHE:-}" ]; then
+    curl -fs -X PUT "http://127.0.0.1:$ADMIN_PORT/api/v1/organizations/current/cache" \
+      -H "authorization: Bearer $token" -H 'content-type: application/json' -d "{\"${GW_BENCH_CACHE}\":true}" >/dev/null
+  fi
   KEY=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/api-keys" -H "authorization: Bearer $token" \
     -H 'content-type: application/json' -d "$key_spec" | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')
 }

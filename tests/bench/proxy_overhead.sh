@@ -12,7 +12,8 @@
 # build) against the same mock; GW_BENCH_THREADS (proxy worker threads, default 1);
 # GW_BENCH_PROXY_EXTRA (more `[proxy]` settings, one per line); GW_BENCH_ONLY=latency (c=1 only);
 # GW_BENCH_LIMITS=1 (an organization budget and key rate limits on the bench key);
-# GW_BENCH_POLICY=1 (pii_redact mandatory: every request's prompt and answer scanned).
+# GW_BENCH_POLICY=1 (pii_redact mandatory: every request's prompt and answer scanned);
+# GW_BENCH_CACHE=l1|l2 (answers cached in that tier: every request after the first is a hit).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"

@@ -62,6 +62,11 @@ fn the_default_threshold_takes_no_unrelated_pair_for_a_paraphrase() {
         let (vp, vr, vfp) = rates(&scored, t, true);
         println!("{t:9.2}  {p:9.3}  {r:6.3}  {fp:10}  {vp:9.3}  {vr:6.3}  {vfp:10}");
     }
+    let mut closest: Vec<&Scored> = scored.iter().filter(|(same, ..)| !same).collect();
+    closest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (_, s, _, p) in closest.iter().take(5) {
+        println!("closest unrelated pair ({s:.4}): {:?} / {:?}", p.a, p.b);
+    }
     for (same, s, _, p) in scored.iter().filter(|(same, _, v, _)| *same != *v) {
         let what = if *same { "paraphrase the verification refuses" } else { "unrelated pair it passes" };
         println!("{what} ({s:.4}): {:?} / {:?}", p.a, p.b);

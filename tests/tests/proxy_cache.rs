@@ -333,7 +333,7 @@ async fn a_paraphrase_comes_from_l3_and_a_different_question_does_not() {
     let para = body("how to reverse a list in python", &tag);
     let r = until_tier(&stack, &key, &para, "L3").await;
     let similarity: f64 = header(&r, "x-gw-cache-similarity").parse().unwrap();
-    assert!((0.9..=1.0).contains(&similarity), "{similarity}");
+    assert!((0.85..=1.0).contains(&similarity), "{similarity}");
     let id = header(&r, "x-gw-request-id").parse::<Uuid>().unwrap();
     let row = db::audit_row(s.org_id, id).await;
     assert_eq!(row.cache_status, "L3");

@@ -46,7 +46,13 @@ impl LocalEmbedder {
         let read = |name: &str| std::fs::read(dir.join(name)).map_err(|e| EmbedError::Files(format!("{name}: {e}")));
         let config: Config =
             serde_json::from_slice(&read("config.json")?).map_err(|e| EmbedError::Files(format!("config.json: {e}")))?;
-        let tokenizer = Tokenizer::from_bytes(read("tokenizer.json")?).map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        let mut tokenizer =
+            Tokenizer::from_bytes(read("tokenizer.json")?).map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        // The shipped tokenizer pads every input to 128 tokens and cuts longer ones there: the
+        // padding would be pooled into the mean (no attention mask for one sequence) and cost 5x
+        // the work, and a silent cut would make two long prompts that differ late embed alike.
+        tokenizer.with_padding(None);
+        tokenizer.with_truncation(None).map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
         let vb = VarBuilder::from_buffered_safetensors(read("model.safetensors")?, DTYPE, &Device::Cpu)?;
         let model = BertModel::load(vb, &config)?;
         Ok(Self { model, tokenizer })
@@ -73,4 +79,34 @@ impl LocalEmbedder {
 /// Cosine similarity of two unit vectors.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model_dir() -> Option<std::path::PathBuf> {
+        let dir = std::env::var("GW_EMBEDDING_MODEL_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.gw/models/all-minilm-l6-v2"));
+        dir.join("model.safetensors").exists().then_some(dir)
+    }
+
+    #[test]
+    fn embeddings_are_unit_length_and_ignore_the_shipped_padding() {
+        // scripts/test fetches the model before any test runs; a checkout without it has no
+        // semantic tier to test.
+        let Some(dir) = model_dir() else { panic!("no embedding model: run scripts/services.sh start") };
+        let e = LocalEmbedder::load(&dir).unwrap();
+        let v = e.embed("How do I reverse a list in Python?").unwrap();
+        assert_eq!(v.len(), DIMENSIONS);
+        assert!((cosine(&v, &v) - 1.0).abs() < 1e-4);
+        let enc = e.tokenizer.encode("short", true).unwrap();
+        assert_eq!(enc.get_ids().len(), 3, "[CLS] short [SEP], no padding");
+        let long = "word ".repeat(300);
+        assert!(matches!(e.embed(&long), Err(EmbedError::TooLong)), "a long prompt is refused, not cut");
+        let near = cosine(&v, &e.embed("how to reverse a list in python").unwrap());
+        let far = cosine(&v, &e.embed("What is the boiling point of water?").unwrap());
+        assert!(near > 0.9 && far < 0.5, "{near} {far}");
+    }
 }
