@@ -163,8 +163,12 @@ impl Metrics {
             &["tier"],
         )?;
         let cache_lookup_duration = HistogramVec::new(
-            HistogramOpts::new("gw_cache_lookup_duration_seconds", "Time a cache lookup spent in each tier")
-                .buckets(vec![0.000005, 0.00001, 0.000025, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]),
+            HistogramOpts::new("gw_cache_lookup_duration_seconds", "Time a cache lookup spent in each tier").buckets(
+                vec![
+                    0.000005, 0.00001, 0.000025, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                    0.25,
+                ],
+            ),
             &["tier"],
         )?;
         let cache_embedding = prometheus::Histogram::with_opts(

@@ -338,7 +338,8 @@ impl ResponseCache {
 
     /// Forgets an organization's entries in this replica (all, or one model's).
     pub fn purge_local(&self, org_id: Uuid, model: Option<ModelTag>) {
-        let purged = self.l1.invalidate_entries_if(move |_, c| c.org_id == org_id && model.is_none_or(|m| c.model == m));
+        let purged =
+            self.l1.invalidate_entries_if(move |_, c| c.org_id == org_id && model.is_none_or(|m| c.model == m));
         if let Err(e) = purged {
             log::warn!("response cache purge: {e}; clearing L1");
             self.l1.invalidate_all();

@@ -21,11 +21,11 @@ use crate::lookup::{Lookup, LookupConfig};
 use crate::metrics::{Metrics, MetricsApp};
 use crate::pipeline::auth::KeySource;
 use crate::pipeline::cache::CacheSettingsSource;
-use crate::response_cache::{load_embedder, CacheConfig, CacheWriter, ResponseCache};
 use crate::pipeline::limits::OrgSource;
 use crate::pipeline::policy::PolicySource;
 use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
+use crate::response_cache::{load_embedder, CacheConfig, CacheWriter, ResponseCache};
 use crate::throttle::AuthThrottle;
 use crate::transport::Transport;
 

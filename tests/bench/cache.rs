@@ -25,13 +25,27 @@ fn pct(samples: &mut [Duration], p: f64) -> f64 {
 }
 
 fn report(name: &str, samples: &mut [Duration]) {
-    println!("{name:<44} p50 {:>9.1} µs   p99 {:>9.1} µs   (n={})", pct(samples, 0.5), pct(samples, 0.99), samples.len());
+    println!(
+        "{name:<44} p50 {:>9.1} µs   p99 {:>9.1} µs   (n={})",
+        pct(samples, 0.5),
+        pct(samples, 0.99),
+        samples.len()
+    );
 }
 
 const TOPICS: &[&str] = &[
-    "reverse a list in Python", "sort an array in JavaScript", "the capital of Australia", "boil an egg",
-    "convert miles to kilometers", "write a haiku about autumn", "the side effects of ibuprofen",
-    "open a file in Rust", "center a div in CSS", "a visa for Japan", "the French Revolution", "compound interest",
+    "reverse a list in Python",
+    "sort an array in JavaScript",
+    "the capital of Australia",
+    "boil an egg",
+    "convert miles to kilometers",
+    "write a haiku about autumn",
+    "the side effects of ibuprofen",
+    "open a file in Rust",
+    "center a div in CSS",
+    "a visa for Japan",
+    "the French Revolution",
+    "compound interest",
 ];
 
 fn prompt(i: usize) -> String {
@@ -101,7 +115,10 @@ async fn main() {
     let scope = [9u8; 32];
     let t = Instant::now();
     for i in 0..entries {
-        let v = if i < n { vectors[i].clone() } else { embedder.embed(&prompt(i)).expect("embed") };
+        let v = match vectors.get(i) {
+            Some(v) => v.clone(),
+            None => embedder.embed(&prompt(i)).expect("embed"),
+        };
         let row = db_cache::NewSemantic {
             id: Uuid::now_v7(),
             org_id: org,

@@ -23,7 +23,8 @@ type Scored = (bool, f32, bool, Pair);
 
 fn scored() -> Vec<Scored> {
     let text = std::fs::read_to_string(workspace_root().join("tests/data/semantic_pairs.jsonl")).unwrap();
-    let embedder = LocalEmbedder::load(&embedding_model_dir()).expect("the local embedding model (scripts/services.sh start)");
+    let embedder =
+        LocalEmbedder::load(&embedding_model_dir()).expect("the local embedding model (scripts/services.sh start)");
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
@@ -72,7 +73,8 @@ fn the_default_threshold_takes_no_unrelated_pair_for_a_paraphrase() {
         println!("{what} ({s:.4}): {:?} / {:?}", p.a, p.b);
     }
 
-    let lowest_verified = scored.iter().filter(|(same, _, v, _)| *same && *v).map(|(_, s, ..)| *s).fold(f32::MAX, f32::min);
+    let lowest_verified =
+        scored.iter().filter(|(same, _, v, _)| *same && *v).map(|(_, s, ..)| *s).fold(f32::MAX, f32::min);
     println!("lowest similarity of a verified paraphrase: {lowest_verified:.4}");
     let (precision, recall, false_hits) = rates(&scored, DEFAULT_THRESHOLD, true);
     println!("at the default threshold {DEFAULT_THRESHOLD}: precision {precision:.3}, recall {recall:.3}");

@@ -110,7 +110,10 @@ async fn a_cached_answer_replays_as_a_real_stream_and_a_stream_is_stored_as_a_re
     let pieces: String =
         chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect::<Vec<_>>().concat();
     assert_eq!(pieces, content(&answer));
-    assert!(chunks.iter().filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty())).count() > 2);
+    assert!(
+        chunks.iter().filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty())).count()
+            > 2
+    );
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"], json!([]), "the usage chunk comes last with empty choices");
     assert_eq!(last["usage"], answer["usage"]);
@@ -346,8 +349,7 @@ async fn a_paraphrase_comes_from_l3_and_a_different_question_does_not() {
     assert_eq!(upstream_calls(&stack, &tag).await, calls + 2);
     // The same paraphrase under another system prompt is another conversation.
     let mut with_system = para.clone();
-    with_system["messages"] =
-        json!([{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "how to reverse a list in python"}]);
+    with_system["messages"] = json!([{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "how to reverse a list in python"}]);
     assert_eq!(header(&post(&stack, &key, &with_system, &[]).await, "x-gw-cache"), "miss");
 }
 
@@ -365,7 +367,8 @@ async fn a_purge_empties_every_tier_of_one_organization_or_one_model() {
         until_tier(&stack, k, b, "L1").await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let r = stack.admin_post("/organizations/current/cache/purge", &s.access_token, &json!({"model": "gpt-4o-mini"})).await;
+    let r =
+        stack.admin_post("/organizations/current/cache/purge", &s.access_token, &json!({"model": "gpt-4o-mini"})).await;
     assert_eq!(r.status(), 200);
     let out: Value = r.json().await.unwrap();
     assert_eq!(out["l2_deleted"], 1);
@@ -474,7 +477,8 @@ async fn l2_answers_another_replica_and_when_l1_cannot_hold_the_answer() {
     }
     assert_eq!(header(&on_replica(b.clone()).await, "x-gw-cache"), "L1", "an L2 hit fills L1");
 
-    let small = Stack::start_with(StackOptions { proxy_config: "cache_l1_max_bytes = 16".into(), ..Default::default() }).await;
+    let small =
+        Stack::start_with(StackOptions { proxy_config: "cache_l1_max_bytes = 16".into(), ..Default::default() }).await;
     let (_, key) = org(&small, json!({"l1": true, "l2": true})).await;
     let b = body("Too large for a 16-byte L1", &tag);
     assert_eq!(header(&post(&small, &key, &b, &[]).await, "x-gw-cache"), "miss");

@@ -41,8 +41,15 @@ pub struct PeriodQuery {
 
 impl PeriodQuery {
     fn period(self, now: DateTime<Utc>) -> ApiResult<(DateTime<Utc>, DateTime<Utc>, Option<Uuid>)> {
-        let f = PolicyQuery { from: self.from, to: self.to, team_id: self.team_id, policy: None, action: None, guardrail: None }
-            .filter(now)?;
+        let f = PolicyQuery {
+            from: self.from,
+            to: self.to,
+            team_id: self.team_id,
+            policy: None,
+            action: None,
+            guardrail: None,
+        }
+        .filter(now)?;
         Ok((f.from, f.to, f.team_id))
     }
 }
@@ -109,7 +116,11 @@ async fn cache_stats(
     let hits = l1 + l2 + l3;
     let lookups = hits + misses;
     let requests: i64 = rows.iter().map(|r| r.requests).sum();
-    let tier = |label: &str, n: i64| TierStats { hits: n, hit_rate: rate(n, lookups), saved_usd: saved(label).normalize().to_string() };
+    let tier = |label: &str, n: i64| TierStats {
+        hits: n,
+        hit_rate: rate(n, lookups),
+        saved_usd: saved(label).normalize().to_string(),
+    };
     let total_saved = saved("L1") + saved("L2") + saved("L3");
     Ok(CacheAnalytics {
         from,
@@ -182,7 +193,12 @@ pub async fn overview(
         errors: totals.errors,
         spend_usd: totals.spend_usd.normalize().to_string(),
         total_tokens: totals.total_tokens,
-        cache: OverviewCache { hit_rate: cache.hit_rate, hits: cache.hits, lookups: cache.lookups, saved_usd: cache.saved_usd },
+        cache: OverviewCache {
+            hit_rate: cache.hit_rate,
+            hits: cache.hits,
+            lookups: cache.lookups,
+            saved_usd: cache.saved_usd,
+        },
     }))
 }
 

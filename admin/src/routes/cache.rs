@@ -130,7 +130,8 @@ pub async fn put_team_cache(
     let mut conn = state.conn().await?;
     db_cache::put_team(&mut conn, session.org_id, team_id, &settings).await?;
     let detail = serde_json::to_value(&settings).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let entry = Entry { action: "cache.team_update", resource_type: "team", resource_id: Some(team_id.to_string()), detail };
+    let entry =
+        Entry { action: "cache.team_update", resource_type: "team", resource_id: Some(team_id.to_string()), detail };
     trail.record(&mut conn, entry).await?;
     publish(&state, Invalidation::CacheSettings { org_id: session.org_id }).await;
     Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
@@ -151,8 +152,12 @@ pub async fn delete_team_cache(
     if !db_cache::delete_team(&mut conn, session.org_id, team_id).await? {
         return Err(ApiError::NotFound("team cache settings"));
     }
-    let entry =
-        Entry { action: "cache.team_reset", resource_type: "team", resource_id: Some(team_id.to_string()), detail: json!({}) };
+    let entry = Entry {
+        action: "cache.team_reset",
+        resource_type: "team",
+        resource_id: Some(team_id.to_string()),
+        detail: json!({}),
+    };
     Trail::of(&session, &req).record(&mut conn, entry).await?;
     publish(&state, Invalidation::CacheSettings { org_id: session.org_id }).await;
     Ok(HttpResponse::NoContent().finish())
@@ -186,7 +191,9 @@ pub async fn purge(
     body: Option<crate::body::Json<serde_json::Value>>,
 ) -> ApiResult<HttpResponse> {
     let input: PurgeIn = match body {
-        Some(b) => serde_json::from_value(b.into_inner()).map_err(|e| ApiError::Validation(format!("invalid purge: {e}")))?,
+        Some(b) => {
+            serde_json::from_value(b.into_inner()).map_err(|e| ApiError::Validation(format!("invalid purge: {e}")))?
+        }
         None => PurgeIn::default(),
     };
     let model = input.model.map(|m| validate::text("model", &m, MAX_MODEL_CHARS)).transpose()?;

@@ -44,8 +44,8 @@ impl LocalEmbedder {
     /// Loads `config.json`, `tokenizer.json` and `model.safetensors` from `dir`.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
         let read = |name: &str| std::fs::read(dir.join(name)).map_err(|e| EmbedError::Files(format!("{name}: {e}")));
-        let config: Config =
-            serde_json::from_slice(&read("config.json")?).map_err(|e| EmbedError::Files(format!("config.json: {e}")))?;
+        let config: Config = serde_json::from_slice(&read("config.json")?)
+            .map_err(|e| EmbedError::Files(format!("config.json: {e}")))?;
         let mut tokenizer =
             Tokenizer::from_bytes(read("tokenizer.json")?).map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
         // The shipped tokenizer pads every input to 128 tokens and cuts longer ones there: the
@@ -86,9 +86,9 @@ mod tests {
     use super::*;
 
     fn model_dir() -> Option<std::path::PathBuf> {
-        let dir = std::env::var("GW_EMBEDDING_MODEL_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.gw/models/all-minilm-l6-v2"));
+        let dir = std::env::var("GW_EMBEDDING_MODEL_DIR").map(std::path::PathBuf::from).unwrap_or_else(|_| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.gw/models/all-minilm-l6-v2")
+        });
         dir.join("model.safetensors").exists().then_some(dir)
     }
 

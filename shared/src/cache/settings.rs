@@ -86,7 +86,10 @@ fn check_ttl(ttl: u32) -> Result<(), Invalid> {
 
 fn check_threshold(t: f32) -> Result<(), Invalid> {
     if !(MIN_THRESHOLD..=1.0).contains(&t) {
-        return Err(Invalid { field: "similarity_threshold", message: format!("must be between {MIN_THRESHOLD} and 1") });
+        return Err(Invalid {
+            field: "similarity_threshold",
+            message: format!("must be between {MIN_THRESHOLD} and 1"),
+        });
     }
     Ok(())
 }

@@ -106,7 +106,10 @@ impl Assembler {
                 message.insert("content".into(), c.content.map_or(Value::Null, Value::String));
                 message.insert("refusal".into(), c.refusal.map_or(Value::Null, Value::String));
                 if !c.tool_calls.is_empty() {
-                    message.insert("tool_calls".into(), Value::Array(c.tool_calls.into_iter().map(Value::Object).collect()));
+                    message.insert(
+                        "tool_calls".into(),
+                        Value::Array(c.tool_calls.into_iter().map(Value::Object).collect()),
+                    );
                 }
                 json!({"index": c.index, "message": message, "logprobs": null, "finish_reason": c.finish_reason})
             })

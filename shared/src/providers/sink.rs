@@ -36,7 +36,10 @@ pub struct StreamSink {
 
 impl std::fmt::Debug for StreamSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamSink").field("pending", &self.buf.len()).field("chunks", &self.chunks).finish_non_exhaustive()
+        f.debug_struct("StreamSink")
+            .field("pending", &self.buf.len())
+            .field("chunks", &self.chunks)
+            .finish_non_exhaustive()
     }
 }
 

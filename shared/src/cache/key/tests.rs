@@ -18,7 +18,9 @@ fn key_of(text: &str) -> CacheKey {
 #[test]
 fn field_order_and_whitespace_do_not_matter() {
     let a = key_of(r#"{"model":"m","temperature":0.2,"messages":[{"role":"user","content":"hi"}]}"#);
-    let b = key_of("{ \"messages\" : [ { \"content\":\"hi\", \"role\":\"user\" } ],\n\t\"temperature\": 0.20, \"model\": \"m\" }");
+    let b = key_of(
+        "{ \"messages\" : [ { \"content\":\"hi\", \"role\":\"user\" } ],\n\t\"temperature\": 0.20, \"model\": \"m\" }",
+    );
     assert_eq!(a, b);
 }
 
@@ -77,7 +79,9 @@ fn a_lone_text_part_is_plain_content() {
     let a = key_of(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#);
     let b = key_of(r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#);
     assert_eq!(a, b);
-    let two = key_of(r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"h"},{"type":"text","text":"i"}]}]}"#);
+    let two = key_of(
+        r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"h"},{"type":"text","text":"i"}]}]}"#,
+    );
     assert_ne!(a, two);
 }
 

@@ -67,7 +67,9 @@ fn replay_streams_in_pieces_with_usage_last_only_when_asked() {
         "usage":{"prompt_tokens":3,"completion_tokens":20,"total_tokens":23}});
     let chunks = replay(&completion, "chatcmpl-new", 99, true);
     assert!(chunks.len() >= 5, "{}", chunks.len());
-    assert!(chunks.iter().all(|c| c["id"] == "chatcmpl-new" && c["created"] == 99 && c["object"] == "chat.completion.chunk"));
+    assert!(chunks
+        .iter()
+        .all(|c| c["id"] == "chatcmpl-new" && c["created"] == 99 && c["object"] == "chat.completion.chunk"));
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"], json!([]));
     assert_eq!(last["usage"]["total_tokens"], 23);
