@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use gw_shared::cache::entry::{restamp, Entry, Meta};
+use gw_shared::cache::entry::{stamp, template, Entry, Meta};
 use gw_shared::cache::settings::{directives, OrgCacheSettings};
 use gw_shared::cache::{embed, key, CacheStatus};
 use gw_shared::db::{cache as db_cache, DbPool};
@@ -138,7 +138,7 @@ async fn serve(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, hit: H
     }
     let include_usage = ctx.request.as_ref().is_some_and(|r| r.include_usage);
     if !ctx.stream {
-        let body = restamp(&entry.body, &id, created).map_err(corrupt)?;
+        let body = stamp(&entry.body, &id, created).map_err(corrupt)?;
         let body = match ctx.output_guard.clone() {
             Some(guard) => super::policy::guard_completion(gw, ctx, guard, &body)?,
             None => body,
@@ -194,6 +194,14 @@ pub async fn keep(gw: &Gateway, ctx: &RequestCtx, dep: &Deployment, body: Bytes)
         return;
     }
     let Some(plan) = ctx.cache_plan.as_ref() else { return };
+    // Chat answers are kept as templates a replay stamps in place; embeddings as they came.
+    let body = match ctx.endpoint {
+        Some(Endpoint::ChatCompletions) => match template(&body) {
+            Some(t) => t,
+            None => return,
+        },
+        _ => body,
+    };
     gw.cache.store(plan, entry(ctx, dep, body)).await;
 }
 
@@ -210,7 +218,8 @@ pub async fn keep_stream(gw: &Gateway, ctx: &RequestCtx, dep: &Deployment, sink:
         }
     }
     let Ok(body) = serde_json::to_vec(&completion) else { return };
-    gw.cache.store(plan, entry(ctx, dep, Bytes::from(body))).await;
+    let Some(body) = template(&body) else { return };
+    gw.cache.store(plan, entry(ctx, dep, body)).await;
 }
 
 fn entry(ctx: &RequestCtx, dep: &Deployment, body: Bytes) -> Entry {

@@ -101,6 +101,56 @@ impl Entry {
     }
 }
 
+/// Length of the ids gw gives completions: `chatcmpl-` and a UUID's 32 hex digits.
+pub const ID_LEN: usize = 41;
+const ID_PLACEHOLDER: &str = "chatcmpl-00000000000000000000000000000000";
+/// A ten-digit time (until the year 2286), so a stamp overwrites it in place.
+const CREATED_PLACEHOLDER: &str = "1000000000";
+const HEAD: &[u8] = b"{\"id\":\"";
+const MIDDLE: &[u8] = b"\",\"created\":";
+
+/// A chat completion as the cache keeps it: `{"id":"<41 chars>","created":<10 digits>,...}`,
+/// the rest of its members as they were, so that a replay stamps its own id and time by
+/// overwriting bytes in place ([`stamp`]) instead of parsing and writing the answer again.
+/// `None` when the body is not a JSON object.
+pub fn template(body: &[u8]) -> Option<Bytes> {
+    let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(body) else { return None };
+    m.remove("id");
+    m.remove("created");
+    let rest = serde_json::to_vec(&m).ok()?;
+    let mut out = Vec::with_capacity(rest.len() + 72);
+    out.extend_from_slice(HEAD);
+    out.extend_from_slice(ID_PLACEHOLDER.as_bytes());
+    out.extend_from_slice(MIDDLE);
+    out.extend_from_slice(CREATED_PLACEHOLDER.as_bytes());
+    match rest.get(1..) {
+        Some(b"}") | None => out.push(b'}'),
+        Some(members) => {
+            out.push(b',');
+            out.extend_from_slice(members);
+        }
+    }
+    Some(Bytes::from(out))
+}
+
+/// A templated answer ([`template`]) with `id` and `created` written in; any other body (or an
+/// id or time of another length) goes through [`restamp`].
+pub fn stamp(body: &Bytes, id: &str, created: i64) -> Result<Bytes, EntryError> {
+    let created_text = created.to_string();
+    let id_at = HEAD.len();
+    let created_at = id_at + ID_LEN + MIDDLE.len();
+    let templated = body.starts_with(HEAD)
+        && body.get(id_at + ID_LEN..created_at) == Some(MIDDLE)
+        && body.len() > created_at + CREATED_PLACEHOLDER.len();
+    if !templated || id.len() != ID_LEN || created_text.len() != CREATED_PLACEHOLDER.len() {
+        return restamp(body, id, created);
+    }
+    let mut out = body.to_vec();
+    out[id_at..id_at + ID_LEN].copy_from_slice(id.as_bytes());
+    out[created_at..created_at + CREATED_PLACEHOLDER.len()].copy_from_slice(created_text.as_bytes());
+    Ok(Bytes::from(out))
+}
+
 /// A replayed chat completion gets the id and time of the request it answers: two requests
 /// never share an id.
 pub fn restamp(body: &[u8], id: &str, created: i64) -> Result<Bytes, EntryError> {
@@ -147,6 +197,32 @@ mod tests {
         assert_eq!(Entry::decode(&bad), Err(EntryError::Corrupt("length")));
         let bad = zstd::bulk::compress(&[1, 0, 0, 0, b'{'], 1).unwrap();
         assert_eq!(Entry::decode(&bad), Err(EntryError::Corrupt("metadata")));
+    }
+
+    #[test]
+    fn templated_answers_are_stamped_in_place() {
+        let body = br#"{"choices":[{"index":0,"message":{"content":"chatcmpl-00000000000000000000000000000000"}}],"created":5,"id":"chatcmpl-upstream","model":"m","object":"chat.completion"}"#;
+        let t = template(body).unwrap();
+        let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
+        let out = stamp(&t, &id, 1_790_000_000).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["id"], id.as_str());
+        assert_eq!(v["created"], 1_790_000_000);
+        assert_eq!(v["model"], "m");
+        // Content that looks like the placeholder is left alone.
+        assert_eq!(v["choices"][0]["message"]["content"], "chatcmpl-00000000000000000000000000000000");
+        let original: Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(v["choices"], original["choices"]);
+        // An id of another length, or a body that is no template, is stamped the slow way.
+        let v: Value = serde_json::from_slice(&stamp(&t, "short", 7).unwrap()).unwrap();
+        assert_eq!((v["id"].as_str(), v["created"].as_i64()), (Some("short"), Some(7)));
+        let plain = Bytes::from_static(br#"{"id":"x","created":1}"#);
+        let v: Value = serde_json::from_slice(&stamp(&plain, &id, 9).unwrap()).unwrap();
+        assert_eq!(v["id"], id.as_str());
+        assert_eq!(template(b"{}").map(|b| b.len()), Some(7 + ID_LEN + 12 + 10 + 1));
+        assert!(template(b"[1]").is_none());
+        let empty: Value = serde_json::from_slice(&template(b"{}").unwrap()).unwrap();
+        assert_eq!(empty["created"], 1_000_000_000);
     }
 
     #[test]
