@@ -147,10 +147,16 @@ async fn serve(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, hit: H
     }
     let completion: serde_json::Value =
         serde_json::from_slice(&entry.body).map_err(|e| ProxyError::internal("cached answer", e))?;
-    let mut sink = match ctx.output_guard.clone() {
-        Some(g) => StreamSink::filtered(Box::new(gw_shared::policy::stream::GuardedStream::new(g))),
-        None => StreamSink::new(),
+    let Some(guard) = ctx.output_guard.clone() else {
+        // Nothing reads the chunks: they are written straight from the stored answer.
+        let mut events = Vec::with_capacity(entry.body.len() * 3);
+        gw_shared::cache::stream::replay_sse(&completion, &id, created, include_usage, &mut events);
+        ctx.ttft = Some(ctx.started.elapsed());
+        respond::start_stream(session, ctx).await?;
+        respond::stream_bytes(session, Bytes::from(events)).await?;
+        return respond::finish_stream(session, ctx).await;
     };
+    let mut sink = StreamSink::filtered(Box::new(gw_shared::policy::stream::GuardedStream::new(guard)));
     for chunk in gw_shared::cache::stream::replay(&completion, &id, created, include_usage) {
         sink.push_json(&chunk).map_err(|e| ProxyError::internal("cached chunk", e))?;
         if sink.blocked.is_some() {

@@ -1,6 +1,7 @@
 //! Streams and the cache: a completed stream is gathered into the full response it amounts to
 //! (what the cache stores), and a stored response is replayed as a real stream of chunks.
 
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 /// Gathers `chat.completion.chunk`s into one `chat.completion`.
@@ -163,59 +164,153 @@ fn merge_tool_call(calls: &mut Vec<Map<String, Value>>, delta: &Value) {
 /// Text pieces of a replayed stream: about this many bytes each, cut at word ends.
 const PIECE: usize = 24;
 
-/// A stored `chat.completion` as the chunks of a stream: per choice a role chunk, the content in
-/// pieces, the refusal, each tool call, then the finish; the usage chunk (empty `choices`)
-/// last, only when asked for.
-pub fn replay(completion: &Value, id: &str, created: i64, include_usage: bool) -> Vec<Value> {
-    let model = completion.get("model").cloned().unwrap_or_else(|| json!(""));
-    let fingerprint = completion.get("system_fingerprint").cloned();
-    let chunk = |choices: Value| {
-        let mut c = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": choices});
-        if let (Some(f), Some(m)) = (&fingerprint, c.as_object_mut()) {
-            m.insert("system_fingerprint".into(), f.clone());
+/// One chunk of a replay, borrowing from the stored answer.
+pub struct ReplayChunk<'a> {
+    id: &'a str,
+    created: i64,
+    model: &'a Value,
+    /// One choice, or none (the usage chunk).
+    choices: Option<ChunkChoice<'a>>,
+    system_fingerprint: Option<&'a Value>,
+    usage: Option<&'a Value>,
+}
+
+struct ChunkChoice<'a> {
+    index: u64,
+    delta: Delta<'a>,
+    finish_reason: Option<&'a Value>,
+}
+
+#[derive(Default, Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[ToolCall<'a>; 1]>,
+}
+
+#[derive(Serialize)]
+struct ToolCall<'a> {
+    index: usize,
+    #[serde(flatten)]
+    call: &'a Map<String, Value>,
+}
+
+impl Serialize for ChunkChoice<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("index", &self.index)?;
+        m.serialize_entry("delta", &self.delta)?;
+        m.serialize_entry("finish_reason", &self.finish_reason)?;
+        m.end()
+    }
+}
+
+impl Serialize for ReplayChunkChoices<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(usize::from(self.0.is_some())))?;
+        if let Some(c) = self.0 {
+            seq.serialize_element(c)?;
         }
-        c
-    };
-    let delta = |index: &Value, delta: Value| json!([{"index": index, "delta": delta, "finish_reason": null}]);
-    let mut out = Vec::new();
+        seq.end()
+    }
+}
+
+struct ReplayChunkChoices<'a, 'b>(&'b Option<ChunkChoice<'a>>);
+
+impl Serialize for ReplayChunk<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", self.id)?;
+        m.serialize_entry("object", "chat.completion.chunk")?;
+        m.serialize_entry("created", &self.created)?;
+        m.serialize_entry("model", self.model)?;
+        m.serialize_entry("choices", &ReplayChunkChoices(&self.choices))?;
+        if let Some(f) = self.system_fingerprint {
+            m.serialize_entry("system_fingerprint", f)?;
+        }
+        if let Some(u) = self.usage {
+            m.serialize_entry("usage", u)?;
+        }
+        m.end()
+    }
+}
+
+/// A stored `chat.completion` as the chunks of a stream, handed to `emit` one by one: per
+/// choice a role chunk, the content in pieces, the refusal, each tool call, then the finish; the
+/// usage chunk (empty `choices`) last, only when asked for.
+pub fn replay_each<'a>(
+    completion: &'a Value,
+    id: &'a str,
+    created: i64,
+    include_usage: bool,
+    emit: &mut dyn FnMut(&ReplayChunk<'a>),
+) {
+    static EMPTY: Value = Value::String(String::new());
+    static STOP: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| Value::String("stop".into()));
+    let model = completion.get("model").unwrap_or(&EMPTY);
+    let system_fingerprint = completion.get("system_fingerprint");
+    let chunk =
+        |choices: Option<ChunkChoice<'a>>| ReplayChunk { id, created, model, choices, system_fingerprint, usage: None };
     for choice in completion.get("choices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
-        let index = choice.get("index").cloned().unwrap_or_else(|| json!(0));
-        let message = choice.get("message").cloned().unwrap_or_else(|| json!({}));
+        let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let message = choice.get("message");
+        let field = |name: &str| message.and_then(|m| m.get(name));
+        let delta = |delta: Delta<'a>| Some(ChunkChoice { index, delta, finish_reason: None });
         // As OpenAI does: an empty content in the role chunk only when the answer has text.
-        let role = match message.get("content") {
-            Some(Value::String(_)) => json!({"role": "assistant", "content": ""}),
-            _ => json!({"role": "assistant"}),
-        };
-        out.push(chunk(delta(&index, role)));
-        if let Some(text) = message.get("content").and_then(Value::as_str) {
-            for piece in pieces(text, PIECE) {
-                out.push(chunk(delta(&index, json!({"content": piece}))));
+        let text = field("content").and_then(Value::as_str);
+        emit(&chunk(delta(Delta { role: Some("assistant"), content: text.map(|_| ""), ..Delta::default() })));
+        for piece in text.map(|t| pieces(t, PIECE)).unwrap_or_default() {
+            emit(&chunk(delta(Delta { content: Some(piece), ..Delta::default() })));
+        }
+        if let Some(refusal) = field("refusal").and_then(Value::as_str) {
+            emit(&chunk(delta(Delta { refusal: Some(refusal), ..Delta::default() })));
+        }
+        let calls = field("tool_calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        for (i, call) in calls.iter().enumerate() {
+            if let Some(call) = call.as_object() {
+                let tool_calls = Some([ToolCall { index: i, call }]);
+                emit(&chunk(delta(Delta { tool_calls, ..Delta::default() })));
             }
         }
-        if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
-            out.push(chunk(delta(&index, json!({"refusal": refusal}))));
-        }
-        if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
-            for (i, call) in calls.iter().enumerate() {
-                let mut call = call.clone();
-                if let Some(m) = call.as_object_mut() {
-                    m.insert("index".into(), json!(i));
-                }
-                out.push(chunk(delta(&index, json!({"tool_calls": [call]}))));
-            }
-        }
-        let finish = choice.get("finish_reason").cloned().unwrap_or_else(|| json!("stop"));
-        out.push(chunk(json!([{"index": index, "delta": {}, "finish_reason": finish}])));
+        let finish_reason = Some(choice.get("finish_reason").filter(|f| !f.is_null()).unwrap_or(&STOP));
+        emit(&chunk(Some(ChunkChoice { index, delta: Delta::default(), finish_reason })));
     }
     if include_usage {
-        let mut last = chunk(json!([]));
-        if let (Some(m), Some(u)) = (last.as_object_mut(), completion.get("usage")) {
-            m.insert("usage".into(), u.clone());
-        }
-        out.push(last);
+        let mut last = chunk(None);
+        last.usage = completion.get("usage");
+        emit(&last);
     }
+}
+
+/// [`replay_each`]'s chunks as JSON values (for the output guardrails, which read values).
+pub fn replay(completion: &Value, id: &str, created: i64, include_usage: bool) -> Vec<Value> {
+    let mut out = Vec::new();
+    replay_each(completion, id, created, include_usage, &mut |c| {
+        // Serializing borrowed JSON into a value cannot fail.
+        out.push(serde_json::to_value(c).unwrap_or(Value::Null));
+    });
     out
+}
+
+/// [`replay_each`]'s chunks written as SSE events, straight from the stored answer; how many.
+pub fn replay_sse(completion: &Value, id: &str, created: i64, include_usage: bool, out: &mut Vec<u8>) -> usize {
+    let mut n = 0;
+    replay_each(completion, id, created, include_usage, &mut |c| {
+        out.extend_from_slice(b"data: ");
+        // Writing into memory cannot fail.
+        let _ = serde_json::to_writer(&mut *out, c);
+        out.extend_from_slice(b"\n\n");
+        n += 1;
+    });
+    n
 }
 
 /// `text` in pieces of about `size` bytes, each ending after whitespace where it can; the

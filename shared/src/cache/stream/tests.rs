@@ -103,6 +103,38 @@ fn replayed_tool_calls_gather_back() {
 }
 
 #[test]
+fn sse_replay_writes_the_same_chunks() {
+    let completion = json!({"id":"old","object":"chat.completion","created":1,"model":"m","system_fingerprint":"fp",
+        "choices":[{"index":0,"message":{"role":"assistant","content":"Some text that is long enough to be cut into pieces","refusal":"no",
+            "tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},"logprobs":null,"finish_reason":"stop"},
+            {"index":1,"message":{"role":"assistant","content":null,"refusal":null},"logprobs":null,"finish_reason":"length"}],
+        "usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}});
+    for usage in [true, false] {
+        let values = replay(&completion, "chatcmpl-x", 5, usage);
+        let mut out = Vec::new();
+        let n = replay_sse(&completion, "chatcmpl-x", 5, usage, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let parsed: Vec<Value> = text
+            .split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
+            .collect();
+        assert_eq!(n, parsed.len());
+        assert_eq!(parsed, values);
+    }
+    let values = replay(&completion, "x", 1, true);
+    assert_eq!(values[0]["choices"][0]["delta"], json!({"role":"assistant","content":""}));
+    assert_eq!(values[0]["system_fingerprint"], "fp");
+    assert!(values.iter().any(|c| c["choices"][0]["delta"]["refusal"] == "no"));
+    assert!(values.iter().any(|c| c["choices"][0]["delta"]["tool_calls"][0]["index"] == 0));
+    assert_eq!(values.iter().filter(|c| c["choices"][0]["finish_reason"] == "length").count(), 1);
+    // The second choice has no text: its role chunk carries no content.
+    assert!(values
+        .iter()
+        .any(|c| c["choices"][0]["index"] == 1 && c["choices"][0]["delta"] == json!({"role":"assistant"})));
+}
+
+#[test]
 fn long_words_are_cut_too() {
     let text = "x".repeat(1000);
     let p = pieces(&text, 24);
