@@ -1,45 +1,67 @@
 //! Audit records leave the request path through a bounded channel; a background flusher writes
 //! them to Postgres in small binary-`COPY` batches (small, so a batch never holds a shared core
 //! for long). A request never waits for Postgres.
+//!
+//! Nothing is dropped while the disk has room: a batch Postgres fails to take, or one that waits
+//! too long for a writer, spills to the local [`Spool`]; a record that finds the queue full
+//! spills straight from the request. While the spool holds anything, new batches queue behind
+//! it there, and a replayer writes it back in order once Postgres answers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use gw_shared::audit::AuditRecord;
+use gw_shared::audit::AuditEntry;
 use gw_shared::db::audit_copy::{AuditCopier, CopyError};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::sync::{mpsc, Mutex, Semaphore};
 use uuid::Uuid;
 
+use crate::audit_spool::{Spool, SpoolError};
 use crate::logline::RateLimitedLog;
 use crate::metrics::Metrics;
 
 /// The request path's end of the audit channel.
 #[derive(Clone)]
 pub struct AuditSink {
-    tx: mpsc::Sender<AuditRecord>,
+    tx: mpsc::Sender<AuditEntry>,
+    spool: Arc<Spool>,
     metrics: Arc<Metrics>,
     dropped_log: Arc<RateLimitedLog>,
 }
 
 impl AuditSink {
     /// Queues a record without waiting. A full queue means Postgres has been unable to keep up
-    /// for a long while: the record is counted as dropped and logged, never blocking the client.
-    pub fn record(&self, rec: AuditRecord) {
-        match self.tx.try_send(rec) {
+    /// for a while: the record goes to the spool (one small file append); only a full spool
+    /// drops it, counted and logged.
+    pub fn record(&self, entry: AuditEntry) {
+        match self.tx.try_send(entry) {
             Ok(()) => {
                 self.metrics.audit_enqueued.inc();
                 self.metrics.audit_queue.inc();
             }
-            Err(mpsc::error::TrySendError::Full(rec)) | Err(mpsc::error::TrySendError::Closed(rec)) => {
-                self.metrics.audit_dropped.inc();
-                self.dropped_log
-                    .error(|| format!("audit queue full: dropped audit record {} (org {})", rec.id, rec.org_id));
+            Err(mpsc::error::TrySendError::Full(entry)) | Err(mpsc::error::TrySendError::Closed(entry)) => {
+                self.metrics.audit_enqueued.inc();
+                spill(&self.spool, &self.metrics, &self.dropped_log, std::slice::from_ref(&entry));
             }
         }
+    }
+}
+
+/// Spills entries that are not (or no longer) counted in the queue gauge; a full or broken
+/// spool drops them, counted and logged.
+fn spill(spool: &Spool, metrics: &Metrics, log: &RateLimitedLog, entries: &[AuditEntry]) {
+    if let Err(e) = spool.append(entries) {
+        metrics.audit_dropped.inc_by(entries.len() as u64);
+        let first = entries.first().map(|e| (e.record.id, e.record.org_id));
+        log.error(|| match (&e, first) {
+            (SpoolError::Full(_), Some((id, org))) => {
+                format!("{e}: dropped {} audit record(s), the first {id} (org {org})", entries.len())
+            }
+            _ => format!("audit spool write failed ({e}): dropped {} audit record(s)", entries.len()),
+        });
     }
 }
 
@@ -61,32 +83,49 @@ fn batch_limit(small: usize, queued: usize) -> usize {
 const CONCURRENT_WRITES: usize = 4;
 
 pub struct AuditFlusher {
-    rx: Mutex<mpsc::Receiver<AuditRecord>>,
+    rx: Mutex<mpsc::Receiver<AuditEntry>>,
     writer: Arc<BatchWriter>,
+    /// How long a batch waits for a free writer before it spills.
+    spill_after: Duration,
     batch_size: usize,
     interval: Duration,
     /// How long to keep draining after shutdown begins (requests still finishing).
     drain_for: Duration,
 }
 
+pub struct ChannelOptions {
+    pub capacity: usize,
+    pub batch_size: usize,
+    pub interval: Duration,
+    pub drain_for: Duration,
+    pub spill_after: Duration,
+}
+
 pub fn channel(
-    capacity: usize,
+    opts: ChannelOptions,
     database_url: &str,
+    spool: Arc<Spool>,
     metrics: Arc<Metrics>,
-    batch_size: usize,
-    interval: Duration,
-    drain_for: Duration,
 ) -> (AuditSink, AuditFlusher) {
-    let (tx, rx) = mpsc::channel(capacity.max(1));
+    let (tx, rx) = mpsc::channel(opts.capacity.max(1));
     let dropped_log = Arc::new(RateLimitedLog::new(module_path!(), Duration::from_secs(1)));
-    let sink = AuditSink { tx, metrics: metrics.clone(), dropped_log };
+    let sink = AuditSink { tx, spool: spool.clone(), metrics: metrics.clone(), dropped_log: dropped_log.clone() };
     let writer = Arc::new(BatchWriter {
         copier: AuditCopier::new(database_url),
+        spool,
         metrics,
         touched: std::sync::Mutex::new(HashMap::new()),
         log: RateLimitedLog::new(module_path!(), Duration::from_secs(5)),
+        dropped_log,
     });
-    let flusher = AuditFlusher { rx: Mutex::new(rx), writer, batch_size, interval, drain_for };
+    let flusher = AuditFlusher {
+        rx: Mutex::new(rx),
+        writer,
+        spill_after: opts.spill_after,
+        batch_size: opts.batch_size,
+        interval: opts.interval,
+        drain_for: opts.drain_for,
+    };
     (sink, flusher)
 }
 
@@ -95,25 +134,25 @@ const TOUCH_EVERY: Duration = Duration::from_secs(60);
 
 struct BatchWriter {
     copier: AuditCopier,
+    spool: Arc<Spool>,
     metrics: Arc<Metrics>,
+    dropped_log: Arc<RateLimitedLog>,
     /// When each key's `last_used_at` was last written.
     touched: std::sync::Mutex<HashMap<Uuid, Instant>>,
     log: RateLimitedLog,
 }
 
 impl BatchWriter {
-    /// Writes one batch, retrying with backoff until it lands; past the shutdown deadline it gives
-    /// up after a few tries. A retry after an unknown outcome skips rows already written, so it
-    /// never duplicates. A batch Postgres refuses as data (not as an outage) is written row by
-    /// row so one bad row cannot hold back the rest.
-    async fn write(&self, batch: &[AuditRecord], shutdown: &ShutdownWatch) {
-        let mut delay = Duration::from_millis(100);
-        let mut tries = 0u32;
+    /// Writes one batch. A batch Postgres cannot take now spills to the spool (the replayer
+    /// brings it back); one Postgres refuses as data (not as an outage) is written row by row so
+    /// one bad row cannot hold back the rest.
+    async fn write(&self, batch: &[AuditEntry]) {
+        let started = Instant::now();
         let mut maybe_written = false;
         loop {
-            tries += 1;
             match self.copier.write(batch, maybe_written).await {
                 Ok(()) => {
+                    self.metrics.audit_flush_duration.observe(started.elapsed().as_secs_f64());
                     self.written(batch.len());
                     self.touch(batch).await;
                     return;
@@ -121,30 +160,73 @@ impl BatchWriter {
                 Err(CopyError::Duplicate(_)) if !maybe_written => maybe_written = true,
                 Err(e @ (CopyError::Data(_) | CopyError::Duplicate(_))) => {
                     log::error!("audit batch of {} rows refused ({e}); writing rows one by one", batch.len());
-                    for rec in batch {
-                        match self.copier.write(std::slice::from_ref(rec), true).await {
-                            Ok(()) => self.written(1),
-                            Err(e) => {
-                                log::error!("dropping audit row {} (org {}): {e}", rec.id, rec.org_id);
-                                self.metrics.audit_dropped.inc();
-                                self.metrics.audit_queue.dec();
-                            }
-                        }
-                    }
+                    self.one_by_one(batch).await;
                     return;
                 }
                 Err(e @ CopyError::Unavailable(_)) => {
-                    maybe_written = true;
                     self.metrics.audit_flush_errors.inc();
-                    self.log.warn(|| format!("audit batch of {} rows failed (try {tries}): {e}", batch.len()));
-                    if *shutdown.borrow() && tries >= 5 {
-                        log::error!("giving up on {} audit rows at shutdown", batch.len());
-                        self.metrics.audit_dropped.inc_by(batch.len() as u64);
-                        self.metrics.audit_queue.sub(batch.len() as i64);
-                        return;
+                    self.log.warn(|| format!("audit batch of {} rows failed, spilling to the spool: {e}", batch.len()));
+                    self.metrics.audit_queue.sub(batch.len() as i64);
+                    spill(&self.spool, &self.metrics, &self.dropped_log, batch);
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn one_by_one(&self, batch: &[AuditEntry]) {
+        for entry in batch {
+            match self.copier.write(std::slice::from_ref(entry), true).await {
+                Ok(()) => self.written(1),
+                Err(CopyError::Unavailable(_)) => {
+                    self.metrics.audit_queue.dec();
+                    spill(&self.spool, &self.metrics, &self.dropped_log, std::slice::from_ref(entry));
+                }
+                Err(e) => {
+                    log::error!("dropping audit row {} (org {}): {e}", entry.record.id, entry.record.org_id);
+                    self.metrics.audit_dropped.inc();
+                    self.metrics.audit_queue.dec();
+                }
+            }
+        }
+    }
+
+    /// Writes spooled batches back in order while Postgres takes them; returns when the spool
+    /// is empty or Postgres fails again.
+    async fn replay(&self) -> bool {
+        loop {
+            let taken = match self.spool.take(BACKLOG_BATCH) {
+                Ok(Some(t)) => t,
+                Ok(None) => return true,
+                Err(e) => {
+                    self.log.error(|| format!("reading the audit spool failed: {e}"));
+                    return false;
+                }
+            };
+            let started = Instant::now();
+            match self.copier.write(&taken.entries, true).await {
+                Ok(()) => {
+                    self.metrics.audit_flush_duration.observe(started.elapsed().as_secs_f64());
+                    self.metrics.audit_written.inc_by(taken.entries.len() as u64);
+                    self.spool.done(&taken);
+                }
+                Err(CopyError::Unavailable(e)) => {
+                    self.log.warn(|| format!("audit spool replay waits for Postgres: {e}"));
+                    return false;
+                }
+                Err(e) => {
+                    log::error!("spooled audit batch of {} rows refused ({e}); writing rows one by one", taken.entries.len());
+                    for entry in &taken.entries {
+                        match self.copier.write(std::slice::from_ref(entry), true).await {
+                            Ok(()) => self.metrics.audit_written.inc(),
+                            Err(CopyError::Unavailable(_)) => return false,
+                            Err(e) => {
+                                log::error!("dropping spooled audit row {}: {e}", entry.record.id);
+                                self.metrics.audit_dropped.inc();
+                            }
+                        }
                     }
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    self.spool.done(&taken);
                 }
             }
         }
@@ -157,12 +239,12 @@ impl BatchWriter {
 
     /// `last_used_at` is informational: each key is moved forward at most once a minute, and a
     /// failure is logged, never retried (the audit rows are what must not be lost).
-    async fn touch(&self, batch: &[AuditRecord]) {
+    async fn touch(&self, batch: &[AuditEntry]) {
         let uses: Vec<_> = {
             let Ok(mut touched) = self.touched.lock() else { return };
             let now = Instant::now();
             let mut uses = Vec::new();
-            for r in batch {
+            for r in batch.iter().map(|e| &e.record) {
                 let Some(key) = r.api_key_id else { continue };
                 if touched.get(&key).is_none_or(|t| now.duration_since(*t) >= TOUCH_EVERY) {
                     touched.insert(key, now);
@@ -181,16 +263,51 @@ impl BatchWriter {
 }
 
 impl AuditFlusher {
-    /// Hands a batch to a writer task once a write slot is free; while all are busy, records wait
-    /// in the channel (which is the buffer).
-    async fn dispatch(&self, slots: &Arc<Semaphore>, batch: Vec<AuditRecord>, shutdown: &ShutdownWatch) {
-        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+    /// Hands a batch to a writer task once a write slot is free. While the spool holds
+    /// anything, or no slot frees up within `spill_after`, the batch spills instead.
+    async fn dispatch(&self, slots: &Arc<Semaphore>, batch: Vec<AuditEntry>) {
+        if !self.writer.spool.is_empty() {
+            self.spill_queued(&batch);
+            return;
+        }
+        let permit = match tokio::time::timeout(self.spill_after, slots.clone().acquire_owned()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return,
+            Err(_) => {
+                self.spill_queued(&batch);
+                return;
+            }
+        };
         let writer = self.writer.clone();
-        let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            writer.write(&batch, &shutdown).await;
+            writer.write(&batch).await;
             drop(permit);
         });
+    }
+
+    fn spill_queued(&self, batch: &[AuditEntry]) {
+        self.writer.metrics.audit_queue.sub(batch.len() as i64);
+        spill(&self.writer.spool, &self.writer.metrics, &self.writer.dropped_log, batch);
+    }
+}
+
+/// Brings the spool back into Postgres, retrying with backoff while Postgres is away.
+async fn replayer(writer: Arc<BatchWriter>, mut shutdown: ShutdownWatch) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        if writer.spool.is_empty() || writer.replay().await {
+            delay = Duration::from_millis(100);
+        } else {
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() {
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -199,6 +316,7 @@ impl BackgroundService for AuditFlusher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut rx = self.rx.lock().await;
         let slots = Arc::new(Semaphore::new(CONCURRENT_WRITES));
+        let replay = tokio::spawn(replayer(self.writer.clone(), shutdown.clone()));
         let mut batch = Vec::with_capacity(self.batch_size);
         let mut tick = tokio::time::interval(self.interval);
         let mut deadline: Option<tokio::time::Instant> = None;
@@ -211,12 +329,12 @@ impl BackgroundService for AuditFlusher {
                         break; // every sender is gone
                     }
                     if batch.len() >= limit {
-                        self.dispatch(&slots, std::mem::take(&mut batch), &shutdown).await;
+                        self.dispatch(&slots, std::mem::take(&mut batch)).await;
                     }
                 }
                 _ = tick.tick() => {
                     if !batch.is_empty() {
-                        self.dispatch(&slots, std::mem::take(&mut batch), &shutdown).await;
+                        self.dispatch(&slots, std::mem::take(&mut batch)).await;
                     }
                     if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                         break;
@@ -228,7 +346,7 @@ impl BackgroundService for AuditFlusher {
                         // From now on every record is the last chance to write it: flush at once
                         // and keep flushing often until the drain window closes.
                         if !batch.is_empty() {
-                            self.dispatch(&slots, std::mem::take(&mut batch), &shutdown).await;
+                            self.dispatch(&slots, std::mem::take(&mut batch)).await;
                         }
                         tick = tokio::time::interval(self.interval.min(Duration::from_millis(50)));
                     }
@@ -240,11 +358,15 @@ impl BackgroundService for AuditFlusher {
         }
         while !batch.is_empty() {
             let rest = batch.split_off(batch.len().min(BACKLOG_BATCH));
-            self.dispatch(&slots, batch, &shutdown).await;
+            self.dispatch(&slots, batch).await;
             batch = rest;
         }
-        // Every write slot back means every batch has landed (or been given up on).
+        // Every write slot back means every batch has landed or spilled.
         let _ = slots.acquire_many(CONCURRENT_WRITES as u32).await;
+        replay.abort();
+        if !self.writer.spool.is_empty() {
+            log::warn!("audit flusher stopped with records in the spool: the next start replays them");
+        }
         log::info!("audit flusher stopped");
     }
 }

@@ -126,6 +126,14 @@ pub struct RequestCtx {
     pub header_sent: bool,
     /// The header named a provider of its own (`/v1/models` answers as `gw`).
     pub answered_by_gw: bool,
+    /// When the downstream response header was written.
+    pub header_at: Option<Instant>,
+    /// The caller's `User-Agent` (bounded), kept once in the audit log's dictionary.
+    pub user_agent: Option<String>,
+    /// The organization keeps bodies in its audit rows.
+    pub log_bodies: bool,
+    /// The answer as sent, when bodies are logged (bounded).
+    pub response_body: Option<String>,
 }
 
 impl RequestCtx {
@@ -165,6 +173,10 @@ impl RequestCtx {
             ttft: None,
             header_sent: false,
             answered_by_gw: false,
+            header_at: None,
+            user_agent: None,
+            log_bodies: false,
+            response_body: None,
         }
     }
 
@@ -176,6 +188,14 @@ impl RequestCtx {
     /// The strongest policy decision, which the `x-gw-policy-*` headers report.
     pub fn policy_verdict(&self) -> Option<&PolicyDecision> {
         self.policy.iter().max_by_key(|d| d.action)
+    }
+
+    /// The gateway's own share of the time to the response header: everything but the
+    /// upstream attempts' time to their headers.
+    pub fn overhead(&self) -> Option<Duration> {
+        let to_header = self.header_at?.saturating_duration_since(self.started);
+        let upstream: Duration = self.attempts.iter().filter_map(|a| a.latency).sum();
+        Some(to_header.saturating_sub(upstream))
     }
 
     pub fn remaining(&self) -> Duration {

@@ -18,6 +18,7 @@ use crate::limiter::Limiter;
 use crate::logline::RateLimitedLog;
 use crate::lookup::Lookup;
 use crate::metrics::Metrics;
+use crate::traffic_metrics::{status_class, TrafficMetrics};
 use crate::pipeline::auth::KeySource;
 use crate::pipeline::limits::OrgSource;
 use crate::pipeline::provider_keys::ProviderKeySource;
@@ -54,6 +55,10 @@ pub struct Gateway {
     pub transport: Transport,
     pub audit: AuditSink,
     pub metrics: Arc<Metrics>,
+    /// Requests, tokens and spend by model, provider and team (bounded labels).
+    pub traffic: TrafficMetrics,
+    /// Longest body kept in an audit row when the organization logs bodies.
+    pub audit_max_body: usize,
     pub limits: Limits,
     pub request_timeout: Duration,
     /// Idle keep-alive limit for client connections, in seconds.
@@ -90,6 +95,12 @@ impl ProxyHttp for Gateway {
             session.set_keepalive(Some(self.keepalive_idle_secs));
         }
         ctx.client_ip = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+        ctx.user_agent = session
+            .req_header()
+            .headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(pipeline::audit::audit_text);
         let Err(err) = pipeline::run(self, session, ctx).await else { return Ok(true) };
         ctx.error = Some(err.label());
         if let ProxyError::ClientGone(why) = err {
@@ -117,9 +128,49 @@ impl ProxyHttp for Gateway {
         let status = ctx.status.to_string();
         self.metrics.requests.with_label_values(&[endpoint, &status]).inc();
         self.metrics.request_duration.with_label_values(&[endpoint]).observe(ctx.started.elapsed().as_secs_f64());
+        self.count_traffic(ctx, endpoint);
         pipeline::limits::settle(self, ctx);
-        if let Some(rec) = pipeline::audit::record(ctx) {
-            self.audit.record(rec);
+        if let Some(entry) = pipeline::audit::record(ctx, self.audit_max_body) {
+            self.audit.record(entry);
+        }
+    }
+}
+
+impl Gateway {
+    /// The per-model, per-team series of one finished request.
+    fn count_traffic(&self, ctx: &RequestCtx, endpoint: &str) {
+        let t = &self.traffic;
+        let status = status_class(ctx.status);
+        let model = t.model(ctx.model.as_deref());
+        let provider = match &ctx.cached_from {
+            Some((p, _)) => Some(&**p),
+            None => ctx.last_attempt().filter(|_| !ctx.answered_by_gw).map(|a| &*a.provider),
+        };
+        t.by_model.with_label_values(&[model, t.provider(provider), status]).inc();
+        let team = t.team(ctx.team_id);
+        t.by_team.with_label_values(&[&team, status]).inc();
+        let u = &ctx.usage;
+        for (kind, n) in [
+            ("prompt", u.prompt_tokens),
+            ("completion", u.completion_tokens),
+            ("cached", u.cached_tokens),
+            ("reasoning", u.reasoning_tokens),
+        ] {
+            if n > 0 {
+                t.tokens.with_label_values(&[model, kind]).inc_by(u64::from(n));
+            }
+        }
+        if let Ok(cost) = f64::try_from(ctx.cost) {
+            if cost > 0.0 {
+                t.cost.with_label_values(&[model]).inc_by(cost);
+                t.team_cost.with_label_values(&[&team]).inc_by(cost);
+            }
+        }
+        if let Some(overhead) = ctx.overhead() {
+            t.overhead.observe(overhead.as_secs_f64());
+        }
+        if let Some(ttft) = ctx.ttft {
+            t.ttft.with_label_values(&[endpoint]).observe(ttft.as_secs_f64());
         }
     }
 }

@@ -3,6 +3,7 @@
 //! run it with provider adapters of its own: `run(config, registry)`.
 
 mod audit_flusher;
+mod audit_spool;
 mod ctx;
 mod error;
 mod gateway;
@@ -16,6 +17,7 @@ mod pipeline;
 mod response_cache;
 mod server;
 mod throttle;
+mod traffic_metrics;
 mod transport;
 
 pub use server::run;

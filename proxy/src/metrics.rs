@@ -25,6 +25,13 @@ pub struct Metrics {
     pub audit_written: IntCounter,
     pub audit_flush_errors: IntCounter,
     pub audit_queue: IntGauge,
+    /// Bytes in the audit spool waiting to be replayed.
+    pub audit_spool_bytes: IntGauge,
+    /// Records written to the spool, and records replayed from it into Postgres.
+    pub audit_spilled: IntCounter,
+    pub audit_replayed: IntCounter,
+    /// Time to write one audit batch (a transaction: chain, COPY, heads).
+    pub audit_flush_duration: prometheus::Histogram,
     /// 1 while a provider passes its health check.
     pub provider_healthy: IntGaugeVec,
     /// Admissions against rate limits and budgets, by where they were decided and the outcome.
@@ -114,6 +121,18 @@ impl Metrics {
         registry.register(Box::new(audit_written.clone()))?;
         registry.register(Box::new(audit_flush_errors.clone()))?;
         registry.register(Box::new(audit_queue.clone()))?;
+        let audit_spool_bytes = IntGauge::new("gw_audit_spool_bytes", "Bytes of audit records spooled to disk")?;
+        let audit_spilled = IntCounter::new("gw_audit_spilled_total", "Audit records written to the spool")?;
+        let audit_replayed = IntCounter::new("gw_audit_replayed_total", "Spooled audit records written to Postgres")?;
+        let audit_flush_duration = prometheus::Histogram::with_opts(
+            HistogramOpts::new("gw_audit_flush_duration_seconds", "Time to write one audit batch").buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ]),
+        )?;
+        registry.register(Box::new(audit_spool_bytes.clone()))?;
+        registry.register(Box::new(audit_spilled.clone()))?;
+        registry.register(Box::new(audit_replayed.clone()))?;
+        registry.register(Box::new(audit_flush_duration.clone()))?;
         let limit_decisions = IntCounterVec::new(
             Opts::new("gw_limits_decisions_total", "Admissions against rate limits and budgets"),
             &["source", "outcome"],
@@ -204,6 +223,10 @@ impl Metrics {
             audit_written,
             audit_flush_errors,
             audit_queue,
+            audit_spool_bytes,
+            audit_spilled,
+            audit_replayed,
+            audit_flush_duration,
             limit_decisions,
             limit_redis_errors,
             limit_admit_duration,

@@ -34,6 +34,9 @@ use crate::transport::Transport;
 const GRACE_SECS: u64 = 3;
 
 /// Runs the proxy until the process is told to stop; returns only on a start-up error.
+use crate::audit_spool::Spool as AuditSpool;
+use crate::traffic_metrics::TrafficMetrics;
+
 pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Error>> {
     let p = &cfg.proxy;
     let metrics = Arc::new(Metrics::new()?);
@@ -81,13 +84,25 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         interval: Duration::from_millis(cfg.routing.health_check_interval_ms),
         metrics: metrics.clone(),
     };
+    let spool_dir = match &p.audit_spool_dir {
+        Some(d) => std::path::PathBuf::from(d),
+        None => {
+            let port = p.listen.rsplit(':').next().unwrap_or("proxy");
+            std::path::PathBuf::from(format!(".gw/spool/proxy-{port}"))
+        }
+    };
+    let spool = Arc::new(AuditSpool::open(&spool_dir, p.audit_spool_max_bytes, metrics.clone())?);
     let (sink, flusher) = audit_flusher::channel(
-        p.audit_channel_capacity,
+        audit_flusher::ChannelOptions {
+            capacity: p.audit_channel_capacity,
+            batch_size: p.audit_batch_size,
+            interval: Duration::from_millis(p.audit_flush_interval_ms),
+            drain_for: Duration::from_secs(GRACE_SECS),
+            spill_after: Duration::from_millis(p.audit_spill_after_ms.max(1)),
+        },
         &cfg.database.url,
+        spool,
         metrics.clone(),
-        p.audit_batch_size,
-        Duration::from_millis(p.audit_flush_interval_ms),
-        Duration::from_secs(GRACE_SECS),
     );
     let gateway = Gateway {
         router,
@@ -110,6 +125,12 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
             Duration::from_secs(p.dns_ttl_secs),
         ),
         audit: sink,
+        audit_max_body: p.audit_max_body_bytes,
+        traffic: TrafficMetrics::new(
+            &metrics.registry,
+            cfg.models.iter().flat_map(|m| std::iter::once(m.name.clone()).chain(m.aliases.iter().cloned())),
+            cfg.providers.iter().map(|p| p.name.clone()),
+        )?,
         metrics: metrics.clone(),
         limits: Limits {
             max_body_bytes: p.max_body_bytes,

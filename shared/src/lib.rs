@@ -20,6 +20,7 @@ pub mod password;
 pub mod policy;
 pub mod pricing;
 pub mod providers;
+pub mod reconcile;
 pub mod redis;
 pub mod roles;
 pub mod routing;

@@ -59,12 +59,13 @@ fn row(org: Uuid, team: Option<Uuid>, created_at: DateTime<Utc>, decisions: Vec<
         policy: Value::Array(decisions),
         cache_saved_usd: Decimal::ZERO,
         cache_similarity: None,
+        ..Default::default()
     }
 }
 
 async fn seed(rows: &[AuditRecord]) {
     let mut conn = db::connect().await;
-    // 29 columns a row, and PostgreSQL takes at most 65,535 parameters a statement.
+    // 38 columns a row, and PostgreSQL takes at most 65,535 parameters a statement.
     for chunk in rows.chunks(1000) {
         gw_shared::db::audit_logs::insert_batch(&mut conn, chunk).await.unwrap();
     }

@@ -45,6 +45,8 @@ pub struct OrganizationOut {
     budget: Option<Budget>,
     /// Organization-wide rate limits; null: none.
     rate_limits: Option<RateLimits>,
+    /// Audit rows keep request and response bodies (after redaction).
+    log_bodies: bool,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -59,6 +61,7 @@ impl From<orgs::Organization> for OrganizationOut {
             metadata: org.metadata,
             budget: org.budget.and_then(|v| serde_json::from_value(v).ok()),
             rate_limits: org.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
+            log_bodies: org.log_bodies,
             created_at: org.created_at,
             updated_at: org.updated_at,
         }
@@ -84,6 +87,9 @@ pub struct UpdateOrganization {
     #[serde(default, deserialize_with = "crate::validate::double_option")]
     #[schema(value_type = Option<RateLimits>)]
     rate_limits: Option<Option<RateLimits>>,
+    /// Keep request and response bodies (after redaction) in the audit log.
+    #[serde(default)]
+    log_bodies: Option<bool>,
     /// Read-only: sending it is an error.
     #[serde(default)]
     #[schema(value_type = Option<String>)]
@@ -130,18 +136,20 @@ pub async fn update(
         ("metadata", metadata.is_some()),
         ("budget", budget.is_some()),
         ("rate_limits", rate_limits.is_some()),
+        ("log_bodies", b.log_bodies.is_some()),
     ]
     .into_iter()
     .filter_map(|(f, set)| set.then_some(f))
     .collect();
     if changed.is_empty() {
         return Err(ApiError::Validation(
-            "nothing to update: send name, data_residency, metadata, budget or rate_limits".into(),
+            "nothing to update: send name, data_residency, metadata, budget, rate_limits or log_bodies".into(),
         ));
     }
-    let limits_changed = budget.is_some() || rate_limits.is_some();
+    // The proxies cache limits and body logging together.
+    let limits_changed = budget.is_some() || rate_limits.is_some() || b.log_bodies.is_some();
     let mut conn = state.conn().await?;
-    let change = orgs::Change { name, data_residency_region: region, metadata, budget, rate_limits };
+    let change = orgs::Change { name, data_residency_region: region, metadata, budget, rate_limits, log_bodies: b.log_bodies };
     let org = orgs::update(&mut conn, session.org_id, &change).await?.ok_or(ApiError::NotFound("organization"))?;
     let entry = Entry {
         action: "organization.update",

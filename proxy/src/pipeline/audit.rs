@@ -1,6 +1,6 @@
 //! The audit step: the request's audit row, derived from the context like the headers are.
 
-use gw_shared::audit::{ms_i32, tokens_i32, AuditRecord};
+use gw_shared::audit::{ms_i32, tokens_i32, user_agent_id, AuditEntry, AuditRecord};
 use serde_json::{json, Value};
 
 use crate::ctx::{AttemptOutcome, RequestCtx};
@@ -13,8 +13,36 @@ pub fn audit_text(s: &str) -> String {
     s.chars().filter(|c| *c != '\0').take(MAX_AUDIT_TEXT).collect()
 }
 
-/// The audit row, for requests that authenticated (others belong to no tenant).
-pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
+/// A body as the audit row keeps it: at most `max` bytes (cut on a character boundary and
+/// marked), no NUL.
+pub fn audit_body(body: &str, max: usize) -> String {
+    let clean: std::borrow::Cow<str> =
+        if body.contains('\0') { body.replace('\0', "").into() } else { body.into() };
+    if clean.len() <= max {
+        return clean.into_owned();
+    }
+    let mut cut = max;
+    while !clean.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…[truncated {} bytes]", &clean[..cut], clean.len() - cut)
+}
+
+/// The request body after input policies (what went upstream), when bodies are logged.
+fn request_body(ctx: &RequestCtx, max: usize) -> Option<String> {
+    if !ctx.log_bodies {
+        return None;
+    }
+    let body = match (&ctx.request, &ctx.embeddings) {
+        (Some(r), _) => serde_json::to_string(r.body()).ok()?,
+        (None, Some(e)) => serde_json::to_string(e.body()).ok()?,
+        (None, None) => return None,
+    };
+    Some(audit_body(&body, max))
+}
+
+/// The audit entry, for requests that authenticated (others belong to no tenant).
+pub fn record(ctx: &RequestCtx, max_body: usize) -> Option<AuditEntry> {
     let key = ctx.key.as_ref()?;
     let last = ctx.last_attempt().filter(|_| !ctx.answered_by_gw);
     let routing: Vec<Value> = ctx
@@ -47,7 +75,7 @@ pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
                 "reason": d.reason, "entities": entities})
         })
         .collect();
-    Some(AuditRecord {
+    let record = AuditRecord {
         id: ctx.request_id,
         org_id: key.org_id,
         team_id: ctx.team_id,
@@ -83,7 +111,17 @@ pub fn record(ctx: &RequestCtx) -> Option<AuditRecord> {
         policy: Value::Array(policy),
         cache_saved_usd: ctx.cache_saved,
         cache_similarity: ctx.cache_similarity,
-    })
+        deployment: last.and_then(|a| a.region.as_deref()).map(str::to_string),
+        overhead_us: ctx.overhead().map(|d| i32::try_from(d.as_micros()).unwrap_or(i32::MAX)),
+        client_ip: ctx.client_ip.map(ipnet::IpNet::from),
+        user_agent_id: ctx.user_agent.as_deref().map(user_agent_id),
+        request_body: request_body(ctx, max_body),
+        response_body: ctx.response_body.as_deref().map(|b| audit_body(b, max_body)),
+        chain_seq: None,
+        prev_hash: None,
+        row_hash: None,
+    };
+    Some(AuditEntry { record, user_agent: ctx.user_agent.clone() })
 }
 
 #[cfg(test)]
@@ -94,5 +132,13 @@ mod tests {
     fn audit_text_strips_nul_and_bounds_length() {
         assert_eq!(audit_text("a\0b"), "ab");
         assert_eq!(audit_text(&"x".repeat(10_000)).len(), MAX_AUDIT_TEXT);
+    }
+
+    #[test]
+    fn audit_body_cuts_on_a_character_boundary_and_says_so() {
+        assert_eq!(audit_body("{\"a\":1}", 100), "{\"a\":1}");
+        let cut = audit_body("ééé", 3);
+        assert_eq!(cut, "é…[truncated 4 bytes]");
+        assert_eq!(audit_body("a\0b", 10), "ab");
     }
 }

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use gw_shared::db::{orgs, DbPool};
 use gw_shared::limits::estimate::{self, Estimate};
 use gw_shared::limits::plan::{Ask, Plan, Scope};
+use gw_shared::db::orgs::OrgSettings;
 use gw_shared::limits::settings::ScopeLimits;
 use uuid::Uuid;
 
@@ -17,7 +18,7 @@ use crate::error::ProxyError;
 use crate::gateway::Gateway;
 use crate::lookup::{LookupError, Source};
 
-/// An organization's own limits, cached like keys and teams.
+/// An organization's own limits and audit settings, cached like keys and teams.
 pub struct OrgSource {
     pub db: DbPool,
 }
@@ -25,7 +26,7 @@ pub struct OrgSource {
 #[async_trait]
 impl Source for OrgSource {
     type Key = Uuid;
-    type Value = ScopeLimits;
+    type Value = OrgSettings;
 
     fn name(&self) -> &'static str {
         "org"
@@ -35,9 +36,9 @@ impl Source for OrgSource {
         gw_shared::redis::org_cache_key(*org_id)
     }
 
-    async fn load(&self, org_id: &Uuid) -> Result<Option<ScopeLimits>, String> {
+    async fn load(&self, org_id: &Uuid) -> Result<Option<OrgSettings>, String> {
         let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
-        orgs::limits(&mut conn, *org_id).await.map_err(|e| e.to_string())
+        orgs::settings(&mut conn, *org_id).await.map_err(|e| e.to_string())
     }
 }
 
@@ -55,8 +56,9 @@ pub async fn run(gw: &Gateway, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
             None
         }
     };
+    ctx.log_bodies = org.as_ref().is_some_and(|o| o.log_bodies);
     let mut scopes: Vec<(Scope, &ScopeLimits)> = Vec::with_capacity(3);
-    if let Some(org) = org.as_deref().filter(|l| !l.is_empty()) {
+    if let Some(org) = org.as_deref().map(|o| &o.limits).filter(|l| !l.is_empty()) {
         scopes.push((Scope::Org, org));
     }
     if let (Some(team_id), Some(team)) = (ctx.team_id, ctx.team.as_deref()) {

@@ -117,6 +117,7 @@ fn reset_text(d: Duration) -> String {
 async fn send_header(session: &mut Session, ctx: &mut RequestCtx, parts: Parts) -> Result<(), ProxyError> {
     ctx.status = parts.status.as_u16();
     ctx.header_sent = true;
+    ctx.header_at = Some(std::time::Instant::now());
     let header = ResponseHeader::from(parts);
     session.write_response_header(Box::new(header), false).await.map_err(|e| ProxyError::client_gone(&e))
 }
@@ -135,6 +136,9 @@ pub async fn json(
         parts.headers.insert(name, value);
     }
     send_header(session, ctx, parts).await?;
+    if ctx.log_bodies {
+        ctx.response_body = Some(String::from_utf8_lossy(&body).into_owned());
+    }
     session.write_response_body(Some(body), true).await.map_err(|e| ProxyError::client_gone(&e))?;
     Ok(())
 }

@@ -207,6 +207,9 @@ async fn try_one(
     }
     gw.router.record(dep, verdict(&result, header_latency));
     gw.metrics.upstream_attempts.with_label_values(&[&dep.provider.name, outcome.label()]).inc();
+    if let AttemptOutcome::Retryable(kind) | AttemptOutcome::Failed(kind) = outcome {
+        gw.traffic.upstream_errors.with_label_values(&[&dep.provider.name, kind]).inc();
+    }
     result
 }
 

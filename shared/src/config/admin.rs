@@ -39,6 +39,13 @@ pub struct AdminConfig {
     pub email_verification: bool,
     /// Lifetime of a sign-up confirmation link.
     pub verification_ttl_secs: i64,
+    /// Months of audit log kept, counting the current one: older monthly partitions are
+    /// dropped whole. 0 keeps everything.
+    pub audit_retention_months: u32,
+    /// How often the leader refreshes the hourly analytics aggregates.
+    pub rollup_interval_secs: u64,
+    /// Rows one compliance export holds at most.
+    pub export_max_rows: u64,
 }
 
 impl Default for AdminConfig {
@@ -62,6 +69,9 @@ impl Default for AdminConfig {
             trust_forwarded_for: false,
             email_verification: false,
             verification_ttl_secs: 24 * 3600,
+            audit_retention_months: 13,
+            rollup_interval_secs: 60,
+            export_max_rows: 50_000_000,
         }
     }
 }

@@ -140,6 +140,16 @@ pub struct ProxyConfig {
     pub audit_channel_capacity: usize,
     pub audit_batch_size: usize,
     pub audit_flush_interval_ms: u64,
+    /// Where audit batches spill while Postgres is slow or down (replayed in order once it is
+    /// back). One proxy process per folder: the proxy locks it. Default `.gw/spool/proxy-<port>`.
+    pub audit_spool_dir: Option<String>,
+    /// Bytes the spool holds at most; past it records are dropped (counted and logged).
+    pub audit_spool_max_bytes: u64,
+    /// A batch waits this long for a free writer before it spills to the spool.
+    pub audit_spill_after_ms: u64,
+    /// Longest body (request or response) kept in the audit row when an organization logs
+    /// bodies; longer ones are cut (and marked).
+    pub audit_max_body_bytes: usize,
     /// Longest wait for Redis when admitting a request against rate limits and budgets; past it
     /// the replica limits on its own until Redis answers again.
     pub limits_timeout_ms: u64,
@@ -188,6 +198,10 @@ impl Default for ProxyConfig {
             audit_channel_capacity: 50_000,
             audit_batch_size: 32,
             audit_flush_interval_ms: 5,
+            audit_spool_dir: None,
+            audit_spool_max_bytes: 1024 * 1024 * 1024,
+            audit_spill_after_ms: 2_000,
+            audit_max_body_bytes: 64 * 1024,
             limits_timeout_ms: 250,
             limits_replicas: 1,
             limits_default_max_tokens: 4096,

@@ -2,26 +2,30 @@
 //! `INSERT` (diesel's bind encoding cost about 39k instructions a row), on plain tokio-postgres
 //! connections (diesel-async has no `COPY`).
 //!
-//! `COPY` cannot skip rows that already exist, so a batch whose earlier attempt may have
-//! committed (the connection died mid-write) goes through a staging table and
-//! `INSERT ... ON CONFLICT (id) DO NOTHING` instead: retries never duplicate a row.
+//! One batch is one transaction: lock the chain heads of the batch's organizations, skip rows
+//! already present (only when an earlier attempt may have committed: a retry or a spool
+//! replay), link the rest onto each organization's chain, `COPY` them, move the heads. So a row
+//! lands exactly once and in exactly one place in its chain, however often it is retried.
 
-use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, HashSet};
+
+use chrono::{DateTime, Datelike, Utc};
 use futures::pin_mut;
 use tokio::sync::Mutex;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, Transaction};
 use uuid::Uuid;
 
-use crate::audit::AuditRecord;
+use crate::audit::{chain, AuditEntry, AuditRecord};
 
 const COLUMNS: &str = "id, org_id, team_id, api_key_id, endpoint, model, provider, upstream_model, status_code, \
     error_type, stream, prompt_tokens, completion_tokens, total_tokens, cost_usd, latency_ms, upstream_latency_ms, \
     ttft_ms, cache_status, policy_action, attempts, created_at, cached_tokens, reasoning_tokens, routing, policy, cache_creation_tokens, \
-    cache_saved_usd, cache_similarity";
+    cache_saved_usd, cache_similarity, deployment, overhead_us, client_ip, user_agent_id, request_body, response_body, \
+    chain_seq, prev_hash, row_hash";
 
-const TYPES: [Type; 29] = [
+const TYPES: [Type; 38] = [
     Type::UUID,
     Type::UUID,
     Type::UUID,
@@ -51,6 +55,15 @@ const TYPES: [Type; 29] = [
     Type::INT4,
     Type::NUMERIC,
     Type::FLOAT4,
+    Type::TEXT,
+    Type::INT4,
+    Type::INET,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::BYTEA,
+    Type::BYTEA,
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -83,11 +96,20 @@ fn classify(e: tokio_postgres::Error) -> CopyError {
 pub struct AuditCopier {
     url: String,
     idle: Mutex<Vec<Client>>,
+    /// Months whose partition this process has made sure of (`YYYY * 12 + month`).
+    months: std::sync::Mutex<HashSet<i32>>,
+    /// User agents already in `audit_user_agents`.
+    agents: std::sync::Mutex<HashSet<i64>>,
 }
 
 impl AuditCopier {
     pub fn new(url: &str) -> Self {
-        Self { url: url.to_string(), idle: Mutex::new(Vec::new()) }
+        Self {
+            url: url.to_string(),
+            idle: Mutex::new(Vec::new()),
+            months: std::sync::Mutex::new(HashSet::new()),
+            agents: std::sync::Mutex::new(HashSet::new()),
+        }
     }
 
     async fn client(&self) -> Result<Client, CopyError> {
@@ -112,15 +134,89 @@ impl AuditCopier {
     }
 
     /// Writes a batch. `maybe_written`: an earlier attempt of this batch may have committed, so
-    /// rows already present must be skipped rather than refused.
-    pub async fn write(&self, rows: &[AuditRecord], maybe_written: bool) -> Result<(), CopyError> {
-        if rows.is_empty() {
+    /// rows already present must be skipped rather than chained again.
+    pub async fn write(&self, entries: &[AuditEntry], maybe_written: bool) -> Result<(), CopyError> {
+        if entries.is_empty() {
             return Ok(());
         }
         let mut client = self.client().await?;
-        let result = if maybe_written { copy_idempotent(&mut client, rows).await } else { copy(&client, rows).await };
+        let result = self.write_on(&mut client, entries, maybe_written).await;
         self.give_back(client).await;
         result
+    }
+
+    async fn write_on(&self, client: &mut Client, entries: &[AuditEntry], maybe_written: bool) -> Result<(), CopyError> {
+        self.ensure_partitions(client, entries).await?;
+        let agents = self.new_agents(entries);
+        let tx = client.transaction().await.map_err(classify)?;
+        let mut rows: Vec<AuditRecord> = if maybe_written {
+            let present = present(&tx, entries).await?;
+            entries.iter().filter(|e| !present.contains(&e.record.id)).map(|e| e.record.clone()).collect()
+        } else {
+            entries.iter().map(|e| e.record.clone()).collect()
+        };
+        if rows.is_empty() {
+            return tx.commit().await.map_err(classify);
+        }
+        let heads = link(&tx, &mut rows).await?;
+        let sink = tx.copy_in(&copy_statement("audit_logs")).await.map_err(classify)?;
+        write_rows(sink, &rows).await?;
+        let (orgs, (seqs, hashes)): (Vec<Uuid>, (Vec<i64>, Vec<Vec<u8>>)) =
+            heads.into_iter().map(|(org, (seq, hash))| (org, (seq, hash))).unzip();
+        tx.execute(
+            "UPDATE audit_chain_heads h SET seq = v.seq, hash = v.hash \
+             FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS v(org_id, seq, hash) WHERE h.org_id = v.org_id",
+            &[&orgs, &seqs, &hashes],
+        )
+        .await
+        .map_err(classify)?;
+        if !agents.is_empty() {
+            let (ids, values): (Vec<i64>, Vec<String>) = agents.iter().map(|(id, ua)| (*id, ua.clone())).unzip();
+            tx.execute(
+                "INSERT INTO audit_user_agents (id, value) SELECT * FROM unnest($1::bigint[], $2::text[]) \
+                 ON CONFLICT (id) DO NOTHING",
+                &[&ids, &values],
+            )
+            .await
+            .map_err(classify)?;
+        }
+        tx.commit().await.map_err(classify)?;
+        if let Ok(mut known) = self.agents.lock() {
+            if known.len() > 100_000 {
+                known.clear();
+            }
+            known.extend(agents.iter().map(|(id, _)| *id));
+        }
+        Ok(())
+    }
+
+    /// Creates the monthly partitions this batch needs, once per month per process.
+    async fn ensure_partitions(&self, client: &Client, entries: &[AuditEntry]) -> Result<(), CopyError> {
+        let wanted: BTreeMap<i32, DateTime<Utc>> = entries
+            .iter()
+            .map(|e| (e.record.created_at.year() * 12 + e.record.created_at.month0() as i32, e.record.created_at))
+            .collect();
+        for (month, at) in wanted {
+            if self.months.lock().map(|m| m.contains(&month)).unwrap_or(false) {
+                continue;
+            }
+            client.execute("SELECT gw_audit_partition($1)", &[&at]).await.map_err(classify)?;
+            if let Ok(mut m) = self.months.lock() {
+                m.insert(month);
+            }
+        }
+        Ok(())
+    }
+
+    /// The batch's user agents not yet known to be in the dictionary.
+    fn new_agents(&self, entries: &[AuditEntry]) -> BTreeMap<i64, String> {
+        let known = self.agents.lock();
+        entries
+            .iter()
+            .filter_map(|e| Some((e.record.user_agent_id?, e.user_agent.as_ref()?)))
+            .filter(|(id, _)| known.as_ref().map(|k| !k.contains(id)).unwrap_or(true))
+            .map(|(id, ua)| (id, ua.clone()))
+            .collect()
     }
 
     /// Moves `last_used_at` of these keys forward (informational; never on the request path).
@@ -149,33 +245,59 @@ fn copy_statement(table: &str) -> String {
     format!("COPY {table} ({COLUMNS}) FROM STDIN BINARY")
 }
 
-async fn copy(client: &Client, rows: &[AuditRecord]) -> Result<(), CopyError> {
-    let sink = client.copy_in(&copy_statement("audit_logs")).await.map_err(classify)?;
-    write_rows(sink, rows).await
+/// The batch's rows already in the table (looked up by primary key, so each is an index probe
+/// in one partition).
+async fn present(tx: &Transaction<'_>, entries: &[AuditEntry]) -> Result<HashSet<Uuid>, CopyError> {
+    let (ids, times): (Vec<Uuid>, Vec<DateTime<Utc>>) =
+        entries.iter().map(|e| (e.record.id, e.record.created_at)).unzip();
+    let rows = tx
+        .query(
+            "SELECT a.id FROM audit_logs a JOIN unnest($1::uuid[], $2::timestamptz[]) AS v(id, created_at) \
+             ON a.id = v.id AND a.created_at = v.created_at",
+            &[&ids, &times],
+        )
+        .await
+        .map_err(classify)?;
+    Ok(rows.iter().map(|r| r.get::<_, Uuid>(0)).collect())
 }
 
-async fn copy_idempotent(client: &mut Client, rows: &[AuditRecord]) -> Result<(), CopyError> {
-    let tx = client.transaction().await.map_err(classify)?;
-    tx.batch_execute(
-        "CREATE TEMP TABLE IF NOT EXISTS audit_stage (LIKE audit_logs INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
+/// Locks the chain heads of the rows' organizations (in one order, so concurrent writers never
+/// deadlock), links the rows onto them in time order, and returns the new heads.
+async fn link(tx: &Transaction<'_>, rows: &mut [AuditRecord]) -> Result<BTreeMap<Uuid, (i64, Vec<u8>)>, CopyError> {
+    rows.sort_by(|a, b| (a.org_id, a.created_at, a.id).cmp(&(b.org_id, b.created_at, b.id)));
+    let mut orgs: Vec<Uuid> = rows.iter().map(|r| r.org_id).collect();
+    orgs.dedup();
+    tx.execute(
+        "INSERT INTO audit_chain_heads (org_id, seq, hash) SELECT o, 0, $2 FROM unnest($1::uuid[]) AS o \
+         ON CONFLICT (org_id) DO NOTHING",
+        &[&orgs, &chain::GENESIS.as_slice()],
     )
     .await
     .map_err(classify)?;
-    let sink = tx.copy_in(&copy_statement("audit_stage")).await.map_err(classify)?;
-    write_rows(sink, rows).await?;
-    tx.batch_execute(&format!(
-        "INSERT INTO audit_logs ({COLUMNS}) SELECT {COLUMNS} FROM audit_stage ON CONFLICT (id) DO NOTHING"
-    ))
-    .await
-    .map_err(classify)?;
-    tx.commit().await.map_err(classify)
+    let locked = tx
+        .query(
+            "SELECT org_id, seq, hash FROM audit_chain_heads WHERE org_id = ANY($1) ORDER BY org_id FOR UPDATE",
+            &[&orgs],
+        )
+        .await
+        .map_err(classify)?;
+    let mut heads: BTreeMap<Uuid, (i64, Vec<u8>)> =
+        locked.iter().map(|r| (r.get::<_, Uuid>(0), (r.get::<_, i64>(1), r.get::<_, Vec<u8>>(2)))).collect();
+    for group in rows.chunk_by_mut(|a, b| a.org_id == b.org_id) {
+        let org = group[0].org_id;
+        let head = heads.remove(&org).unwrap_or((0, chain::GENESIS.to_vec()));
+        let mut refs: Vec<&mut AuditRecord> = group.iter_mut().collect();
+        heads.insert(org, chain::append(head, &mut refs));
+    }
+    Ok(heads)
 }
 
 async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[AuditRecord]) -> Result<(), CopyError> {
     let writer = BinaryCopyInWriter::new(sink, &TYPES);
     pin_mut!(writer);
     for r in rows {
-        let row: [&(dyn ToSql + Sync); 29] = [
+        let client_ip = r.client_ip.map(|n| n.addr());
+        let row: [&(dyn ToSql + Sync); 38] = [
             &r.id,
             &r.org_id,
             &r.team_id,
@@ -205,6 +327,15 @@ async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[Audi
             &r.cache_creation_tokens,
             &r.cache_saved_usd,
             &r.cache_similarity,
+            &r.deployment,
+            &r.overhead_us,
+            &client_ip,
+            &r.user_agent_id,
+            &r.request_body,
+            &r.response_body,
+            &r.chain_seq,
+            &r.prev_hash,
+            &r.row_hash,
         ];
         writer.as_mut().write(&row).await.map_err(classify)?;
     }

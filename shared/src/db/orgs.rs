@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::schema::organizations;
@@ -22,6 +22,28 @@ pub struct Organization {
     pub updated_at: DateTime<Utc>,
     pub budget: Option<serde_json::Value>,
     pub rate_limits: Option<serde_json::Value>,
+    pub log_bodies: bool,
+}
+
+/// What the proxy caches of an organization: its limits, and whether its audit rows keep
+/// request and response bodies. A cached copy from before `log_bodies` existed decodes as off.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OrgSettings {
+    #[serde(flatten)]
+    pub limits: ScopeLimits,
+    #[serde(default)]
+    pub log_bodies: bool,
+}
+
+/// An organization's limits and audit settings (`None`: no such organization).
+pub async fn settings(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<OrgSettings>> {
+    let row: Option<(ScopeLimits, bool)> = organizations::table
+        .filter(organizations::id.eq(org_id))
+        .select(((organizations::budget, organizations::rate_limits), organizations::log_bodies))
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(row.map(|(limits, log_bodies)| OrgSettings { limits, log_bodies }))
 }
 
 #[derive(Debug, Insertable)]
@@ -67,6 +89,7 @@ pub struct Change {
     pub metadata: Option<serde_json::Value>,
     pub budget: Option<Option<serde_json::Value>>,
     pub rate_limits: Option<Option<serde_json::Value>>,
+    pub log_bodies: Option<bool>,
 }
 
 pub async fn update(conn: &mut AsyncPgConnection, org_id: Uuid, change: &Change) -> Result<Option<Organization>> {

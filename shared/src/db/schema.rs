@@ -11,6 +11,7 @@ diesel::table! {
         updated_at -> Timestamptz,
         budget -> Nullable<Jsonb>,
         rate_limits -> Nullable<Jsonb>,
+        log_bodies -> Bool,
     }
 }
 
@@ -116,7 +117,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    audit_logs (id) {
+    audit_logs (id, created_at) {
         id -> Uuid,
         org_id -> Uuid,
         team_id -> Nullable<Uuid>,
@@ -146,6 +147,46 @@ diesel::table! {
         cache_creation_tokens -> Int4,
         cache_saved_usd -> Numeric,
         cache_similarity -> Nullable<Float4>,
+        deployment -> Nullable<Text>,
+        overhead_us -> Nullable<Int4>,
+        client_ip -> Nullable<Inet>,
+        user_agent_id -> Nullable<Int8>,
+        request_body -> Nullable<Text>,
+        response_body -> Nullable<Text>,
+        chain_seq -> Nullable<Int8>,
+        prev_hash -> Nullable<Bytea>,
+        row_hash -> Nullable<Bytea>,
+        ingested_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    audit_chain_heads (org_id) {
+        org_id -> Uuid,
+        seq -> Int8,
+        hash -> Bytea,
+    }
+}
+
+diesel::table! {
+    audit_user_agents (id) {
+        id -> Int8,
+        value -> Text,
+    }
+}
+
+diesel::table! {
+    reconcile_runs (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        provider -> Text,
+        start_day -> Date,
+        end_day -> Date,
+        created_by -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        logged -> Jsonb,
+        reported -> Jsonb,
+        discrepancies -> Jsonb,
     }
 }
 
@@ -298,6 +339,9 @@ diesel::allow_tables_to_appear_in_same_query!(
     events,
     policy_versions,
     cache_settings,
+    audit_chain_heads,
+    audit_user_agents,
+    reconcile_runs,
 );
 
 diesel::table! {

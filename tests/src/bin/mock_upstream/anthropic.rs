@@ -5,7 +5,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::convo::{char_pieces, pieces, strings, text_of, Answer, Conversation, ToolChoice};
-use crate::{json_reply, status_code, stream_reply, Call, StreamPlan};
+use crate::usage::Spent;
+use crate::{intact, json_reply, status_code, stream_reply, Call, StreamPlan};
 
 fn error_body(status: u16, message: &str) -> Value {
     let kind = match status {
@@ -81,19 +82,27 @@ fn conversation(body: &Value) -> Result<Conversation, String> {
     Ok(conv)
 }
 
-pub fn messages(call: Call) -> HttpResponse {
+/// A message; with it, what the answer spent when it goes out whole.
+pub fn messages(call: Call) -> (HttpResponse, Option<Spent>) {
     let Call { k, body, .. } = call;
     let Some(model) = body.get("model").and_then(Value::as_str) else {
-        return error(400, "model: Field required");
+        return (error(400, "model: Field required"), None);
     };
     if body.get("max_tokens").and_then(Value::as_u64).is_none() {
-        return error(400, "max_tokens: Field required");
+        return (error(400, "max_tokens: Field required"), None);
     }
     let out = match conversation(&body) {
         Ok(conv) => conv.answer(),
-        Err(e) => return error(400, &e),
+        Err(e) => return (error(400, &e), None),
     };
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let cached = k.cached_tokens.min(out.prompt_tokens);
+    let spent = intact(&k, stream).then(|| Spent {
+        model: model.to_string(),
+        input_tokens: out.prompt_tokens,
+        output_tokens: out.completion_tokens,
+        cached_tokens: cached,
+    });
     let mut usage = json!({"input_tokens": out.prompt_tokens - cached, "output_tokens": out.completion_tokens,
                            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached});
     let id = format!("msg_{}", out.digest);
@@ -104,7 +113,7 @@ pub fn messages(call: Call) -> HttpResponse {
         Answer::Tool { .. } => ("tool_use", Value::Null),
     };
 
-    if !body.get("stream").and_then(Value::as_bool).unwrap_or(false) {
+    if !stream {
         let block = match &out.answer {
             Answer::Text { text, .. } => json!({"type": "text", "text": text}),
             Answer::Tool { name, input } => json!({"type": "tool_use", "id": tool_id, "name": name, "input": input}),
@@ -114,7 +123,7 @@ pub fn messages(call: Call) -> HttpResponse {
         if !k.no_usage {
             resp["usage"] = usage;
         }
-        return json_reply(&resp, &k);
+        return (json_reply(&resp, &k), spent);
     }
 
     let mut message = json!({"id": id, "type": "message", "role": "assistant", "model": model, "content": [],
@@ -159,5 +168,5 @@ pub fn messages(call: Call) -> HttpResponse {
         error: sse("error", &error_body(500, "mock upstream failed mid-stream")),
         bad_chunk: Bytes::from_static(b"event: content_block_delta\ndata: {not json\n\n"),
     };
-    stream_reply(plan, &k)
+    (stream_reply(plan, &k), spent)
 }

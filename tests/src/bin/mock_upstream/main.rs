@@ -72,12 +72,73 @@
 //! - `GET /_mock/credentials`: `{"credentials": {"<value>": {"count", "first_ms", "last_ms"}}}`,
 //!   every credential seen (see the dialects), times in milliseconds since the mock started.
 //!   `POST /_mock/credentials/reset` forgets them.
+//! - `POST /_mock/usage/prices`, `POST /_mock/usage/adjust`: see below.
+//!
+//! # Usage reports
+//!
+//! A ledger, per credential, per model and UTC day, of `requests`, `input_tokens` (whole
+//! prompts, cached tokens included, as OpenAI's `prompt_tokens`), `output_tokens`,
+//! `cached_tokens` and `cost`, so gw's spend reconciliation can be tested against it. Every
+//! OpenAI / Azure chat and Anthropic message answered 200 and whole (streamed or not; not broken
+//! by `malformed`, `drop_connection` or the stream knobs) is recorded when answered, under the
+//! request's credential (none, not recorded), the model the answer names (the request's `model`,
+//! Azure's deployment) and today, with the tokens the mock counted even when `no_usage` hides
+//! them.
+//!
+//! - `POST /_mock/usage/prices` merges `{"<model>": {"input_per_mtok": "0.15", "output_per_mtok":
+//!   "0.6", "cached_input_per_mtok": "0.075"}}` (decimal strings, USD per million tokens; cached
+//!   defaults to input) into the price table. A request's cost, fixed when it is recorded at the
+//!   prices then known (0 for a model without prices), is `(uncached input × input + cached ×
+//!   cached price + output × output) / 1e6`, exact, rounded half away from zero to 10 places, as
+//!   gw stores a request's cost (NUMERIC(20,10)); a cell's cost is the sum of those. Its output
+//!   and cached-input parts are rounded per request likewise, and uncached input gets what the
+//!   total leaves, so a report's line items add up to the cell's cost exactly.
+//! - `POST /_mock/usage/adjust` `{"credential", "model", "day": "YYYY-MM-DD", "requests",
+//!   "input_tokens", "output_tokens", "cached_tokens", "cost": "0.001"}` (numbers optional and
+//!   signed, `cost` a decimal string) adds to that cell, creating it: 204. Test discrepancies; a
+//!   cost adjustment shows as uncached input in the line items.
+//!
+//! The reports give the ledger of the credential that asks for them. Their buckets are UTC days,
+//! from the start's day while a day starts before the end (exclusive; default: the end of today),
+//! days without usage included with no results; `limit` buckets a page (default 7, 1 to 31); when
+//! `has_more`, pass `next_page` back as `page`. Only `bucket_width=1d` (the default); `group_by`
+//! may be repeated, written `group_by[]`, or comma-separated. A bad parameter is a 400.
+//!
+//! - OpenAI (`authorization: Bearer`, else 401), `start_time` and `end_time` in unix seconds:
+//!   `GET /v1/organization/usage/completions` gives `{"object": "page", "data": [{"object":
+//!   "bucket", "start_time", "end_time", "results": [{"object":
+//!   "organization.usage.completions.result", "input_tokens", "output_tokens",
+//!   "input_cached_tokens", "input_audio_tokens": 0, "output_audio_tokens": 0,
+//!   "num_model_requests", "project_id": null, "user_id": null, "api_key_id": null, "model",
+//!   "batch": null}]}], "has_more", "next_page"}`, a result per model with `group_by=model`, else
+//!   one with `"model": null`. `GET /v1/organization/costs` the same with results `{"object":
+//!   "organization.costs.result", "amount": {"value": 0.0123, "currency": "usd"}, "amount_exact":
+//!   "0.0123", "line_item", "project_id": null}`: with `group_by=line_item` per model
+//!   `"<model>, input"` (cached input included) and `"<model>, output"`, else one line (`null`).
+//!   `amount_exact` is not OpenAI's: the exact decimal, which `value` (a float) may miss.
+//! - Anthropic (`x-api-key`, else a bearer token, else 401; `anthropic-version` required, else
+//!   400), `starting_at` and `ending_at` RFC 3339: `GET /v1/organizations/usage_report/messages`
+//!   gives `{"data": [{"starting_at": "2026-11-24T00:00:00Z", "ending_at":
+//!   "2026-11-25T00:00:00Z", "results": [{"uncached_input_tokens", "cache_creation":
+//!   {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0}, "cache_read_input_tokens",
+//!   "output_tokens", "server_tool_use": {"web_search_requests": 0}, "model", "api_key_id": null,
+//!   "workspace_id": null, "service_tier": "standard", "context_window": "0-200k"}]}],
+//!   "has_more", "next_page"}`, per model with `group_by[]=model`, else one with `"model": null`.
+//!   `GET /v1/organizations/cost_report` the same with results `{"currency": "USD", "amount":
+//!   "<cents, exact decimal string>", "workspace_id": null, "description": "<model> usage",
+//!   "cost_type": "tokens", "context_window": "0-200k", "model", "service_tier": "standard",
+//!   "token_type"}`: with `group_by[]=description` per model `uncached_input_tokens`,
+//!   `output_tokens` and, when there are cached tokens, `cache_read_input_tokens`; else one line
+//!   with the other fields `null`.
+//!
+//! The report paths take no `/k/` prefix and no knobs.
 
 mod anthropic;
 mod bedrock;
 mod convo;
 mod gemini;
 mod openai;
+mod usage;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -158,6 +219,9 @@ struct State {
     tags: Mutex<HashMap<String, TagStats>>,
     started: Instant,
     credentials: Mutex<HashMap<String, CredentialSeen>>,
+    /// What each credential's complete answers spent, per model and UTC day.
+    usage: Mutex<usage::Ledger>,
+    prices: Mutex<usage::Prices>,
 }
 
 impl State {
@@ -441,6 +505,13 @@ fn json_reply(body: &Value, k: &Knobs) -> HttpResponse {
     HttpResponse::Ok().json(body)
 }
 
+/// Whether [`json_reply`] (`stream` false) or [`stream_reply`] sends the answer whole: only
+/// such answers go into the usage ledger.
+fn intact(k: &Knobs, stream: bool) -> bool {
+    let broken_stream = k.malformed_chunk || k.error_mid_stream || k.truncate_stream;
+    !(k.malformed || k.drop_connection || (stream && broken_stream))
+}
+
 /// A streamed answer and where this dialect's stream faults cut it.
 struct StreamPlan {
     /// The complete stream, one element per event.
@@ -538,14 +609,18 @@ async fn dispatch(state: web::Data<State>, req: HttpRequest, raw: web::Bytes) ->
         return route.fault(status);
     }
     let call = Call { k, body, n, query };
-    match route {
+    let (resp, spent) = match route {
         Route::Chat(deployment) => openai::chat(call, deployment.as_deref()),
-        Route::Embeddings(deployment) => openai::embeddings(call, deployment.as_deref()),
-        Route::Models => openai::models(),
+        Route::Embeddings(deployment) => (openai::embeddings(call, deployment.as_deref()), None),
+        Route::Models => (openai::models(), None),
         Route::Messages => anthropic::messages(call),
-        Route::Gemini(model, method) => gemini::handle(call, &model, method),
-        Route::Converse(model) => bedrock::converse(call, &model),
+        Route::Gemini(model, method) => (gemini::handle(call, &model, method), None),
+        Route::Converse(model) => (bedrock::converse(call, &model), None),
+    };
+    if let (Some(credential), Some(spent)) = (&credential, spent) {
+        usage::record(&state, credential, spent);
     }
+    resp
 }
 
 #[post("/_mock/config")]
@@ -648,6 +723,8 @@ async fn main() -> std::io::Result<()> {
         tags: Mutex::new(HashMap::new()),
         started: Instant::now(),
         credentials: Mutex::new(HashMap::new()),
+        usage: Mutex::new(HashMap::new()),
+        prices: Mutex::new(HashMap::new()),
     });
     let workers = std::env::var("MOCK_WORKERS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     let server = HttpServer::new(move || {
@@ -659,6 +736,12 @@ async fn main() -> std::io::Result<()> {
             .service(stats)
             .service(credentials)
             .service(reset_credentials)
+            .service(usage::set_prices)
+            .service(usage::adjust)
+            .service(usage::openai_usage)
+            .service(usage::openai_costs)
+            .service(usage::anthropic_usage)
+            .service(usage::anthropic_costs)
             .default_service(web::to(dispatch))
     })
     .workers(workers)

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::convo::{dimensions, embedding, reply_for, Reply};
-use crate::{garbage, json_reply, status_code, stream_reply, Call, StreamPlan};
+use crate::usage::Spent;
+use crate::{garbage, intact, json_reply, status_code, stream_reply, Call, StreamPlan};
 
 /// An error in OpenAI's shape.
 pub fn error(status: u16, message: &str, param: Option<&str>) -> HttpResponse {
@@ -30,14 +31,15 @@ fn missing_api_version(deployment: Option<&str>, query: &HashMap<String, String>
         .then(|| error(400, "Missing required query parameter 'api-version'.", Some("api-version")))
 }
 
-/// A chat completion; `deployment` for Azure (it is then the answer's model).
-pub fn chat(call: Call, deployment: Option<&str>) -> HttpResponse {
+/// A chat completion; `deployment` for Azure (it is then the answer's model). With it, what the
+/// answer spent when it goes out whole.
+pub fn chat(call: Call, deployment: Option<&str>) -> (HttpResponse, Option<Spent>) {
     let Call { k, body, n, query } = call;
     if let Some(resp) = missing_api_version(deployment, &query) {
-        return resp;
+        return (resp, None);
     }
     let Some(msgs) = body.get("messages").and_then(Value::as_array).filter(|m| !m.is_empty()) else {
-        return error(400, "'messages' is required", Some("messages"));
+        return (error(400, "'messages' is required", Some("messages")), None);
     };
     let model = deployment.or_else(|| body.get("model").and_then(Value::as_str)).unwrap_or("mock").to_string();
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
@@ -54,6 +56,12 @@ pub fn chat(call: Call, deployment: Option<&str>) -> HttpResponse {
     if k.reasoning_tokens > 0 {
         usage["completion_tokens_details"] = json!({"reasoning_tokens": k.reasoning_tokens});
     }
+    let spent = intact(&k, stream).then(|| Spent {
+        model: model.clone(),
+        input_tokens: prompt_tokens,
+        output_tokens: completion_tokens,
+        cached_tokens: cached,
+    });
     let id = format!("chatcmpl-mock{n}");
     let created = 1_700_000_000 + n as i64;
 
@@ -67,7 +75,7 @@ pub fn chat(call: Call, deployment: Option<&str>) -> HttpResponse {
         if !k.no_usage {
             resp["usage"] = usage;
         }
-        return json_reply(&resp, &k);
+        return (json_reply(&resp, &k), spent);
     }
 
     let chunk = |delta: Value, finish: Value| {
@@ -98,7 +106,7 @@ pub fn chat(call: Call, deployment: Option<&str>) -> HttpResponse {
                                        "param": null, "code": null}}));
     let plan =
         StreamPlan { events, first: 2, partial: 3, error, bad_chunk: Bytes::from_static(b"data: {not json\n\n") };
-    stream_reply(plan, &k)
+    (stream_reply(plan, &k), spent)
 }
 
 /// Embeddings; `deployment` for Azure (it is then the answer's model).

@@ -1,15 +1,17 @@
 //! The audit record: what one request did, built by the proxy from its per-request context and
 //! written behind the request.
 
+pub mod chain;
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use rust_decimal::Decimal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::db::schema::audit_logs;
 
-#[derive(Debug, Clone, PartialEq, Insertable, Queryable, Selectable, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Insertable, Queryable, Selectable, Serialize, Deserialize)]
 #[diesel(table_name = audit_logs)]
 pub struct AuditRecord {
     /// The request id (`x-gw-request-id`), a UUIDv7.
@@ -46,6 +48,39 @@ pub struct AuditRecord {
     pub cache_saved_usd: Decimal,
     /// On an L3 hit: the prompt's cosine similarity to the cached one.
     pub cache_similarity: Option<f32>,
+    /// The deployment (region) of the provider that answered.
+    pub deployment: Option<String>,
+    /// The gateway's own share of the time to the response header, in microseconds.
+    pub overhead_us: Option<i32>,
+    pub client_ip: Option<ipnet::IpNet>,
+    /// [`user_agent_id`] of the caller's `User-Agent`; the string itself is kept once in
+    /// `audit_user_agents`.
+    pub user_agent_id: Option<i64>,
+    /// Bodies, only when the organization turns body logging on, and after redaction.
+    pub request_body: Option<String>,
+    pub response_body: Option<String>,
+    /// The organization's hash chain, filled in by the writer as the row is appended.
+    pub chain_seq: Option<i64>,
+    pub prev_hash: Option<Vec<u8>>,
+    pub row_hash: Option<Vec<u8>>,
+}
+
+/// What travels from a request to the writer: the row, and the caller's `User-Agent` for the
+/// dictionary the row references.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub record: AuditRecord,
+    pub user_agent: Option<String>,
+}
+
+/// A `User-Agent` as the audit log references it: the first 8 bytes of its SHA-256, so every
+/// proxy derives the same id without asking Postgres.
+pub fn user_agent_id(ua: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(ua.as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    i64::from_be_bytes(b)
 }
 
 /// Milliseconds as the audit columns hold them, saturating rather than wrapping.

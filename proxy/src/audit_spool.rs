@@ -1,0 +1,266 @@
+//! The audit spool: an append-only local log of audit batches Postgres could not take (down,
+//! slow, or the queue full), replayed in order once it takes them again.
+//!
+//! Segment files `NNNNNNNNNNNNNNNNNNNN.spool` in one folder, locked by one proxy process. Each
+//! holds frames `[length u32 LE][crc32 u32 LE][JSON array of audit entries]`. A frame is written
+//! whole with one `write` under the spool's lock, so a process crash leaves at most a torn last
+//! frame, which replay recognizes (length or checksum) and discards. Replay is idempotent on the
+//! request id (the writer skips rows already present), so replaying a frame twice after a crash
+//! never duplicates a row. Writes are not fsynced: a process crash loses nothing written here,
+//! a machine crash may lose what the kernel had not yet flushed.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use gw_shared::audit::AuditEntry;
+
+use crate::metrics::Metrics;
+
+/// A segment is closed and a new one started past this size.
+const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+const HEADER: u64 = 8;
+/// Largest frame accepted back (a corrupt length must not make replay allocate gigabytes).
+const MAX_FRAME: u64 = 256 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("audit spool full ({0} bytes)")]
+    Full(u64),
+    #[error("audit spool: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("audit spool: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+struct Segment {
+    id: u64,
+    path: PathBuf,
+    /// Bytes written (whole frames only).
+    len: u64,
+    /// Bytes already replayed.
+    read: u64,
+}
+
+struct State {
+    segments: VecDeque<Segment>,
+    /// The newest segment, open for appending (always `segments.back()`).
+    writer: Option<File>,
+    next_id: u64,
+    /// Bytes written and not yet replayed, over every segment.
+    pending: u64,
+    records: u64,
+}
+
+pub struct Spool {
+    dir: PathBuf,
+    max_bytes: u64,
+    state: Mutex<State>,
+    metrics: Arc<Metrics>,
+    /// Held for the process's lifetime: one proxy per spool folder.
+    _lock: File,
+}
+
+/// Frames read for replay: their entries, and where the replay stops once they are written.
+pub struct Taken {
+    pub entries: Vec<AuditEntry>,
+    segment: u64,
+    end: u64,
+    records: u64,
+}
+
+fn segment_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.spool"))
+}
+
+fn poisoned() -> std::io::Error {
+    std::io::Error::other("spool lock poisoned")
+}
+
+impl Spool {
+    /// Opens (creating) the folder, locks it, and picks up segments a previous run left.
+    pub fn open(dir: &Path, max_bytes: u64, metrics: Arc<Metrics>) -> Result<Spool, SpoolError> {
+        std::fs::create_dir_all(dir)?;
+        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
+        lock.try_lock().map_err(|e| {
+            std::io::Error::other(format!("{} is in use by another proxy ({e}): give each its own audit_spool_dir", dir.display()))
+        })?;
+        let mut ids: Vec<u64> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".spool")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        let mut segments = VecDeque::new();
+        let mut pending = 0;
+        for id in &ids {
+            let path = segment_path(dir, *id);
+            let len = std::fs::metadata(&path)?.len();
+            pending += len;
+            segments.push_back(Segment { id: *id, path, len, read: 0 });
+        }
+        if !segments.is_empty() {
+            log::warn!("audit spool {} holds {pending} bytes from an earlier run: replaying", dir.display());
+        }
+        let next_id = ids.last().map_or(1, |id| id + 1);
+        let spool = Spool {
+            dir: dir.to_path_buf(),
+            max_bytes,
+            state: Mutex::new(State { segments, writer: None, next_id, pending, records: 0 }),
+            metrics,
+            _lock: lock,
+        };
+        spool.metrics.audit_spool_bytes.set(pending as i64);
+        Ok(spool)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.state.lock().map(|s| s.pending == 0).unwrap_or(false)
+    }
+
+    /// Appends one frame holding `entries`.
+    pub fn append(&self, entries: &[AuditEntry]) -> Result<(), SpoolError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let payload = serde_json::to_vec(entries)?;
+        let mut frame = Vec::with_capacity(payload.len() + HEADER as usize);
+        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        frame.extend_from_slice(&payload);
+        let size = frame.len() as u64;
+        let mut st = self.state.lock().map_err(|_| poisoned())?;
+        if st.pending + size > self.max_bytes {
+            return Err(SpoolError::Full(st.pending));
+        }
+        let rotate = st.segments.back().is_none_or(|s| s.len >= SEGMENT_BYTES) || st.writer.is_none();
+        if rotate {
+            let id = st.next_id;
+            st.next_id += 1;
+            let path = segment_path(&self.dir, id);
+            let file = OpenOptions::new().create_new(true).append(true).open(&path)?;
+            st.writer = Some(file);
+            st.segments.push_back(Segment { id, path, len: 0, read: 0 });
+        }
+        let Some(file) = st.writer.as_mut() else { return Err(std::io::Error::other("no spool segment").into()) };
+        if let Err(e) = file.write_all(&frame) {
+            // A partial frame may be on disk: never append after it.
+            st.writer = None;
+            return Err(e.into());
+        }
+        if let Some(seg) = st.segments.back_mut() {
+            seg.len += size;
+        }
+        st.pending += size;
+        st.records += entries.len() as u64;
+        self.metrics.audit_spool_bytes.set(st.pending as i64);
+        self.metrics.audit_spilled.inc_by(entries.len() as u64);
+        Ok(())
+    }
+
+    /// Reads the oldest frames not yet replayed, from one segment, up to about `max_entries`
+    /// entries. `None` when the spool is empty.
+    pub fn take(&self, max_entries: usize) -> Result<Option<Taken>, SpoolError> {
+        loop {
+            let (id, path, start, len) = {
+                let mut st = self.state.lock().map_err(|_| poisoned())?;
+                let is_writer = st.segments.len() == 1 && st.writer.is_some();
+                let Some(seg) = st.segments.front() else { return Ok(None) };
+                if seg.read >= seg.len {
+                    if is_writer {
+                        return Ok(None); // caught up with the writer
+                    }
+                    self.drop_front(&mut st);
+                    continue;
+                }
+                (seg.id, seg.path.clone(), seg.read, seg.len)
+            };
+            let mut file = File::open(&path)?;
+            file.seek(SeekFrom::Start(start))?;
+            let mut entries = Vec::new();
+            let mut pos = start;
+            while pos < len && entries.len() < max_entries {
+                let mut header = [0u8; HEADER as usize];
+                let frame_len = if len - pos >= HEADER && file.read_exact(&mut header).is_ok() {
+                    u64::from(u32::from_le_bytes([header[0], header[1], header[2], header[3]]))
+                } else {
+                    u64::MAX
+                };
+                let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+                if frame_len > MAX_FRAME || pos + HEADER + frame_len > len {
+                    self.torn(id, pos, len)?;
+                    break;
+                }
+                let mut payload = vec![0u8; frame_len as usize];
+                file.read_exact(&mut payload)?;
+                if crc32fast::hash(&payload) != crc {
+                    self.torn(id, pos, len)?;
+                    break;
+                }
+                let batch: Vec<AuditEntry> = match serde_json::from_slice(&payload) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        log::error!("audit spool frame at {}:{pos} unreadable ({e}): skipped", path.display());
+                        Vec::new()
+                    }
+                };
+                entries.extend(batch);
+                pos += HEADER + frame_len;
+            }
+            if pos == start {
+                continue; // the segment's rest was torn and dropped
+            }
+            let records = entries.len() as u64;
+            return Ok(Some(Taken { entries, segment: id, end: pos, records }));
+        }
+    }
+
+    /// The frames of `taken` are in Postgres: move past them.
+    pub fn done(&self, taken: &Taken) {
+        let Ok(mut st) = self.state.lock() else { return };
+        let Some(seg) = st.segments.front_mut() else { return };
+        if seg.id != taken.segment || taken.end <= seg.read {
+            return;
+        }
+        let advanced = taken.end - seg.read;
+        seg.read = taken.end;
+        st.pending = st.pending.saturating_sub(advanced);
+        st.records = st.records.saturating_sub(taken.records);
+        self.metrics.audit_replayed.inc_by(taken.records);
+        let finished = st.segments.front().is_some_and(|s| s.read >= s.len);
+        if finished && (st.segments.len() > 1 || st.writer.is_none()) {
+            self.drop_front(&mut st);
+        } else if finished && st.pending == 0 {
+            // Caught up with the segment being written: start the next append afresh.
+            st.writer = None;
+            self.drop_front(&mut st);
+        }
+        self.metrics.audit_spool_bytes.set(st.pending as i64);
+    }
+
+    fn drop_front(&self, st: &mut State) {
+        if let Some(seg) = st.segments.pop_front() {
+            st.pending = st.pending.saturating_sub(seg.len - seg.read.min(seg.len));
+            if let Err(e) = std::fs::remove_file(&seg.path) {
+                log::warn!("removing replayed spool segment {}: {e}", seg.path.display());
+            }
+        }
+    }
+
+    /// A torn or corrupt frame (a crash mid-write): what follows it in the segment cannot be
+    /// framed, so the segment ends there.
+    fn torn(&self, id: u64, pos: u64, len: u64) -> Result<(), SpoolError> {
+        log::error!("audit spool segment {id} is torn at byte {pos} of {len}: the rest of it is discarded");
+        let mut st = self.state.lock().map_err(|_| poisoned())?;
+        if let Some(seg) = st.segments.iter_mut().find(|s| s.id == id) {
+            let lost = seg.len - pos;
+            seg.len = pos;
+            st.pending = st.pending.saturating_sub(lost);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

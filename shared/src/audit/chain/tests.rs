@@ -1,0 +1,145 @@
+use std::str::FromStr;
+
+use chrono::{TimeZone, Utc};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::*;
+use crate::audit::user_agent_id;
+
+fn row(n: u32) -> AuditRecord {
+    AuditRecord {
+        id: Uuid::now_v7(),
+        org_id: Uuid::nil(),
+        team_id: None,
+        api_key_id: Some(Uuid::new_v4()),
+        endpoint: "/v1/chat/completions".into(),
+        model: Some("gpt-4o-mini".into()),
+        provider: Some("openai".into()),
+        upstream_model: Some("gpt-4o-mini".into()),
+        status_code: 200,
+        error_type: None,
+        stream: false,
+        prompt_tokens: 10 + n as i32,
+        completion_tokens: 5,
+        total_tokens: 15 + n as i32,
+        cost_usd: Decimal::from_str("0.000105").unwrap(),
+        latency_ms: 12,
+        upstream_latency_ms: Some(10),
+        ttft_ms: None,
+        cache_status: "miss".into(),
+        policy_action: None,
+        attempts: 1,
+        created_at: Utc.timestamp_opt(1_790_000_000, 123_456_789).unwrap(),
+        cached_tokens: 0,
+        reasoning_tokens: 0,
+        cache_creation_tokens: 0,
+        routing: json!([{"provider": "openai", "outcome": "answered", "latency_ms": 10}]),
+        policy: json!([]),
+        cache_saved_usd: Decimal::ZERO,
+        cache_similarity: Some(0.91),
+        deployment: Some("us-east-1".into()),
+        overhead_us: Some(140),
+        client_ip: Some("10.1.2.3/32".parse().unwrap()),
+        user_agent_id: Some(user_agent_id("OpenAI/Python 1.0")),
+        request_body: None,
+        response_body: None,
+        chain_seq: None,
+        prev_hash: None,
+        row_hash: None,
+    }
+}
+
+fn chained(n: u32) -> Vec<AuditRecord> {
+    let mut rows: Vec<AuditRecord> = (0..n).map(row).collect();
+    let mut refs: Vec<&mut AuditRecord> = rows.iter_mut().collect();
+    append((0, GENESIS.to_vec()), &mut refs);
+    rows
+}
+
+fn verify(rows: &[AuditRecord]) -> Verifier {
+    let mut v = Verifier::after(None);
+    for r in rows {
+        v.check(r);
+    }
+    v
+}
+
+#[test]
+fn an_untouched_chain_verifies() {
+    let rows = chained(5);
+    let v = verify(&rows);
+    assert!(v.verified(), "{:?}", v.breaks);
+    assert_eq!(v.checked, 5);
+    assert_eq!(v.last().map(|l| l.0), Some(5));
+}
+
+#[test]
+fn appending_continues_from_the_head() {
+    let mut rows = chained(3);
+    let head = (3, rows[2].row_hash.clone().unwrap());
+    let mut more: Vec<AuditRecord> = (10..12).map(row).collect();
+    let mut refs: Vec<&mut AuditRecord> = more.iter_mut().collect();
+    let new_head = append(head, &mut refs);
+    assert_eq!(new_head.0, 5);
+    rows.extend(more);
+    assert!(verify(&rows).verified());
+}
+
+#[test]
+fn an_edited_row_is_named() {
+    let mut rows = chained(4);
+    rows[2].cost_usd = Decimal::from_str("0.5").unwrap();
+    let v = verify(&rows);
+    assert_eq!(v.breaks, vec![Break::Altered { seq: 3, log_id: rows[2].id }]);
+}
+
+#[test]
+fn a_deleted_row_is_named() {
+    let mut rows = chained(4);
+    rows.remove(1);
+    let v = verify(&rows);
+    assert_eq!(v.breaks, vec![Break::Missing { after_seq: 1, before_seq: 3, before_log_id: rows[1].id }]);
+}
+
+#[test]
+fn a_replaced_row_with_a_fresh_hash_breaks_the_link() {
+    let mut rows = chained(3);
+    let mut forged = row(99);
+    forged.chain_seq = Some(2);
+    forged.prev_hash = Some(vec![7; 32]);
+    forged.row_hash = Some(link(&[7; 32], 2, &forged).to_vec());
+    rows[1] = forged;
+    let v = verify(&rows);
+    assert_eq!(v.breaks.first(), Some(&Break::Relinked { seq: 2, log_id: rows[1].id }));
+}
+
+#[test]
+fn the_hash_survives_the_round_trip_through_postgres() {
+    let a = row(1);
+    let mut b = a.clone();
+    // Postgres keeps microseconds, pads NUMERIC(20, 10) and reorders JSONB members.
+    b.created_at = Utc.timestamp_opt(1_790_000_000, 123_456_000).unwrap();
+    b.cost_usd = Decimal::from_str("0.0001050000").unwrap();
+    b.routing = serde_json::from_str(r#"[{"latency_ms": 10, "outcome": "answered", "provider": "openai"}]"#).unwrap();
+    assert_eq!(content(&a), content(&b));
+    assert_eq!(link(&GENESIS, 1, &a), link(&GENESIS, 1, &b));
+}
+
+#[test]
+fn every_column_is_covered() {
+    let a = row(1);
+    let mut b = a.clone();
+    b.client_ip = Some("10.1.2.4/32".parse().unwrap());
+    assert_ne!(content(&a), content(&b));
+    let mut c = a.clone();
+    c.response_body = Some("{}".into());
+    assert_ne!(content(&a), content(&c));
+}
+
+#[test]
+fn costs_round_like_numeric() {
+    assert_eq!(numeric(Decimal::from_str("0.00000000005").unwrap()), "0.0000000001");
+    assert_eq!(numeric(Decimal::from_str("0.00000000015").unwrap()), "0.0000000002");
+    assert_eq!(numeric(Decimal::from_str("1.50").unwrap()), "1.5");
+}
