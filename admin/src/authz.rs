@@ -105,6 +105,14 @@ pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/analytics/policy/export", ADMIN),
     rule("GET", "/api/v1/analytics/cache", ADMIN),
     rule("GET", "/api/v1/analytics/overview", ADMIN),
+    rule("GET", "/api/v1/analytics/logs", ADMIN),
+    rule("GET", "/api/v1/analytics/logs/{log_id}", ADMIN),
+    rule("GET", "/api/v1/analytics/compliance/export", ADMIN),
+    // Reconciling sends the organization's provider key (or an admin key) to the provider, and
+    // runs show spend per model and day.
+    rule("POST", "/api/v1/analytics/reconcile", ADMIN),
+    rule("GET", "/api/v1/analytics/reconcile", ADMIN),
+    rule("GET", "/api/v1/analytics/reconcile/{run_id}", ADMIN),
 ];
 
 /// The rule for a route, if the matrix has one.

@@ -24,15 +24,84 @@ struct Locked {
     locked: bool,
 }
 
+/// `pg_try_advisory_xact_lock` key of the audit job ("gwaudit").
+const AUDIT_LOCK: i64 = 0x0067_7761_7564_6974;
+/// Months of partitions created ahead of time (a proxy creates a missing one itself too).
+const MONTHS_AHEAD: i32 = 2;
+
 pub fn spawn(state: Arc<AppState>) {
+    let pruning = state.clone();
     actix_web::rt::spawn(async move {
         loop {
-            if let Err(e) = prune_once(&state).await {
+            if let Err(e) = prune_once(&pruning).await {
                 log::warn!("session pruning failed: {e}");
             }
             actix_web::rt::time::sleep(PRUNE_EVERY).await;
         }
     });
+    actix_web::rt::spawn(async move {
+        let every = Duration::from_secs(state.cfg.admin.rollup_interval_secs.max(1));
+        loop {
+            let started = std::time::Instant::now();
+            match audit_once(&state).await {
+                Ok(Some(hours)) => {
+                    state.metrics.rollup_duration.observe(started.elapsed().as_secs_f64());
+                    if hours > 0 {
+                        log::debug!("audit rollups: {hours} hour(s) aggregated");
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    state.metrics.job_failures.with_label_values(&["audit"]).inc();
+                    log::warn!("audit rollups and partitions failed: {e}");
+                }
+            }
+            actix_web::rt::time::sleep(every).await;
+        }
+    });
+}
+
+/// The audit log's upkeep, on the leader only: partitions for the coming months, partitions
+/// past retention dropped whole (never a bulk delete), and the hourly rollups brought up to
+/// date. `None` when another replica holds the lock.
+pub async fn audit_once(state: &AppState) -> Result<Option<usize>, String> {
+    let mut conn = state.db.get().await.map_err(|e| e.to_string())?;
+    let retention = state.cfg.admin.audit_retention_months;
+    let metrics = state.metrics.clone();
+    conn.transaction(async |conn| {
+        let lock: Locked = diesel::sql_query(format!("SELECT pg_try_advisory_xact_lock({AUDIT_LOCK}) AS locked"))
+            .get_result(conn)
+            .await?;
+        if !lock.locked {
+            return Ok::<_, gw_shared::Error>(None);
+        }
+        diesel::sql_query(format!(
+            "SELECT gw_audit_partition(now() + make_interval(months => m)) FROM generate_series(0, {MONTHS_AHEAD}) AS m"
+        ))
+        .execute(conn)
+        .await?;
+        if retention > 0 {
+            #[derive(QueryableByName)]
+            struct Dropped {
+                #[diesel(sql_type = diesel::sql_types::Integer)]
+                dropped: i32,
+            }
+            let d: Dropped = diesel::sql_query(format!(
+                "SELECT gw_audit_drop_partitions(date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' \
+                 - make_interval(months => {})) AS dropped",
+                retention - 1
+            ))
+            .get_result(conn)
+            .await?;
+            if d.dropped > 0 {
+                metrics.partitions_dropped.inc_by(d.dropped as u64);
+                log::info!("audit retention: dropped {} monthly partition(s)", d.dropped);
+            }
+        }
+        Ok(Some(gw_shared::db::rollups::run(conn, chrono::Utc::now()).await?))
+    })
+    .await
+    .map_err(|e| e.to_string())
 }
 
 /// Deletes refresh tokens and sessions that ended over a day ago, and expired semantic-cache

@@ -12,6 +12,14 @@ pub struct Metrics {
     pub throttled: IntCounterVec,
     /// Refresh-token reuse detections (each revokes a session).
     pub refresh_reuse: IntCounter,
+    /// Time one audit upkeep run took (partitions, retention, hourly rollups).
+    pub rollup_duration: prometheus::Histogram,
+    /// Monthly audit partitions dropped by retention.
+    pub partitions_dropped: IntCounter,
+    /// Background job runs that failed, by job.
+    pub job_failures: IntCounterVec,
+    /// Reconciliation runs, by outcome (`matched`, `discrepancies`, `failed`).
+    pub reconcile_runs: IntCounterVec,
 }
 
 impl Metrics {
@@ -37,6 +45,33 @@ impl Metrics {
         registry.register(Box::new(hash_busy.clone()))?;
         registry.register(Box::new(throttled.clone()))?;
         registry.register(Box::new(refresh_reuse.clone()))?;
-        Ok(Self { registry, requests, duration, hash_busy, throttled, refresh_reuse })
+        let rollup_duration = prometheus::Histogram::with_opts(
+            HistogramOpts::new("gw_admin_audit_upkeep_duration_seconds", "Time one audit upkeep run took")
+                .buckets(vec![0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0]),
+        )?;
+        let partitions_dropped =
+            IntCounter::new("gw_admin_audit_partitions_dropped_total", "Monthly audit partitions dropped by retention")?;
+        let job_failures =
+            IntCounterVec::new(Opts::new("gw_admin_job_failures_total", "Background job runs that failed"), &["job"])?;
+        let reconcile_runs = IntCounterVec::new(
+            Opts::new("gw_admin_reconcile_runs_total", "Spend reconciliation runs by outcome"),
+            &["outcome"],
+        )?;
+        registry.register(Box::new(rollup_duration.clone()))?;
+        registry.register(Box::new(partitions_dropped.clone()))?;
+        registry.register(Box::new(job_failures.clone()))?;
+        registry.register(Box::new(reconcile_runs.clone()))?;
+        Ok(Self {
+            registry,
+            requests,
+            duration,
+            hash_busy,
+            throttled,
+            refresh_reuse,
+            rollup_duration,
+            partitions_dropped,
+            job_failures,
+            reconcile_runs,
+        })
     }
 }

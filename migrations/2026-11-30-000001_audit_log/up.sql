@@ -147,6 +147,7 @@ CREATE TABLE audit_rollups_hourly (
     completion_tokens BIGINT NOT NULL,
     cached_tokens BIGINT NOT NULL,
     cost_usd NUMERIC NOT NULL,
+    cache_saved_usd NUMERIC NOT NULL,
     cache_hits BIGINT NOT NULL,
     cache_lookups BIGINT NOT NULL,
     latency_hist BIGINT[] NOT NULL

@@ -73,6 +73,8 @@ pub struct Attempt {
     pub status: Option<u16>,
     /// Time to the upstream's response header.
     pub latency: Option<Duration>,
+    /// Time the attempt took when it failed before a header (connect errors, timeouts).
+    pub spent: Option<Duration>,
     pub region: Option<Arc<str>>,
     /// Whose credential the attempt used: the organization's own provider key or gw's.
     pub org_key: bool,
@@ -194,7 +196,7 @@ impl RequestCtx {
     /// upstream attempts' time to their headers.
     pub fn overhead(&self) -> Option<Duration> {
         let to_header = self.header_at?.saturating_duration_since(self.started);
-        let upstream: Duration = self.attempts.iter().filter_map(|a| a.latency).sum();
+        let upstream: Duration = self.attempts.iter().filter_map(|a| a.latency.or(a.spent)).sum();
         Some(to_header.saturating_sub(upstream))
     }
 

@@ -2,6 +2,7 @@
 //! as plain functions and small types. No HTTP server code lives here.
 
 pub mod accounts;
+pub mod analytics;
 pub mod audit;
 pub mod cache;
 pub mod catalog;

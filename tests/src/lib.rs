@@ -249,6 +249,7 @@ threads = 1
 max_body_bytes = 65536
 upstream_connect_timeout_ms = 1000
 upstream_read_timeout_ms = 5000
+audit_spool_dir = "{spool}"
 {proxy_extra}
 [admin]
 listen = "127.0.0.1:{admin_port}"
@@ -257,6 +258,8 @@ workers = 1
 # own (admin_auth.rs), with addresses taken from X-Forwarded-For.
 ip_attempts = 1000000
 max_concurrent_hashes = 4
+# Tests read overviews over hours the rollup job has just aggregated.
+rollup_interval_secs = 1
 # admin-extra
 
 [routing]
@@ -353,6 +356,7 @@ deployments = [{{ provider = "azure", model = "my-embedding" }}]
 "#,
         redis = redis_url(),
         dead = dead_url(),
+        spool = std::env::temp_dir().join(format!("gw-spool-{proxy_port}")).display(),
     )
 }
 
@@ -569,6 +573,10 @@ impl Stack {
                 out.push_str(&format!("listen = \"127.0.0.1:{port}\"\n"));
             } else if line.starts_with("metrics_listen = ") {
                 out.push_str(&format!("metrics_listen = \"127.0.0.1:{}\"\n", free_port()));
+            } else if line.starts_with("audit_spool_dir = ") {
+                // One proxy per spool folder.
+                let dir = std::env::temp_dir().join(format!("gw-spool-{port}"));
+                out.push_str(&format!("audit_spool_dir = \"{}\"\n", dir.display()));
             } else {
                 out.push_str(line);
                 out.push('\n');

@@ -188,14 +188,19 @@ async fn try_one(
         outcome: AttemptOutcome::Answered,
         status: None,
         latency: None,
+        spent: None,
         region: dep.region.clone(),
         org_key: own.is_some(),
     });
     let api_key = own.as_deref().or(dep.configured_key());
+    let began = std::time::Instant::now();
     let result = {
         let _inflight = dep.state.begin();
         attempt(gw, session, ctx, req, dep, api_key).await
     };
+    if let Some(a) = ctx.attempts.last_mut().filter(|a| a.latency.is_none()) {
+        a.spent = Some(began.elapsed());
+    }
     let outcome = match &result {
         Ok(()) => AttemptOutcome::Answered,
         Err(e) if e.retryable() && !ctx.header_sent => AttemptOutcome::Retryable(e.label()),

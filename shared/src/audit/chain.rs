@@ -105,6 +105,12 @@ pub enum Break {
     Relinked { seq: i64, log_id: uuid::Uuid },
     /// A row that carries no chain fields.
     Unchained { log_id: uuid::Uuid },
+    /// Rows after the last one checked are missing: the next position is gone although the
+    /// chain's head is further on.
+    MissingAfter { after_seq: i64, head_seq: i64 },
+    /// The chain's head does not match its last row (rows removed from the end, or the head
+    /// itself altered).
+    HeadMismatch { head_seq: i64 },
 }
 
 /// Walks a chain in `seq` order, one row at a time, remembering only the previous link.
@@ -155,6 +161,11 @@ impl Verifier {
             self.flag(Break::Altered { seq, log_id: r.id });
         }
         self.prev = Some((seq, hash.clone()));
+    }
+
+    /// Records a break found outside [`Verifier::check`] (at the chain's ends).
+    pub fn report(&mut self, b: Break) {
+        self.flag(b);
     }
 
     pub fn last(&self) -> Option<&(i64, Vec<u8>)> {

@@ -203,37 +203,3 @@ pub async fn tier_counts(
     .await?)
 }
 
-/// Spend and volume over a period.
-#[derive(Debug, QueryableByName)]
-pub struct Totals {
-    #[diesel(sql_type = BigInt)]
-    pub requests: i64,
-    #[diesel(sql_type = BigInt)]
-    pub errors: i64,
-    #[diesel(sql_type = diesel::sql_types::Numeric)]
-    pub spend_usd: rust_decimal::Decimal,
-    #[diesel(sql_type = BigInt)]
-    pub total_tokens: i64,
-}
-
-pub async fn totals(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    from: chrono::DateTime<chrono::Utc>,
-    to: chrono::DateTime<chrono::Utc>,
-    team_id: Option<Uuid>,
-) -> Result<Totals> {
-    use diesel::sql_types::Timestamptz;
-    Ok(diesel::sql_query(
-        "SELECT count(*) AS requests, count(*) FILTER (WHERE status_code >= 400) AS errors, \
-         coalesce(sum(cost_usd), 0) AS spend_usd, coalesce(sum(total_tokens), 0)::bigint AS total_tokens \
-         FROM audit_logs WHERE org_id = $1 AND created_at >= $2 AND created_at < $3 \
-         AND ($4::uuid IS NULL OR team_id = $4)",
-    )
-    .bind::<SqlUuid, _>(org_id)
-    .bind::<Timestamptz, _>(from)
-    .bind::<Timestamptz, _>(to)
-    .bind::<Nullable<SqlUuid>, _>(team_id)
-    .get_result(conn)
-    .await?)
-}

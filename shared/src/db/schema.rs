@@ -169,6 +169,26 @@ diesel::table! {
 }
 
 diesel::table! {
+    audit_rollups_hourly (org_id, hour) {
+        org_id -> Uuid,
+        hour -> Timestamptz,
+        team_id -> Nullable<Uuid>,
+        model -> Nullable<Text>,
+        provider -> Nullable<Text>,
+        requests -> Int8,
+        errors -> Int8,
+        prompt_tokens -> Int8,
+        completion_tokens -> Int8,
+        cached_tokens -> Int8,
+        cost_usd -> Numeric,
+        cache_saved_usd -> Numeric,
+        cache_hits -> Int8,
+        cache_lookups -> Int8,
+        latency_hist -> Array<Int8>,
+    }
+}
+
+diesel::table! {
     audit_user_agents (id) {
         id -> Int8,
         value -> Text,

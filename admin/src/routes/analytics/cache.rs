@@ -1,5 +1,5 @@
-//! The response cache's analytics (hit rate per tier, saved cost) and the overview (spend,
-//! volume, hit rate), read from the request audit log over a period.
+//! The response cache's analytics (hit rate per tier, saved cost), read from the request audit
+//! log over a period.
 
 use actix_web::{get, web, HttpResponse};
 use chrono::{DateTime, Utc};
@@ -135,56 +135,4 @@ pub async fn cache_summary(
     let period = q.into_inner().period(Utc::now())?;
     let mut conn = state.conn().await?;
     Ok(HttpResponse::Ok().json(cache_stats(&mut conn, session.org_id, period).await?))
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct OverviewCache {
-    /// `hits / lookups` over the period.
-    hit_rate: f64,
-    hits: i64,
-    lookups: i64,
-    #[schema(value_type = String)]
-    saved_usd: String,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct Overview {
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    requests: i64,
-    /// Requests answered with a status of 400 or more.
-    errors: i64,
-    #[schema(value_type = String)]
-    spend_usd: String,
-    total_tokens: i64,
-    cache: OverviewCache,
-}
-
-/// Spend, request volume and the cache's hit rate over a period.
-#[utoipa::path(operation_id = "get_analytics_overview", tag = "analytics", params(PeriodQuery),
-    responses((status = 200, body = Overview), Errors))]
-#[get("/analytics/overview")]
-pub async fn overview(
-    state: web::Data<AppState>,
-    session: Session,
-    q: web::Query<PeriodQuery>,
-) -> ApiResult<HttpResponse> {
-    let period = q.into_inner().period(Utc::now())?;
-    let mut conn = state.conn().await?;
-    let totals = gw_shared::db::cache::totals(&mut conn, session.org_id, period.0, period.1, period.2).await?;
-    let cache = cache_stats(&mut conn, session.org_id, period).await?;
-    Ok(HttpResponse::Ok().json(Overview {
-        from: period.0,
-        to: period.1,
-        requests: totals.requests,
-        errors: totals.errors,
-        spend_usd: totals.spend_usd.normalize().to_string(),
-        total_tokens: totals.total_tokens,
-        cache: OverviewCache {
-            hit_rate: cache.hit_rate,
-            hits: cache.hits,
-            lookups: cache.lookups,
-            saved_usd: cache.saved_usd,
-        },
-    }))
 }

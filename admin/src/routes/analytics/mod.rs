@@ -1,9 +1,14 @@
 //! Policy analytics, read from the request audit log: how often each guardrail acted on the
 //! organization's requests over a period, and every decision behind those counts as a streamed
 //! JSON Lines or CSV export. Decisions name entity types and counts, never matched values. The
-//! response cache's hit rates and the overview are in `cache`.
+//! response cache's hit rates are in `cache`, the overview in `overview`, the request log in
+//! `logs`, the auditor's export in `compliance`.
 
 mod cache;
+mod compliance;
+mod logs;
+mod overview;
+mod reconcile;
 
 use std::io;
 
@@ -25,7 +30,16 @@ use crate::state::AppState;
 use crate::{trail, validate};
 
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(policy_summary).service(policy_export).service(cache::cache_summary).service(cache::overview);
+    cfg.service(policy_summary)
+        .service(policy_export)
+        .service(cache::cache_summary)
+        .service(overview::overview)
+        .service(logs::list)
+        .service(logs::detail)
+        .service(compliance::export)
+        .service(reconcile::create_run)
+        .service(reconcile::list_runs)
+        .service(reconcile::get_run);
 }
 
 /// The period when the query names no `from`.
@@ -138,7 +152,7 @@ impl ExportQuery {
 }
 
 /// A `from` or `to`: an RFC 3339 time, or a date meaning its midnight UTC.
-fn instant(field: &str, value: &str) -> ApiResult<DateTime<Utc>> {
+pub(super) fn instant(field: &str, value: &str) -> ApiResult<DateTime<Utc>> {
     let v = value.trim();
     let t = DateTime::parse_from_rfc3339(v)
         .map(|t| t.with_timezone(&Utc))
@@ -203,13 +217,13 @@ pub async fn policy_summary(
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
+pub(super) enum Format {
     Jsonl,
     Csv,
 }
 
 impl Format {
-    fn parse(value: Option<&str>) -> ApiResult<Format> {
+    pub(super) fn parse(value: Option<&str>) -> ApiResult<Format> {
         match value.map(str::trim) {
             None | Some("jsonl") => Ok(Format::Jsonl),
             Some("csv") => Ok(Format::Csv),
@@ -217,14 +231,14 @@ impl Format {
         }
     }
 
-    fn content_type(self) -> &'static str {
+    pub(super) fn content_type(self) -> &'static str {
         match self {
             Format::Jsonl => "application/x-ndjson",
             Format::Csv => "text/csv; charset=utf-8",
         }
     }
 
-    fn extension(self) -> &'static str {
+    pub(super) fn extension(self) -> &'static str {
         match self {
             Format::Jsonl => "jsonl",
             Format::Csv => "csv",
@@ -275,7 +289,7 @@ pub async fn policy_export(
 }
 
 /// A time as a file name may hold it (no `:`), e.g. `20260131T120000Z`.
-fn stamp(t: DateTime<Utc>) -> String {
+pub(super) fn stamp(t: DateTime<Utc>) -> String {
     t.format("%Y%m%dT%H%M%SZ").to_string()
 }
 
@@ -466,7 +480,7 @@ fn entities_text(entities: Option<&Map<String, Value>>) -> String {
 
 /// One CSV field (RFC 4180), defused: a field a spreadsheet would run as a formula gets a
 /// leading `'`, which makes it text.
-fn csv_field(out: &mut Vec<u8>, value: &str) {
+pub(super) fn csv_field(out: &mut Vec<u8>, value: &str) {
     let quoted = value.contains([',', '"', '\r', '\n']);
     if quoted {
         out.push(b'"');

@@ -1,0 +1,268 @@
+//! The overview: spend, volume, tokens, errors, cache hit rate and latency percentiles over a
+//! period, in total and grouped by team, model or day. Whole hours come from the hourly rollups
+//! (`db::rollups`), the period's ragged edges and the hours not yet rolled up from the audit log
+//! itself, so the answer is exact for counts and sums and stays fast at millions of rows.
+
+use std::collections::BTreeMap;
+
+use actix_web::{get, web, HttpResponse};
+use chrono::{DateTime, TimeDelta, Utc};
+use gw_shared::analytics::{latency_bounds_ms, quantile};
+use gw_shared::db::rollups::{self, floor_hour, Rollup};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::instant;
+use crate::error::{ApiError, ApiResult, Errors};
+use crate::session::Session;
+use crate::state::AppState;
+
+const MAX_DAYS: i64 = 366;
+const DEFAULT_DAYS: i64 = 7;
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct OverviewQuery {
+    /// The period ending now: `Nh` or `Nd` (`24h`, `7d`, `30d`). Not with `from`/`start`.
+    period: Option<String>,
+    /// Start, inclusive: an RFC 3339 time or a date. Default: 7 days before the end.
+    from: Option<String>,
+    /// Same as `from`.
+    start: Option<String>,
+    /// End, exclusive: an RFC 3339 time or a date. Default: now. At most 366 days after the start.
+    to: Option<String>,
+    /// Same as `to`.
+    end: Option<String>,
+    team_id: Option<Uuid>,
+    /// `team`, `model` or `day` (UTC): adds `groups`.
+    group_by: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum GroupBy {
+    Team,
+    Model,
+    Day,
+}
+
+fn period_span(p: &str) -> ApiResult<TimeDelta> {
+    let bad = || ApiError::field("period", "must be a number of hours or days, like 24h or 30d");
+    let (n, unit) = p.split_at(p.len().saturating_sub(1));
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let span = match unit {
+        "h" => TimeDelta::try_hours(n),
+        "d" => TimeDelta::try_days(n),
+        _ => None,
+    }
+    .ok_or_else(bad)?;
+    if n <= 0 || span > TimeDelta::days(MAX_DAYS) {
+        return Err(ApiError::field("period", format!("must be between 1h and {MAX_DAYS}d")));
+    }
+    Ok(span)
+}
+
+impl OverviewQuery {
+    fn bounds(&self, now: DateTime<Utc>) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
+        let start = match (&self.from, &self.start) {
+            (Some(_), Some(_)) => return Err(ApiError::field("start", "give from or start, not both")),
+            (a, b) => a.as_deref().or(b.as_deref()),
+        };
+        let end = match (&self.to, &self.end) {
+            (Some(_), Some(_)) => return Err(ApiError::field("end", "give to or end, not both")),
+            (a, b) => a.as_deref().or(b.as_deref()),
+        };
+        if let Some(p) = &self.period {
+            if start.is_some() || end.is_some() {
+                return Err(ApiError::field("period", "give a period or a start and end, not both"));
+            }
+            return Ok((now - period_span(p)?, now));
+        }
+        let to = end.map(|t| instant("end", t)).transpose()?.unwrap_or(now);
+        let from = start.map(|f| instant("start", f)).transpose()?.unwrap_or(to - TimeDelta::days(DEFAULT_DAYS));
+        if from >= to {
+            return Err(ApiError::field("end", "must be after start"));
+        }
+        if to - from > TimeDelta::days(MAX_DAYS) {
+            return Err(ApiError::field("start", format!("must be at most {MAX_DAYS} days before the end")));
+        }
+        Ok((from, to))
+    }
+
+    fn group_by(&self) -> ApiResult<Option<GroupBy>> {
+        Ok(match self.group_by.as_deref() {
+            None => None,
+            Some("team") => Some(GroupBy::Team),
+            Some("model") => Some(GroupBy::Model),
+            Some("day") => Some(GroupBy::Day),
+            Some(_) => return Err(ApiError::field("group_by", "must be team, model or day")),
+        })
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct OverviewCache {
+    /// `hits / lookups` over the period (0 without lookups).
+    hit_rate: f64,
+    hits: i64,
+    lookups: i64,
+    #[schema(value_type = String)]
+    saved_usd: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct OverviewTokens {
+    prompt: i64,
+    completion: i64,
+    cached: i64,
+    total: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct OverviewLatency {
+    /// Milliseconds, from 15%-wide latency buckets (within about 7%); null without requests.
+    p50_ms: Option<f64>,
+    p95_ms: Option<f64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Figures {
+    requests: i64,
+    /// Requests answered with a status of 400 or more.
+    errors: i64,
+    error_rate: f64,
+    #[schema(value_type = String)]
+    spend_usd: String,
+    /// Prompt plus completion tokens.
+    total_tokens: i64,
+    tokens: OverviewTokens,
+    cache: OverviewCache,
+    latency: OverviewLatency,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Group {
+    /// The team id, the model, or the day (`YYYY-MM-DD`); null for requests without a team or
+    /// model.
+    key: Option<String>,
+    #[serde(flatten)]
+    figures: Figures,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Overview {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    #[serde(flatten)]
+    figures: Figures,
+    /// With `group_by`: one entry per team, model or day, largest spend first (days in order).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    groups: Option<Vec<Group>>,
+}
+
+fn rate(n: i64, of: i64) -> f64 {
+    if of == 0 {
+        0.0
+    } else {
+        n as f64 / of as f64
+    }
+}
+
+fn figures(r: &Rollup, bounds: &[i32]) -> Figures {
+    Figures {
+        requests: r.requests,
+        errors: r.errors,
+        error_rate: rate(r.errors, r.requests),
+        spend_usd: r.cost_usd.normalize().to_string(),
+        total_tokens: r.prompt_tokens + r.completion_tokens,
+        tokens: OverviewTokens {
+            prompt: r.prompt_tokens,
+            completion: r.completion_tokens,
+            cached: r.cached_tokens,
+            total: r.prompt_tokens + r.completion_tokens,
+        },
+        cache: OverviewCache {
+            hit_rate: rate(r.cache_hits, r.cache_lookups),
+            hits: r.cache_hits,
+            lookups: r.cache_lookups,
+            saved_usd: r.cache_saved_usd.normalize().to_string(),
+        },
+        latency: OverviewLatency {
+            p50_ms: quantile(&r.latency_hist, bounds, 0.5),
+            p95_ms: quantile(&r.latency_hist, bounds, 0.95),
+        },
+    }
+}
+
+fn ceil_hour(t: DateTime<Utc>) -> DateTime<Utc> {
+    let f = floor_hour(t);
+    if f == t {
+        f
+    } else {
+        f + TimeDelta::hours(1)
+    }
+}
+
+/// An organization's groups of audit rows over `[from, to)`: rollups for the whole hours they
+/// cover, the audit log for the rest.
+async fn collect(
+    conn: &mut diesel_async::AsyncPgConnection,
+    org_id: Uuid,
+    team_id: Option<Uuid>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> ApiResult<Vec<Rollup>> {
+    let rolled_until = rollups::state(conn).await?.rolled_until;
+    let a = ceil_hour(from);
+    let b = floor_hour(to).min(rolled_until);
+    if a >= b {
+        return Ok(rollups::aggregate(conn, Some(org_id), team_id, from, to).await?);
+    }
+    let mut rows = rollups::read(conn, org_id, team_id, a, b).await?;
+    if from < a {
+        rows.extend(rollups::aggregate(conn, Some(org_id), team_id, from, a).await?);
+    }
+    if b < to {
+        rows.extend(rollups::aggregate(conn, Some(org_id), team_id, b, to).await?);
+    }
+    Ok(rows)
+}
+
+/// Spend, volume, tokens, errors, cache hit rate and latency over a period, optionally grouped.
+#[utoipa::path(operation_id = "get_analytics_overview", tag = "analytics", params(OverviewQuery),
+    responses((status = 200, body = Overview), Errors))]
+#[get("/analytics/overview")]
+pub async fn overview(
+    state: web::Data<AppState>,
+    session: Session,
+    q: web::Query<OverviewQuery>,
+) -> ApiResult<HttpResponse> {
+    let q = q.into_inner();
+    let (from, to) = q.bounds(Utc::now())?;
+    let group_by = q.group_by()?;
+    let mut conn = state.conn().await?;
+    let rows = collect(&mut conn, session.org_id, q.team_id, from, to).await?;
+    let bounds = latency_bounds_ms();
+    let mut total = Rollup::default();
+    let mut groups: BTreeMap<Option<String>, Rollup> = BTreeMap::new();
+    for r in &rows {
+        total.add(r);
+        if let Some(g) = group_by {
+            let key = match g {
+                GroupBy::Team => r.team_id.map(|t| t.to_string()),
+                GroupBy::Model => r.model.clone(),
+                GroupBy::Day => Some(r.hour.format("%Y-%m-%d").to_string()),
+            };
+            groups.entry(key).or_default().add(r);
+        }
+    }
+    let groups = group_by.map(|g| {
+        let mut list: Vec<(Option<String>, Rollup)> = groups.into_iter().collect();
+        if g != GroupBy::Day {
+            list.sort_by(|a, b| b.1.cost_usd.cmp(&a.1.cost_usd).then(b.1.requests.cmp(&a.1.requests)));
+        }
+        list.into_iter().map(|(key, r)| Group { key, figures: figures(&r, &bounds) }).collect()
+    });
+    Ok(HttpResponse::Ok().json(Overview { from, to, figures: figures(&total, &bounds), groups }))
+}

@@ -1,0 +1,567 @@
+//! Spend reconciliation. `POST /analytics/reconcile` puts what a provider's own usage and cost
+//! reports say about a period next to what gw logged of the requests that provider answered for
+//! the organization, per model and UTC day, keeps the run and returns every difference; `GET
+//! /analytics/reconcile` and `GET /analytics/reconcile/{run_id}` read runs back. Tenants are
+//! charged from gw's log while the provider bills from its own meters: requests that never
+//! reached the log, a price table that lags the provider's, or the key used outside gw show up
+//! only here. Building the report URLs, reading pages and comparing are `gw_shared::reconcile`;
+//! this module fetches and stores.
+//!
+//! The provider's admin key (sent with the request, else the organization's provider key) goes to
+//! the provider and nowhere else: not into the run, the trail or the log. A failed fetch names the
+//! provider, the report and at most a status, never the provider's response body.
+
+use std::time::Duration;
+
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use gw_shared::config::ProviderConfig;
+use gw_shared::db::provider_keys;
+use gw_shared::db::reconcile_runs::{self, Run, RunSummary};
+use gw_shared::ids::new_id;
+use gw_shared::reconcile::{self as rec, Dialect, Discrepancy, Ledger, ReportKind, ReportRequest};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::error::{ApiError, ApiResult, ErrorBody, ErrorDetail, Errors};
+use crate::pagination::{self, Page};
+use crate::session::Session;
+use crate::state::AppState;
+use crate::trail::{Entry, Trail};
+use crate::validate;
+
+/// Longest period one run covers, both ends included: a quarter of three 31-day months.
+const MAX_DAYS: i64 = 93;
+/// The provider kinds with usage and cost report APIs (`Dialect::from_kind`), for messages.
+const SUPPORTED_KINDS: &str = "openai, anthropic";
+/// Pages one report may take. 93 days need 3 pages of 31; a provider still paging after 100 is
+/// looping, and stopping quietly would drop the rest of its report.
+const MAX_PAGES: usize = 100;
+/// One report call, body included.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest report page read; 31 days of a few hundred models stay far below it.
+const MAX_PAGE_BYTES: usize = 16 * 1024 * 1024;
+/// The API version Anthropic's usage and cost reports are documented under.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// A run to make.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileRequest {
+    /// A configured provider's name, of kind `openai` or `anthropic`.
+    provider: String,
+    /// The first UTC day, `YYYY-MM-DD`.
+    start: String,
+    /// The last UTC day, inclusive; default `start`. Not after today, at most 93 days in all.
+    end: Option<String>,
+    /// The provider's admin key (its usage reports refuse project keys), used for this run only
+    /// and never stored. Default: the organization's provider key for `provider`.
+    admin_key: Option<String>,
+}
+
+/// What one side counted on one model on one UTC day.
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct ReconcileUsage {
+    /// The upstream model, as the provider names it.
+    model: String,
+    day: NaiveDate,
+    /// Null where the source does not count requests (Anthropic's reports).
+    requests: Option<u64>,
+    /// Whole prompts, cached tokens included.
+    input_tokens: u64,
+    output_tokens: u64,
+    /// Of the input tokens, those read from the provider's prompt cache.
+    cached_tokens: u64,
+    /// USD, an exact decimal.
+    #[schema(value_type = String)]
+    cost_usd: String,
+}
+
+/// One field of one model and day on which the provider and gw disagree.
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct ReconcileDiscrepancy {
+    model: String,
+    day: NaiveDate,
+    /// `requests`, `input_tokens`, `output_tokens`, `cached_tokens` or `cost_usd`.
+    field: String,
+    /// An exact decimal.
+    logged: String,
+    /// An exact decimal.
+    reported: String,
+    /// `reported - logged`: positive when the provider counts more than gw logged.
+    difference: String,
+}
+
+impl From<Discrepancy> for ReconcileDiscrepancy {
+    fn from(d: Discrepancy) -> Self {
+        ReconcileDiscrepancy {
+            model: d.model,
+            day: d.day,
+            field: d.field.to_string(),
+            logged: d.logged,
+            reported: d.reported,
+            difference: d.difference,
+        }
+    }
+}
+
+/// A run: both sides and every difference between them.
+#[derive(Serialize, ToSchema)]
+pub struct ReconcileRun {
+    id: Uuid,
+    /// The gw provider's name.
+    provider: String,
+    start: NaiveDate,
+    /// Inclusive.
+    end: NaiveDate,
+    /// Null once that user is deleted.
+    created_by: Option<Uuid>,
+    created_at: DateTime<Utc>,
+    /// Whether the two sides agree on every field.
+    matched: bool,
+    /// By model, day, then field. Requests are compared only where the provider counts them.
+    discrepancies: Vec<ReconcileDiscrepancy>,
+    /// What gw logged of the requests the provider answered (status below 400, not served from
+    /// gw's cache), per upstream model and UTC day.
+    logged: Vec<ReconcileUsage>,
+    /// What the provider's usage and cost reports say, per model and UTC day.
+    reported: Vec<ReconcileUsage>,
+}
+
+impl TryFrom<Run> for ReconcileRun {
+    type Error = ApiError;
+
+    fn try_from(r: Run) -> ApiResult<Self> {
+        let id = r.id;
+        let bad = |part: &str, e: serde_json::Error| ApiError::Internal(format!("reconcile run {id}: {part}: {e}"));
+        let discrepancies: Vec<ReconcileDiscrepancy> =
+            serde_json::from_value(r.discrepancies).map_err(|e| bad("discrepancies", e))?;
+        Ok(ReconcileRun {
+            id,
+            provider: r.provider,
+            start: r.start_day,
+            end: r.end_day,
+            created_by: r.created_by,
+            created_at: r.created_at,
+            matched: discrepancies.is_empty(),
+            discrepancies,
+            logged: serde_json::from_value(r.logged).map_err(|e| bad("logged", e))?,
+            reported: serde_json::from_value(r.reported).map_err(|e| bad("reported", e))?,
+        })
+    }
+}
+
+/// A run as a list shows it, without its ledgers.
+#[derive(Serialize, ToSchema)]
+pub struct ReconcileRunSummary {
+    id: Uuid,
+    provider: String,
+    start: NaiveDate,
+    /// Inclusive.
+    end: NaiveDate,
+    created_by: Option<Uuid>,
+    created_at: DateTime<Utc>,
+    matched: bool,
+    /// How many differences the run found; `GET /analytics/reconcile/{run_id}` lists them.
+    discrepancy_count: i32,
+}
+
+impl From<RunSummary> for ReconcileRunSummary {
+    fn from(r: RunSummary) -> Self {
+        ReconcileRunSummary {
+            id: r.id,
+            provider: r.provider,
+            start: r.start_day,
+            end: r.end_day,
+            created_by: r.created_by,
+            created_at: r.created_at,
+            matched: r.discrepancies == 0,
+            discrepancy_count: r.discrepancies,
+        }
+    }
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileListQuery {
+    /// 1 to 200; default 50.
+    limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<Uuid>,
+}
+
+/// Compare a provider's own usage and cost reports for a period with what gw logged of the
+/// requests it answered for this organization, per model and UTC day, and keep the run.
+#[utoipa::path(operation_id = "reconcile_spend", tag = "analytics", request_body = ReconcileRequest,
+    responses((status = 201, body = ReconcileRun),
+        (status = 502, body = ErrorBody, description = "The provider's report could not be read: unreachable, \
+            an error status (named in the message), or a page that is not a report. Nothing was stored."),
+        Errors))]
+#[post("/analytics/reconcile")]
+pub async fn create_run(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: crate::body::Json<ReconcileRequest>,
+) -> ApiResult<HttpResponse> {
+    let b = body.into_inner();
+    let (provider, dialect) = provider(&state, &b.provider)?;
+    let (start, end) = period(&b.start, b.end.as_deref(), Utc::now().date_naive())?;
+    let base_url = provider
+        .base_url
+        .as_deref()
+        .ok_or_else(|| ApiError::Validation(format!("provider {:?} has no base_url configured", provider.name)))?;
+    // Only a base URL the server's config got wrong can fail here: the period is checked.
+    let requests = rec::report_requests(dialect, base_url, start, end)
+        .map_err(|e| ApiError::Internal(format!("provider {}: {e}", provider.name)))?;
+    let (key, credential) = match &b.admin_key {
+        Some(k) => (validate::secret("admin_key", k)?, "admin_key"),
+        None => (org_key(&state, session.org_id, &provider.name).await?, "provider_key"),
+    };
+    let client = client(credential_headers(dialect, &key)?)?;
+
+    let mut reported = match fetch(&client, dialect, &requests, &provider.name).await {
+        Ok(ledger) => ledger,
+        Err(BadGateway(message)) => {
+            log::warn!("reconcile of org {} with provider {} failed: {message}", session.org_id, provider.name);
+            state.metrics.reconcile_runs.with_label_values(&["failed"]).inc();
+            return Ok(bad_gateway(message));
+        }
+    };
+    // The log side covers exactly these days; a bucket outside them is not the run's.
+    reported.retain(|(_, day), _| (start..=end).contains(day));
+
+    // The end is today at the latest, so the day after it is always on the calendar.
+    let to = end
+        .checked_add_days(Days::new(1))
+        .map(midnight)
+        .ok_or_else(|| ApiError::Internal(format!("the day after {end} is not on the calendar")))?;
+    let mut conn = state.conn().await?;
+    let logged = reconcile_runs::logged_usage(&mut conn, session.org_id, &provider.name, midnight(start), to).await?;
+    let discrepancies: Vec<ReconcileDiscrepancy> =
+        rec::compare(&logged, &reported, dialect == Dialect::OpenAi).into_iter().map(Into::into).collect();
+    let run = Run {
+        id: new_id(),
+        org_id: session.org_id,
+        provider: provider.name.clone(),
+        start_day: start,
+        end_day: end,
+        created_by: Some(session.user_id),
+        created_at: Utc::now(),
+        logged: document(&usage_rows(&logged))?,
+        reported: document(&usage_rows(&reported))?,
+        discrepancies: document(&discrepancies)?,
+    };
+    let trail = Trail::of(&session, &req);
+    let run = conn.transaction(async |conn| store(conn, &trail, &run, credential).await).await?;
+    let outcome = if discrepancies.is_empty() { "matched" } else { "discrepancies" };
+    state.metrics.reconcile_runs.with_label_values(&[outcome]).inc();
+    log::info!(
+        "reconcile run {} of org {}: provider {}, {start} to {end}, {} discrepancies",
+        run.id,
+        run.org_id,
+        run.provider,
+        discrepancies.len()
+    );
+    Ok(HttpResponse::Created().json(ReconcileRun::try_from(run)?))
+}
+
+/// The organization's reconcile runs, newest first, without their ledgers.
+#[utoipa::path(operation_id = "list_reconcile_runs", tag = "analytics", params(ReconcileListQuery),
+    responses((status = 200, body = Page<ReconcileRunSummary>), Errors))]
+#[get("/analytics/reconcile")]
+pub async fn list_runs(
+    state: web::Data<AppState>,
+    session: Session,
+    q: web::Query<ReconcileListQuery>,
+) -> ApiResult<HttpResponse> {
+    let limit = pagination::limit(q.limit)?;
+    let mut conn = state.conn().await?;
+    let rows = reconcile_runs::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
+    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |r| r.id, ReconcileRunSummary::from)))
+}
+
+/// One reconcile run, with both ledgers and every difference.
+#[utoipa::path(operation_id = "get_reconcile_run", tag = "analytics",
+    params(("run_id" = Uuid, Path, description = "The run's id")),
+    responses((status = 200, body = ReconcileRun), Errors))]
+#[get("/analytics/reconcile/{run_id}")]
+pub async fn get_run(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
+    let mut conn = state.conn().await?;
+    let run = reconcile_runs::find(&mut conn, session.org_id, id.into_inner())
+        .await?
+        .ok_or(ApiError::NotFound("reconcile run"))?;
+    Ok(HttpResponse::Ok().json(ReconcileRun::try_from(run)?))
+}
+
+/// The run and its trail entry, committed together.
+async fn store(conn: &mut AsyncPgConnection, trail: &Trail, run: &Run, credential: &str) -> ApiResult<Run> {
+    let stored = reconcile_runs::insert(conn, run).await?;
+    let entry = Entry {
+        action: "analytics.reconcile",
+        resource_type: "reconcile_run",
+        resource_id: Some(stored.id.to_string()),
+        detail: json!({"provider": stored.provider, "start": stored.start_day, "end": stored.end_day,
+                       "credential": credential,
+                       "discrepancies": stored.discrepancies.as_array().map_or(0, Vec::len)}),
+    };
+    trail.record(conn, entry).await?;
+    Ok(stored)
+}
+
+/// The configured provider and the report dialect its kind speaks.
+fn provider<'a>(state: &'a AppState, requested: &str) -> ApiResult<(&'a ProviderConfig, Dialect)> {
+    let providers = &state.cfg.providers;
+    let Some(p) = providers.iter().find(|p| p.name == requested) else {
+        let reportable: Vec<&str> =
+            providers.iter().filter(|p| Dialect::from_kind(&p.kind).is_some()).map(|p| p.name.as_str()).collect();
+        let known = if reportable.is_empty() { "none are configured".to_string() } else { reportable.join(", ") };
+        return Err(ApiError::field(
+            "provider",
+            format!("unknown provider {requested:?}; providers with usage reports: {known}"),
+        ));
+    };
+    let dialect = Dialect::for_kind(&p.kind).map_err(|_| {
+        ApiError::field(
+            "provider",
+            format!(
+                "provider {:?} is of kind {:?}, which has no usage report API; supported kinds: {SUPPORTED_KINDS}",
+                p.name, p.kind
+            ),
+        )
+    })?;
+    Ok((p, dialect))
+}
+
+/// The checked period: `start..=end` in UTC days, ending today at the latest.
+fn period(start: &str, end: Option<&str>, today: NaiveDate) -> ApiResult<(NaiveDate, NaiveDate)> {
+    let start = day("start", start)?;
+    if start > today {
+        return Err(ApiError::field("start", format!("must not be after today ({today}, UTC)")));
+    }
+    let end = end.map(|e| day("end", e)).transpose()?.unwrap_or(start);
+    if end < start {
+        return Err(ApiError::field("end", "must not be before start"));
+    }
+    if end > today {
+        return Err(ApiError::field("end", format!("must not be after today ({today}, UTC)")));
+    }
+    if (end - start).num_days() >= MAX_DAYS {
+        return Err(ApiError::field(
+            "end",
+            format!("the period may cover at most {MAX_DAYS} days, start and end included"),
+        ));
+    }
+    Ok((start, end))
+}
+
+fn day(field: &str, value: &str) -> ApiResult<NaiveDate> {
+    NaiveDate::parse_from_str(value.trim(), "%Y-%m-%d")
+        .map_err(|_| ApiError::field(field, "must be a date, YYYY-MM-DD"))
+}
+
+fn midnight(day: NaiveDate) -> DateTime<Utc> {
+    day.and_time(NaiveTime::MIN).and_utc()
+}
+
+/// The secret of the organization's live key for `provider`, opened.
+async fn org_key(state: &AppState, org_id: Uuid, provider: &str) -> ApiResult<String> {
+    let keys = {
+        let mut conn = state.conn().await?;
+        provider_keys::live_for_org(&mut conn, org_id).await?
+    };
+    let Some(sealed) = keys.for_provider(provider) else {
+        return Err(ApiError::Validation(format!("no admin key: pass admin_key or add a provider key for {provider}")));
+    };
+    let ring = state.cfg.secrets.keyring.as_ref().ok_or_else(|| {
+        log::error!("org {org_id} has a provider key for {provider} but GW_ENCRYPTION_KEY is not set");
+        ApiError::Unavailable("provider keys need GW_ENCRYPTION_KEY".into())
+    })?;
+    Ok(sealed.open(ring, org_id)?)
+}
+
+/// The headers that carry the key as the dialect wants it: OpenAI a bearer token, Anthropic
+/// `x-api-key` with a version. Marked sensitive so that no debug output shows them.
+fn credential_headers(dialect: Dialect, key: &str) -> ApiResult<HeaderMap> {
+    let sensitive = |v: String| {
+        let mut value = HeaderValue::from_str(&v).map_err(|_| {
+            ApiError::Validation("the admin key cannot be sent in an HTTP header: use printable ASCII only".into())
+        })?;
+        value.set_sensitive(true);
+        Ok::<_, ApiError>(value)
+    };
+    let mut headers = HeaderMap::new();
+    match dialect {
+        Dialect::OpenAi => {
+            headers.insert(AUTHORIZATION, sensitive(format!("Bearer {key}"))?);
+        }
+        Dialect::Anthropic => {
+            headers.insert(HeaderName::from_static("x-api-key"), sensitive(key.to_string())?);
+            headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(ANTHROPIC_VERSION));
+        }
+    }
+    Ok(headers)
+}
+
+/// A client for one run, its credential in every request.
+fn client(headers: HeaderMap) -> ApiResult<reqwest::Client> {
+    reqwest::Client::builder()
+        // reqwest drops `Authorization` on a redirect to another host but keeps `x-api-key`: no
+        // redirect may take the key anywhere the config did not name.
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(CALL_TIMEOUT)
+        .default_headers(headers)
+        .build()
+        .map_err(|e| ApiError::Internal(format!("cannot build the report client: {}", e.without_url())))
+}
+
+/// Why a provider's report could not be read: a message naming the provider, the report and at
+/// most a status.
+struct BadGateway(String);
+
+/// 502 in the body every `/api/v1` error has. `ApiError` has no variant for a failed upstream,
+/// which no other operation of this API calls.
+fn bad_gateway(message: String) -> HttpResponse {
+    HttpResponse::BadGateway()
+        .json(ErrorBody { error: ErrorDetail { code: "bad_gateway".into(), message, fields: Vec::new() } })
+}
+
+/// Every page of every report, summed into one ledger.
+async fn fetch(
+    client: &reqwest::Client,
+    dialect: Dialect,
+    requests: &[ReportRequest],
+    provider: &str,
+) -> Result<Ledger, BadGateway> {
+    let mut ledger = Ledger::new();
+    for r in requests {
+        let report = match r.kind {
+            ReportKind::Usage => "usage",
+            ReportKind::Cost => "cost",
+        };
+        let fail = |why: String| BadGateway(format!("provider {provider:?}, {report} report: {why}"));
+        let mut url = r.url.clone();
+        let mut pages = 0;
+        loop {
+            if pages == MAX_PAGES {
+                return Err(fail(format!("more than {MAX_PAGES} pages")));
+            }
+            pages += 1;
+            let body = page(client, url).await.map_err(fail)?;
+            match rec::parse_page(dialect, r.kind, &body, &mut ledger).map_err(|e| fail(e.to_string()))? {
+                Some(cursor) => url = rec::next_page_url(&r.url, dialect, &cursor),
+                None => break,
+            }
+        }
+    }
+    Ok(ledger)
+}
+
+/// One page as JSON; the error says what went wrong without quoting the answer.
+async fn page(client: &reqwest::Client, url: reqwest::Url) -> Result<Value, String> {
+    let mut resp = client.get(url).send().await.map_err(transport)?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(format!("answered HTTP {}", status.as_u16()));
+    }
+    let too_large = || format!("a page is larger than {MAX_PAGE_BYTES} bytes");
+    if resp.content_length().is_some_and(|n| n > MAX_PAGE_BYTES as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+        if body.len() + chunk.len() > MAX_PAGE_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).map_err(|_| "a page is not JSON".to_string())
+}
+
+fn transport(e: reqwest::Error) -> String {
+    // Without the URL: a base URL may carry credentials in its user info.
+    let what = if e.is_timeout() {
+        format!("timed out after {} s", CALL_TIMEOUT.as_secs())
+    } else if e.is_connect() {
+        "could not connect".into()
+    } else {
+        "the request failed".into()
+    };
+    log::warn!("a provider report request failed: {}", e.without_url());
+    what
+}
+
+fn usage_rows(ledger: &Ledger) -> Vec<ReconcileUsage> {
+    ledger
+        .iter()
+        .map(|((model, day), u)| ReconcileUsage {
+            model: model.clone(),
+            day: *day,
+            requests: u.requests,
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cached_tokens: u.cached_tokens,
+            cost_usd: u.cost_usd.normalize().to_string(),
+        })
+        .collect()
+}
+
+fn document<T: Serialize>(value: &T) -> ApiResult<Value> {
+    serde_json::to_value(value).map_err(|e| ApiError::Internal(format!("cannot encode a reconcile run: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn date(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    fn field_of(r: ApiResult<(NaiveDate, NaiveDate)>) -> String {
+        match r {
+            Err(ApiError::Field { field, .. }) => field,
+            Err(other) => panic!("{other:?}"),
+            Ok(p) => panic!("accepted {p:?}"),
+        }
+    }
+
+    #[test]
+    fn periods() {
+        let today = date("2026-03-10");
+        assert_eq!(period("2026-03-10", None, today).unwrap(), (today, today));
+        assert_eq!(
+            period(" 2026-03-01 ", Some("2026-03-09"), today).unwrap(),
+            (date("2026-03-01"), date("2026-03-09"))
+        );
+        // 93 days, both ends included.
+        assert!(period("2025-12-08", Some("2026-03-10"), today).is_ok());
+        assert_eq!(field_of(period("2025-12-07", Some("2026-03-10"), today)), "end");
+        assert_eq!(field_of(period("2026-03-05", Some("2026-03-04"), today)), "end");
+        assert_eq!(field_of(period("2026-03-05", Some("2026-03-11"), today)), "end");
+        assert_eq!(field_of(period("2026-03-11", None, today)), "start");
+        assert_eq!(field_of(period("10/03/2026", None, today)), "start");
+        assert_eq!(field_of(period("2026-03-01", Some("2026-02-30"), today)), "end");
+    }
+
+    #[test]
+    fn credentials_go_in_the_dialects_headers_and_are_never_echoed() {
+        let h = credential_headers(Dialect::OpenAi, "sk-admin").unwrap();
+        assert_eq!(h[AUTHORIZATION], "Bearer sk-admin");
+        assert!(h[AUTHORIZATION].is_sensitive());
+        let h = credential_headers(Dialect::Anthropic, "sk-ant-admin").unwrap();
+        assert_eq!(h["x-api-key"], "sk-ant-admin");
+        assert!(h["x-api-key"].is_sensitive());
+        assert_eq!(h["anthropic-version"], ANTHROPIC_VERSION);
+        assert!(h.get(AUTHORIZATION).is_none());
+        let e = credential_headers(Dialect::OpenAi, "sk-hidden-é").unwrap_err();
+        assert!(!e.to_string().contains("hidden"), "{e}");
+    }
+}
