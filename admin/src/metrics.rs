@@ -49,8 +49,10 @@ impl Metrics {
             HistogramOpts::new("gw_admin_audit_upkeep_duration_seconds", "Time one audit upkeep run took")
                 .buckets(vec![0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0]),
         )?;
-        let partitions_dropped =
-            IntCounter::new("gw_admin_audit_partitions_dropped_total", "Monthly audit partitions dropped by retention")?;
+        let partitions_dropped = IntCounter::new(
+            "gw_admin_audit_partitions_dropped_total",
+            "Monthly audit partitions dropped by retention",
+        )?;
         let job_failures =
             IntCounterVec::new(Opts::new("gw_admin_job_failures_total", "Background job runs that failed"), &["job"])?;
         let reconcile_runs = IntCounterVec::new(

@@ -215,7 +215,10 @@ impl BatchWriter {
                     return false;
                 }
                 Err(e) => {
-                    log::error!("spooled audit batch of {} rows refused ({e}); writing rows one by one", taken.entries.len());
+                    log::error!(
+                        "spooled audit batch of {} rows refused ({e}); writing rows one by one",
+                        taken.entries.len()
+                    );
                     for entry in &taken.entries {
                         match self.copier.write(std::slice::from_ref(entry), true).await {
                             Ok(()) => self.metrics.audit_written.inc(),

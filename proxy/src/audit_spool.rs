@@ -85,7 +85,10 @@ impl Spool {
         std::fs::create_dir_all(dir)?;
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
         lock.try_lock().map_err(|e| {
-            std::io::Error::other(format!("{} is in use by another proxy ({e}): give each its own audit_spool_dir", dir.display()))
+            std::io::Error::other(format!(
+                "{} is in use by another proxy ({e}): give each its own audit_spool_dir",
+                dir.display()
+            ))
         })?;
         let mut ids: Vec<u64> = std::fs::read_dir(dir)?
             .filter_map(|e| e.ok())

@@ -18,13 +18,13 @@ use crate::limiter::Limiter;
 use crate::logline::RateLimitedLog;
 use crate::lookup::Lookup;
 use crate::metrics::Metrics;
-use crate::traffic_metrics::{status_class, TrafficMetrics};
 use crate::pipeline::auth::KeySource;
 use crate::pipeline::limits::OrgSource;
 use crate::pipeline::provider_keys::ProviderKeySource;
 use crate::pipeline::team::TeamSource;
 use crate::pipeline::{self, respond};
 use crate::throttle::AuthThrottle;
+use crate::traffic_metrics::{status_class, TrafficMetrics};
 use crate::transport::Transport;
 use gw_shared::crypto::Keyring;
 

@@ -4,7 +4,8 @@
 //! Tiers: the in-process cache (moka), then the shared Redis copy, then Postgres. A request
 //! never queries Postgres for something the process read within `fresh_for`; unknown keys are
 //! remembered as unknown (`negative_for`). Concurrent misses for one key share one load. While
-//! the store is unreachable the last good value is served for up to `stale_for`, and for a short
+//! the store is unreachable the last good answer (a value, or "there is none") is served for up
+//! to `stale_for`, and for a short
 //! while after a failure nobody retries the store (so an outage does not become one failing
 //! query per request). Invalidations remove entries outright, stale ones included, so a
 //! revocation published on Redis ends a key even while Postgres is down.
@@ -59,13 +60,10 @@ struct SlotExpiry {
 }
 
 impl SlotExpiry {
-    fn ttl<V>(&self, slot: &Slot<V>) -> Duration {
-        // Positive entries outlive their freshness so they can be served while the store is down.
-        if slot.value.is_some() {
-            self.stale_for
-        } else {
-            self.negative_for
-        }
+    /// Entries outlive their freshness so they can be served while the store is down: "this
+    /// organization has no policy" is as much a last good answer as a policy is.
+    fn ttl<V>(&self, _slot: &Slot<V>) -> Duration {
+        self.stale_for.max(self.negative_for)
     }
 }
 
@@ -202,7 +200,7 @@ impl<S: Source> Lookup<S> {
                 }
                 // Throttling is for keys nobody knows; one this process knew may always be re-read.
                 let known = existing.as_ref().is_some_and(|s| s.value.is_some());
-                if known && self.store_down() {
+                if existing.is_some() && self.store_down() {
                     self.metrics.cache_stale_served.with_label_values(&[self.source.name()]).inc();
                     return Ok(Op::Nop);
                 }
@@ -221,8 +219,8 @@ impl<S: Source> Lookup<S> {
                         Ok(Op::Put(slot))
                     }
                     Err(e) => match existing {
-                        // The last good value, within `stale_for` (older entries have expired).
-                        Some(s) if s.value.is_some() && e == LookupError::Unavailable => {
+                        // The last good answer, within `stale_for` (older entries have expired).
+                        Some(_) if e == LookupError::Unavailable => {
                             self.metrics.cache_stale_served.with_label_values(&[self.source.name()]).inc();
                             Ok(Op::Nop)
                         }

@@ -125,9 +125,8 @@ impl Metrics {
         let audit_spilled = IntCounter::new("gw_audit_spilled_total", "Audit records written to the spool")?;
         let audit_replayed = IntCounter::new("gw_audit_replayed_total", "Spooled audit records written to Postgres")?;
         let audit_flush_duration = prometheus::Histogram::with_opts(
-            HistogramOpts::new("gw_audit_flush_duration_seconds", "Time to write one audit batch").buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-            ]),
+            HistogramOpts::new("gw_audit_flush_duration_seconds", "Time to write one audit batch")
+                .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
         )?;
         registry.register(Box::new(audit_spool_bytes.clone()))?;
         registry.register(Box::new(audit_spilled.clone()))?;

@@ -53,24 +53,24 @@ impl TrafficMetrics {
             Opts::new("gw_proxy_model_requests_total", "Requests by model, provider and status class"),
             &["model", "provider", "status"],
         )?;
-        let by_team =
-            IntCounterVec::new(Opts::new("gw_proxy_team_requests_total", "Requests by team and status class"), &[
-                "team", "status",
-            ])?;
+        let by_team = IntCounterVec::new(
+            Opts::new("gw_proxy_team_requests_total", "Requests by team and status class"),
+            &["team", "status"],
+        )?;
         let tokens =
             IntCounterVec::new(Opts::new("gw_proxy_tokens_total", "Tokens by model and kind"), &["model", "kind"])?;
         let cost = CounterVec::new(Opts::new("gw_proxy_cost_usd_total", "Spend in USD by model"), &["model"])?;
         let team_cost = CounterVec::new(Opts::new("gw_proxy_team_cost_usd_total", "Spend in USD by team"), &["team"])?;
         let overhead = Histogram::with_opts(
-            HistogramOpts::new("gw_proxy_overhead_seconds", "Gateway time to the response header, upstream time excluded")
-                .buckets(vec![
-                    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
-                ]),
+            HistogramOpts::new(
+                "gw_proxy_overhead_seconds",
+                "Gateway time to the response header, upstream time excluded",
+            )
+            .buckets(vec![0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0]),
         )?;
         let ttft = HistogramVec::new(
-            HistogramOpts::new("gw_proxy_ttft_seconds", "Time to the first streamed token").buckets(vec![
-                0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            ]),
+            HistogramOpts::new("gw_proxy_ttft_seconds", "Time to the first streamed token")
+                .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
             &["endpoint"],
         )?;
         let upstream_errors = IntCounterVec::new(

@@ -149,7 +149,8 @@ pub async fn update(
     // The proxies cache limits and body logging together.
     let limits_changed = budget.is_some() || rate_limits.is_some() || b.log_bodies.is_some();
     let mut conn = state.conn().await?;
-    let change = orgs::Change { name, data_residency_region: region, metadata, budget, rate_limits, log_bodies: b.log_bodies };
+    let change =
+        orgs::Change { name, data_residency_region: region, metadata, budget, rate_limits, log_bodies: b.log_bodies };
     let org = orgs::update(&mut conn, session.org_id, &change).await?.ok_or(ApiError::NotFound("organization"))?;
     let entry = Entry {
         action: "organization.update",

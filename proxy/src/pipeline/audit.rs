@@ -16,8 +16,7 @@ pub fn audit_text(s: &str) -> String {
 /// A body as the audit row keeps it: at most `max` bytes (cut on a character boundary and
 /// marked), no NUL.
 pub fn audit_body(body: &str, max: usize) -> String {
-    let clean: std::borrow::Cow<str> =
-        if body.contains('\0') { body.replace('\0', "").into() } else { body.into() };
+    let clean: std::borrow::Cow<str> = if body.contains('\0') { body.replace('\0', "").into() } else { body.into() };
     if clean.len() <= max {
         return clean.into_owned();
     }

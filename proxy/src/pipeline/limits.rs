@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use gw_shared::db::orgs::OrgSettings;
 use gw_shared::db::{orgs, DbPool};
 use gw_shared::limits::estimate::{self, Estimate};
 use gw_shared::limits::plan::{Ask, Plan, Scope};
-use gw_shared::db::orgs::OrgSettings;
 use gw_shared::limits::settings::ScopeLimits;
 use uuid::Uuid;
 

@@ -145,7 +145,12 @@ impl AuditCopier {
         result
     }
 
-    async fn write_on(&self, client: &mut Client, entries: &[AuditEntry], maybe_written: bool) -> Result<(), CopyError> {
+    async fn write_on(
+        &self,
+        client: &mut Client,
+        entries: &[AuditEntry],
+        maybe_written: bool,
+    ) -> Result<(), CopyError> {
         self.ensure_partitions(client, entries).await?;
         let agents = self.new_agents(entries);
         let tx = client.transaction().await.map_err(classify)?;

@@ -16,10 +16,8 @@ pub async fn insert_batch(conn: &mut AsyncPgConnection, rows: &[AuditRecord]) ->
     if rows.is_empty() {
         return Ok(0);
     }
-    let months: std::collections::BTreeSet<_> = rows
-        .iter()
-        .map(|r| r.created_at.date_naive().with_day(1).unwrap_or(r.created_at.date_naive()))
-        .collect();
+    let months: std::collections::BTreeSet<_> =
+        rows.iter().map(|r| r.created_at.date_naive().with_day(1).unwrap_or(r.created_at.date_naive())).collect();
     for month in months {
         let at = month.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
         diesel::sql_query("SELECT gw_audit_partition($1)")

@@ -202,4 +202,3 @@ pub async fn tier_counts(
     .load(conn)
     .await?)
 }
-

@@ -197,9 +197,7 @@ async fn refresh_hour(conn: &mut AsyncPgConnection, hour: DateTime<Utc>) -> Resu
     let end = hour + TimeDelta::hours(1);
     conn.transaction(async |conn| {
         let rows = aggregate(conn, None, None, hour, end).await?;
-        diesel::delete(audit_rollups_hourly::table.filter(audit_rollups_hourly::hour.eq(hour)))
-            .execute(conn)
-            .await?;
+        diesel::delete(audit_rollups_hourly::table.filter(audit_rollups_hourly::hour.eq(hour))).execute(conn).await?;
         for chunk in rows.chunks(2000) {
             diesel::insert_into(audit_rollups_hourly::table).values(chunk).execute(conn).await?;
         }

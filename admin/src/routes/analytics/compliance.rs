@@ -288,7 +288,9 @@ impl Compliance {
             && r.created_at < self.to
             && self.team_id.is_none_or(|t| r.team_id == Some(t))
             && self.policy.as_deref().is_none_or(|p| {
-                r.policy.as_array().is_some_and(|ds| ds.iter().any(|d| d.get("policy").and_then(Value::as_str) == Some(p)))
+                r.policy
+                    .as_array()
+                    .is_some_and(|ds| ds.iter().any(|d| d.get("policy").and_then(Value::as_str) == Some(p)))
             })
     }
 
