@@ -166,8 +166,14 @@ impl AuditCopier {
         let heads = link(&tx, &mut rows).await?;
         let sink = tx.copy_in(&copy_statement("audit_logs")).await.map_err(classify)?;
         write_rows(sink, &rows).await?;
-        let (orgs, (seqs, hashes)): (Vec<Uuid>, (Vec<i64>, Vec<Vec<u8>>)) =
-            heads.into_iter().map(|(org, (seq, hash))| (org, (seq, hash))).unzip();
+        let mut orgs = Vec::with_capacity(heads.len());
+        let mut seqs = Vec::with_capacity(heads.len());
+        let mut hashes = Vec::with_capacity(heads.len());
+        for (org, (seq, hash)) in heads {
+            orgs.push(org);
+            seqs.push(seq);
+            hashes.push(hash);
+        }
         tx.execute(
             "UPDATE audit_chain_heads h SET seq = v.seq, hash = v.hash \
              FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS v(org_id, seq, hash) WHERE h.org_id = v.org_id",
@@ -190,7 +196,7 @@ impl AuditCopier {
             if known.len() > 100_000 {
                 known.clear();
             }
-            known.extend(agents.iter().map(|(id, _)| *id));
+            known.extend(agents.keys().copied());
         }
         Ok(())
     }
@@ -269,7 +275,7 @@ async fn present(tx: &Transaction<'_>, entries: &[AuditEntry]) -> Result<HashSet
 /// Locks the chain heads of the rows' organizations (in one order, so concurrent writers never
 /// deadlock), links the rows onto them in time order, and returns the new heads.
 async fn link(tx: &Transaction<'_>, rows: &mut [AuditRecord]) -> Result<BTreeMap<Uuid, (i64, Vec<u8>)>, CopyError> {
-    rows.sort_by(|a, b| (a.org_id, a.created_at, a.id).cmp(&(b.org_id, b.created_at, b.id)));
+    rows.sort_by_key(|r| (r.org_id, r.created_at, r.id));
     let mut orgs: Vec<Uuid> = rows.iter().map(|r| r.org_id).collect();
     orgs.dedup();
     tx.execute(

@@ -87,6 +87,9 @@ struct Bucketed {
     cache_lookups: i64,
 }
 
+/// Organization, hour, team, model, provider.
+type GroupKey = (Uuid, DateTime<Utc>, Option<Uuid>, Option<String>, Option<String>);
+
 /// Aggregates audit rows created in `[from, to)` straight from the log, one organization's or
 /// every organization's, by hour, team, model and provider.
 pub async fn aggregate(
@@ -118,8 +121,7 @@ pub async fn aggregate(
     .load(conn)
     .await?;
     let n = buckets();
-    let mut groups: BTreeMap<(Uuid, DateTime<Utc>, Option<Uuid>, Option<String>, Option<String>), Rollup> =
-        BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey, Rollup> = BTreeMap::new();
     for r in rows {
         let key = (r.org_id, r.hour, r.team_id, r.model.clone(), r.provider.clone());
         let g = groups.entry(key).or_insert_with(|| Rollup {
