@@ -258,8 +258,10 @@ workers = 1
 # own (admin_auth.rs), with addresses taken from X-Forwarded-For.
 ip_attempts = 1000000
 max_concurrent_hashes = 4
-# Tests read overviews over hours the rollup job has just aggregated.
+# Tests read overviews over hours the rollup job has just aggregated, and seed rows years old
+# (retention is tested on a database of its own).
 rollup_interval_secs = 1
+audit_retention_months = 0
 # admin-extra
 
 [routing]

@@ -119,6 +119,40 @@ struct Tenant {
     provider_key: String,
     invite: String,
     sso: String,
+    /// A request-log entry and a reconcile run of A's, written straight to the database.
+    log: String,
+    run: String,
+}
+
+async fn seed_log_and_run(org_id: Uuid) -> (String, String) {
+    let mut conn = db::connect().await;
+    let log = gw_shared::audit::AuditRecord {
+        id: Uuid::now_v7(),
+        org_id,
+        endpoint: "/v1/chat/completions".into(),
+        status_code: 200,
+        cache_status: "miss".into(),
+        created_at: chrono::Utc::now(),
+        routing: json!([]),
+        policy: json!([]),
+        ..Default::default()
+    };
+    gw_shared::db::audit_logs::insert_batch(&mut conn, std::slice::from_ref(&log)).await.unwrap();
+    let today = chrono::Utc::now().date_naive();
+    let run = gw_shared::db::reconcile_runs::Run {
+        id: Uuid::now_v7(),
+        org_id,
+        provider: "upstream".into(),
+        start_day: today,
+        end_day: today,
+        created_by: None,
+        created_at: chrono::Utc::now(),
+        logged: json!([]),
+        reported: json!([]),
+        discrepancies: json!([]),
+    };
+    gw_shared::db::reconcile_runs::insert(&mut conn, &run).await.unwrap();
+    (log.id.to_string(), run.id.to_string())
 }
 
 async fn tenant(stack: &Stack) -> Tenant {
@@ -145,7 +179,8 @@ async fn tenant(stack: &Stack) -> Tenant {
     let r = stack.admin_post("/sso/connections", t, &body).await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
     let sso = id(&r.json().await.unwrap());
-    Tenant { owner, team: team.to_string(), user: user.to_string(), api_key, provider_key, invite, sso }
+    let (log, run) = seed_log_and_run(owner.org_id).await;
+    Tenant { owner, team: team.to_string(), user: user.to_string(), api_key, provider_key, invite, sso, log, run }
 }
 
 /// What A can see of its own resources: compared before and after B's attempts.
@@ -264,6 +299,16 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/analytics/policy/export"), List),
         (("GET", "/api/v1/analytics/cache"), List),
         (("GET", "/api/v1/analytics/overview"), List),
+        (("GET", "/api/v1/analytics/logs"), List),
+        (("GET", "/api/v1/analytics/logs/{log_id}"), Foreign(None)),
+        (("GET", "/api/v1/analytics/compliance/export"), List),
+        (("GET", "/api/v1/analytics/reconcile"), List),
+        (("GET", "/api/v1/analytics/reconcile/{run_id}"), Foreign(None)),
+        // B reconciles its own spend (no key of its own: refused without touching A's).
+        (
+            ("POST", "/api/v1/analytics/reconcile"),
+            ForeignReference(json!({"provider": "upstream", "start": "2026-01-01"})),
+        ),
     ])
 }
 
@@ -282,8 +327,10 @@ async fn no_operation_reaches_another_organizations_resources() {
         ("user_id", a.user.clone()),
         ("invite_id", a.invite.clone()),
         ("connection_id", a.sso.clone()),
+        ("log_id", a.log.clone()),
+        ("run_id", a.run.clone()),
     ]);
-    let secret_ids = [&a.team, &a.user, &a.api_key, &a.provider_key, &a.invite, &a.sso];
+    let secret_ids = [&a.team, &a.user, &a.api_key, &a.provider_key, &a.invite, &a.sso, &a.log, &a.run];
     let ops = operations(&stack).await;
     let mut missing = Vec::new();
     for (method, path, _) in &ops {

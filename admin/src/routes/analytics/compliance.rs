@@ -31,15 +31,16 @@ use crate::{trail, validate};
 
 const BATCH: i64 = 1000;
 const MAX_DAYS: i64 = 366;
+const DEFAULT_DAYS: i64 = 30;
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ComplianceQuery {
-    /// Start, inclusive: an RFC 3339 time or a date (midnight UTC).
-    from: String,
-    /// End, exclusive: an RFC 3339 time or a date. At most 366 days after `from`.
-    to: String,
+    /// Start, inclusive: an RFC 3339 time or a date (midnight UTC). Default: 30 days before `to`.
+    from: Option<String>,
+    /// End, exclusive: an RFC 3339 time or a date. Default: now. At most 366 days after `from`.
+    to: Option<String>,
     /// Only this team's rows.
     team_id: Option<Uuid>,
     /// Only rows this policy made a decision on.
@@ -115,8 +116,8 @@ pub async fn export(
 ) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let format = Format::parse(q.format.as_deref())?;
-    let from = instant("from", &q.from)?;
-    let to = instant("to", &q.to)?;
+    let to = q.to.as_deref().map(|t| instant("to", t)).transpose()?.unwrap_or_else(Utc::now);
+    let from = q.from.as_deref().map(|f| instant("from", f)).transpose()?.unwrap_or(to - TimeDelta::days(DEFAULT_DAYS));
     if from >= to {
         return Err(ApiError::field("to", "must be after from"));
     }

@@ -561,7 +561,7 @@ mod tests {
         assert!(h["x-api-key"].is_sensitive());
         assert_eq!(h["anthropic-version"], ANTHROPIC_VERSION);
         assert!(h.get(AUTHORIZATION).is_none());
-        let e = credential_headers(Dialect::OpenAi, "sk-hidden-é").unwrap_err();
+        let e = credential_headers(Dialect::OpenAi, "sk-hidden\n").unwrap_err();
         assert!(!e.to_string().contains("hidden"), "{e}");
     }
 }

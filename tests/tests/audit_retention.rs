@@ -1,0 +1,72 @@
+//! Retention drops whole monthly partitions of the audit log (never a bulk delete), on a
+//! database of the test's own: dropping partitions on the shared one would take other tests'
+//! rows with it.
+
+use std::time::{Duration, Instant};
+
+use chrono::{Months, TimeDelta, Utc};
+use diesel::sql_types::BigInt;
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use gw_shared::audit::AuditRecord;
+use gw_tests::{PrivatePostgres, Stack, StackOptions};
+use serde_json::json;
+use uuid::Uuid;
+
+#[derive(QueryableByName)]
+struct N {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+async fn count(conn: &mut AsyncPgConnection, sql: &str) -> i64 {
+    diesel::sql_query(sql).get_result::<N>(conn).await.unwrap().n
+}
+
+fn row(org: Uuid, at: chrono::DateTime<Utc>) -> AuditRecord {
+    AuditRecord {
+        id: Uuid::now_v7(),
+        org_id: org,
+        endpoint: "/v1/chat/completions".into(),
+        status_code: 200,
+        cache_status: "miss".into(),
+        created_at: at,
+        routing: json!([]),
+        policy: json!([]),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn months_past_retention_are_dropped_as_partitions() {
+    let pg = PrivatePostgres::start();
+    let mut conn = AsyncPgConnection::establish(&pg.url()).await.unwrap();
+    let org = Uuid::now_v7();
+    let now = Utc::now();
+    let old = now.checked_sub_months(Months::new(5)).unwrap();
+    let last_month = now.checked_sub_months(Months::new(1)).unwrap();
+    let rows = vec![row(org, old), row(org, old + TimeDelta::hours(1)), row(org, last_month), row(org, now)];
+    gw_shared::db::audit_logs::insert_batch(&mut conn, &rows).await.unwrap();
+    let old_partition = format!("audit_logs_y{}", old.format("%Ym%m"));
+    let exists = format!("SELECT count(*) AS n FROM pg_class WHERE relname = '{old_partition}'");
+    assert_eq!(count(&mut conn, &exists).await, 1);
+
+    // Keep this month and the one before: the job drops the older months whole.
+    let _stack = Stack::start_with(StackOptions {
+        database_url: Some(pg.url()),
+        admin_config: "audit_retention_months = 2".into(),
+        ..Default::default()
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count(&mut conn, &exists).await > 0 {
+        assert!(Instant::now() < deadline, "{old_partition} was never dropped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let left = count(&mut conn, &format!("SELECT count(*) AS n FROM audit_logs WHERE org_id = '{org}'")).await;
+    assert_eq!(left, 2, "the rows of this month and last month stay");
+    // Partitions for the coming months exist ahead of time.
+    let next = now.checked_add_months(Months::new(2)).unwrap();
+    let ahead = format!("SELECT count(*) AS n FROM pg_class WHERE relname = 'audit_logs_y{}'", next.format("%Ym%m"));
+    assert_eq!(count(&mut conn, &ahead).await, 1);
+}
