@@ -25,9 +25,9 @@ const MODELS: &[&str] = &["gpt-4o-mini", "gpt-4o", "claude-sonnet-4-5", "gemini-
 fn row(org: Uuid, teams: &[Uuid], i: usize, span_secs: i64) -> AuditEntry {
     let now = Utc::now();
     let at = now - TimeDelta::seconds(span_secs) + TimeDelta::milliseconds((i as i64 * 997) % (span_secs * 1000));
-    let status = if i % 50 == 0 {
+    let status = if i.is_multiple_of(50) {
         502
-    } else if i % 97 == 0 {
+    } else if i.is_multiple_of(97) {
         429
     } else {
         200
@@ -44,7 +44,7 @@ fn row(org: Uuid, teams: &[Uuid], i: usize, span_secs: i64) -> AuditEntry {
         upstream_model: Some(model.into()),
         status_code: status,
         error_type: (status != 200).then(|| "upstream_error".into()),
-        stream: i % 3 == 0,
+        stream: i.is_multiple_of(3),
         prompt_tokens: 200 + (i % 300) as i32,
         completion_tokens: 50 + (i % 120) as i32,
         total_tokens: 250 + (i % 300) as i32 + (i % 120) as i32,
@@ -53,7 +53,7 @@ fn row(org: Uuid, teams: &[Uuid], i: usize, span_secs: i64) -> AuditEntry {
         upstream_latency_ms: Some(70),
         ttft_ms: None,
         cache_status: ["miss", "bypass", "L1", "miss", "L2"][i % 5].into(),
-        policy_action: (i % 40 == 0).then(|| "redacted".into()),
+        policy_action: (i.is_multiple_of(40)).then(|| "redacted".into()),
         attempts: 1,
         created_at: at,
         routing: json!([{"provider": "openai", "model": model, "outcome": "answered", "status": status, "latency_ms": 70}]),
