@@ -8,6 +8,7 @@ use std::time::Duration;
 use diesel::sql_types::Bool;
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, RunQueryDsl};
+use gw_shared::db::rollups::UPKEEP_LOCK as AUDIT_LOCK;
 
 use crate::state::AppState;
 
@@ -24,8 +25,6 @@ struct Locked {
     locked: bool,
 }
 
-/// `pg_try_advisory_xact_lock` key of the audit job ("gwaudit").
-const AUDIT_LOCK: i64 = 0x0067_7761_7564_6974;
 /// Months of partitions created ahead of time (a proxy creates a missing one itself too).
 const MONTHS_AHEAD: i32 = 2;
 

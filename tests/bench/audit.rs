@@ -52,7 +52,7 @@ fn row(org: Uuid, teams: &[Uuid], i: usize, span_secs: i64) -> AuditEntry {
         latency_ms: 80 + ((i * 7919) % 1900) as i32,
         upstream_latency_ms: Some(70),
         ttft_ms: None,
-        cache_status: ["miss", "bypass", "L1", "miss", "L2"][i % 5].into(),
+        cache_status: ["miss", "bypass", "L1", "miss", "L2"][(i / 5) % 5].into(),
         policy_action: (i.is_multiple_of(40)).then(|| "redacted".into()),
         attempts: 1,
         created_at: at,
@@ -106,15 +106,39 @@ async fn timed(stack: &Stack, token: &str, path: &str, n: usize) -> (f64, f64) {
     (pct(&mut samples, 0.5), pct(&mut samples, 0.95))
 }
 
+/// The admin job's aggregation, under its lock (the stack's job may be running its first pass).
+async fn upkeep(conn: &mut diesel_async::AsyncPgConnection) -> usize {
+    use diesel_async::{AsyncConnection, RunQueryDsl};
+    conn.transaction(async |conn| {
+        diesel::sql_query(format!("SELECT pg_advisory_xact_lock({})", gw_shared::db::rollups::UPKEEP_LOCK))
+            .execute(conn)
+            .await?;
+        gw_shared::db::rollups::run(conn, Utc::now()).await
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let total: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
     let spread_orgs: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(50);
-    let stack = Stack::start_with(StackOptions::default()).await;
+    // The stack's upkeep job runs once at start and then sleeps: this bench runs the same
+    // aggregation itself between the ingest and the reads, so the ingest is measured alone.
+    let stack =
+        Stack::start_with(StackOptions { admin_config: "rollup_interval_secs = 86400".into(), ..Default::default() })
+            .await;
     let s = stack.register().await;
     let db_url = gw_tests::database_url();
     let copier = Arc::new(AuditCopier::new(&db_url));
+    let mut conn = {
+        use diesel_async::AsyncConnection;
+        diesel_async::AsyncPgConnection::establish(&db_url).await.unwrap()
+    };
+    // Whatever earlier runs left to aggregate, before anything is timed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    upkeep(&mut conn).await;
     let teams: Vec<Uuid> = (0..8).map(|_| Uuid::now_v7()).collect();
     let span = 30 * 24 * 3600;
 
@@ -131,23 +155,15 @@ async fn main() {
     let rate = ingest(copier.clone(), rows).await;
     println!("ingest, one organization:           {total:>9} rows  {rate:>9.0} rows/s");
 
-    // The job aggregates every hour of the month just written.
+    // The upkeep job's aggregation over the month just written (every hour received rows).
     let started = Instant::now();
+    let hours = upkeep(&mut conn).await;
+    println!("rollups of {hours} hours after the ingest: {:.1} s", started.elapsed().as_secs_f64());
     let token = &s.access_token;
     let from = (Utc::now() - TimeDelta::days(31)).format("%Y-%m-%dT%H:%M:%SZ").to_string();
-    loop {
-        let r = stack.admin_get(&format!("/analytics/overview?from={from}"), token).await;
-        let o: serde_json::Value = r.json().await.unwrap();
-        if o["requests"].as_u64() == Some(total as u64) {
-            let st: (f64, f64) = timed(&stack, token, &format!("/analytics/overview?from={from}"), 1).await;
-            if st.0 < 1000.0 {
-                break;
-            }
-        }
-        assert!(started.elapsed() < Duration::from_secs(900), "rollups never caught up: {o}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    println!("rollups caught up after {:.1} s", started.elapsed().as_secs_f64());
+    let r = stack.admin_get(&format!("/analytics/overview?from={from}"), token).await;
+    let o: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(o["requests"].as_u64(), Some(total as u64), "{o}");
 
     for (name, path) in [
         ("overview, 30 days", format!("/analytics/overview?from={from}")),
@@ -157,6 +173,7 @@ async fn main() {
         ("logs, newest 50", format!("/analytics/logs?from={from}")),
         ("logs, team + status=error", format!("/analytics/logs?from={from}&team_id={}&status=error", teams[1])),
         ("logs, model + cache=L2", format!("/analytics/logs?from={from}&model=gpt-4o&cache=L2")),
+        ("logs, model + status=404 (no match)", format!("/analytics/logs?from={from}&model=gpt-4o&status=404")),
         ("logs, policy_action=redacted", format!("/analytics/logs?from={from}&policy_action=redacted")),
         ("logs, key", format!("/analytics/logs?from={from}&key_id={}", teams[2])),
     ] {

@@ -9,7 +9,8 @@ cd "$ROOT"
 scripts/services.sh start
 eval "$(scripts/services.sh env)"
 export DATABASE_URL REDIS_URL GW_EMBEDDING_MODEL_DIR
-cargo build --release -q -p gw-admin -p gw-proxy -p gw-tests --bin audit-bench --bin mock-upstream
+cargo build --release -q -p gw-admin -p gw-proxy --bins
+cargo build --release -q -p gw-tests --bin audit-bench --bin mock-upstream
 "${CARGO_TARGET_DIR:-target}/release/gw-admin" migrate
 for p in $(pgrep -f redis-server || true) $(pgrep -f 'postgres' || true); do taskset -a -p -c 1 "$p" >/dev/null 2>&1 || true; done
 GW_BIN_DIR="${CARGO_TARGET_DIR:-target}/release" "${CARGO_TARGET_DIR:-target}/release/audit-bench" "${1:-1000000}" "${2:-50}"

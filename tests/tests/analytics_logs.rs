@@ -234,6 +234,15 @@ async fn bodies_are_logged_only_when_the_organization_turns_it_on() {
     assert!(req.contains("remember my words"), "{req}");
     let resp: Value = serde_json::from_str(e["response_body"].as_str().expect("response body logged")).unwrap();
     assert_eq!(resp["object"], "chat.completion");
+    // A streamed answer is kept as the events the client received.
+    let r =
+        stack.chat(&key, json!({"model": "mock-model", "messages": user_message("stream it"), "stream": true})).await;
+    let id: Uuid = header(&r, "x-gw-request-id").parse().unwrap();
+    let sent = r.text().await.unwrap();
+    let e = log_entry(&stack, &s, id).await;
+    let kept = e["response_body"].as_str().expect("streamed body logged");
+    assert!(kept.starts_with("data: {") && sent.starts_with(kept), "{kept}");
+    assert!(kept.contains("chat.completion.chunk"));
 
     let r = stack.admin_patch("/organizations/current", &s.access_token, &json!({"log_bodies": false})).await;
     assert_eq!(r.status(), 200);

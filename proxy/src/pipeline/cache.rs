@@ -153,7 +153,7 @@ async fn serve(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, hit: H
         gw_shared::cache::stream::replay_sse(&completion, &id, created, include_usage, &mut events);
         ctx.ttft = Some(ctx.started.elapsed());
         respond::start_stream(session, ctx).await?;
-        respond::stream_bytes(session, Bytes::from(events)).await?;
+        respond::stream_bytes(session, ctx, Bytes::from(events)).await?;
         return respond::finish_stream(session, ctx).await;
     };
     let mut sink = StreamSink::filtered(Box::new(gw_shared::policy::stream::GuardedStream::new(guard)));
@@ -176,7 +176,7 @@ async fn serve(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, hit: H
     ctx.ttft = Some(ctx.started.elapsed());
     respond::start_stream(session, ctx).await?;
     if let Some(bytes) = sink.take() {
-        respond::stream_bytes(session, bytes).await?;
+        respond::stream_bytes(session, ctx, bytes).await?;
     }
     respond::finish_stream(session, ctx).await
 }

@@ -158,5 +158,5 @@ async fn flush(session: &mut Session, ctx: &mut RequestCtx, sink: &mut StreamSin
         ctx.ttft = Some(ctx.started.elapsed());
         respond::start_stream(session, ctx).await?;
     }
-    respond::stream_bytes(session, bytes).await
+    respond::stream_bytes(session, ctx, bytes).await
 }

@@ -152,7 +152,17 @@ pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result
     send_header(session, ctx, parts).await
 }
 
-pub async fn stream_bytes(session: &mut Session, bytes: Bytes) -> Result<(), ProxyError> {
+/// Most of a streamed answer kept for the audit row when bodies are logged (the row cuts it to
+/// `audit_max_body_bytes`; this only bounds what is held meanwhile).
+const STREAM_BODY_CAPTURE: usize = 1024 * 1024;
+
+pub async fn stream_bytes(session: &mut Session, ctx: &mut RequestCtx, bytes: Bytes) -> Result<(), ProxyError> {
+    if ctx.log_bodies {
+        let kept = ctx.response_body.get_or_insert_with(String::new);
+        if kept.len() < STREAM_BODY_CAPTURE {
+            kept.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
     session.write_response_body(Some(bytes), false).await.map_err(|e| ProxyError::client_gone(&e))
 }
 

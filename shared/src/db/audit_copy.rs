@@ -100,6 +100,8 @@ pub struct AuditCopier {
     months: std::sync::Mutex<HashSet<i32>>,
     /// User agents already in `audit_user_agents`.
     agents: std::sync::Mutex<HashSet<i64>>,
+    /// Organizations whose chain head exists.
+    heads: std::sync::Mutex<HashSet<Uuid>>,
 }
 
 impl AuditCopier {
@@ -109,6 +111,7 @@ impl AuditCopier {
             idle: Mutex::new(Vec::new()),
             months: std::sync::Mutex::new(HashSet::new()),
             agents: std::sync::Mutex::new(HashSet::new()),
+            heads: std::sync::Mutex::new(HashSet::new()),
         }
     }
 
@@ -163,7 +166,7 @@ impl AuditCopier {
         if rows.is_empty() {
             return tx.commit().await.map_err(classify);
         }
-        let heads = link(&tx, &mut rows).await?;
+        let heads = link(&tx, &mut rows, &self.heads).await?;
         let sink = tx.copy_in(&copy_statement("audit_logs")).await.map_err(classify)?;
         write_rows(sink, &rows).await?;
         let mut orgs = Vec::with_capacity(heads.len());
@@ -272,28 +275,59 @@ async fn present(tx: &Transaction<'_>, entries: &[AuditEntry]) -> Result<HashSet
     Ok(rows.iter().map(|r| r.get::<_, Uuid>(0)).collect())
 }
 
-/// Locks the chain heads of the rows' organizations (in one order, so concurrent writers never
-/// deadlock), links the rows onto them in time order, and returns the new heads.
-async fn link(tx: &Transaction<'_>, rows: &mut [AuditRecord]) -> Result<BTreeMap<Uuid, (i64, Vec<u8>)>, CopyError> {
-    rows.sort_by_key(|r| (r.org_id, r.created_at, r.id));
-    let mut orgs: Vec<Uuid> = rows.iter().map(|r| r.org_id).collect();
-    orgs.dedup();
+async fn create_heads(tx: &Transaction<'_>, orgs: &[Uuid]) -> Result<(), CopyError> {
     tx.execute(
         "INSERT INTO audit_chain_heads (org_id, seq, hash) SELECT o, 0, $2 FROM unnest($1::uuid[]) AS o \
          ON CONFLICT (org_id) DO NOTHING",
         &[&orgs, &chain::GENESIS.as_slice()],
     )
     .await
-    .map_err(classify)?;
-    let locked = tx
-        .query(
-            "SELECT org_id, seq, hash FROM audit_chain_heads WHERE org_id = ANY($1) ORDER BY org_id FOR UPDATE",
-            &[&orgs],
-        )
-        .await
-        .map_err(classify)?;
+    .map(|_| ())
+    .map_err(classify)
+}
+
+async fn lock_heads(tx: &Transaction<'_>, orgs: &[Uuid]) -> Result<Vec<tokio_postgres::Row>, CopyError> {
+    tx.query(
+        "SELECT org_id, seq, hash FROM audit_chain_heads WHERE org_id = ANY($1) ORDER BY org_id FOR UPDATE",
+        &[&orgs],
+    )
+    .await
+    .map_err(classify)
+}
+
+/// Locks the chain heads of the rows' organizations (in one order, so concurrent writers never
+/// deadlock), links the rows onto them in time order, and returns the new heads.
+async fn link(
+    tx: &Transaction<'_>,
+    rows: &mut [AuditRecord],
+    known: &std::sync::Mutex<HashSet<Uuid>>,
+) -> Result<BTreeMap<Uuid, (i64, Vec<u8>)>, CopyError> {
+    rows.sort_by_key(|r| (r.org_id, r.created_at, r.id));
+    let mut orgs: Vec<Uuid> = rows.iter().map(|r| r.org_id).collect();
+    orgs.dedup();
+    // A head, once created, is never removed: only organizations not seen before need one (one
+    // round trip saved on nearly every batch).
+    let new: Vec<Uuid> = match known.lock() {
+        Ok(k) => orgs.iter().filter(|o| !k.contains(o)).copied().collect(),
+        Err(_) => orgs.clone(),
+    };
+    if !new.is_empty() {
+        create_heads(tx, &new).await?;
+    }
+    let mut locked = lock_heads(tx, &orgs).await?;
+    if locked.len() < orgs.len() {
+        // A head this process thought existed is gone (removed by hand): start it again.
+        create_heads(tx, &orgs).await?;
+        locked = lock_heads(tx, &orgs).await?;
+    }
     let mut heads: BTreeMap<Uuid, (i64, Vec<u8>)> =
         locked.iter().map(|r| (r.get::<_, Uuid>(0), (r.get::<_, i64>(1), r.get::<_, Vec<u8>>(2)))).collect();
+    if let Ok(mut k) = known.lock() {
+        if k.len() > 1_000_000 {
+            k.clear();
+        }
+        k.extend(heads.keys().copied());
+    }
     for group in rows.chunk_by_mut(|a, b| a.org_id == b.org_id) {
         let org = group[0].org_id;
         let head = heads.remove(&org).unwrap_or((0, chain::GENESIS.to_vec()));

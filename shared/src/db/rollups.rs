@@ -214,6 +214,10 @@ struct Hour {
     hour: Option<DateTime<Utc>>,
 }
 
+/// `pg_advisory_xact_lock` key the audit upkeep (partitions, retention, rollups) runs under
+/// ("gwaudit"): one runner per cluster.
+pub const UPKEEP_LOCK: i64 = 0x0067_7761_7564_6974;
+
 /// Margin for transactions that started before a scan and committed after it.
 const LATE_MARGIN: TimeDelta = TimeDelta::minutes(2);
 /// Hours aggregated per run at most (a first run over a long history catches up over runs).
