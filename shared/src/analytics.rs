@@ -43,7 +43,10 @@ pub fn quantile(hist: &[i64], bounds: &[i32], q: f64) -> Option<f64> {
             continue;
         }
         if seen + n as f64 >= target {
-            let lower = if i == 0 { 0.0 } else { f64::from(bounds[(i - 1).min(bounds.len() - 1)]) };
+            let lower = match i.checked_sub(1).and_then(|j| bounds.get(j).or(bounds.last())) {
+                Some(b) => f64::from(*b),
+                None => 0.0,
+            };
             let Some(&upper) = bounds.get(i) else { return Some(lower) };
             let within = (target - seen) / n as f64;
             return Some(lower + (f64::from(upper) - lower) * within);

@@ -95,6 +95,8 @@ struct Compliance {
     cursor: i64,
     unchained_after: Option<(DateTime<Utc>, Uuid)>,
     verifier: Verifier,
+    /// The first chain position walked.
+    first_seq: Option<i64>,
     anchor_hash: Option<String>,
     rows: u64,
     unchained: u64,
@@ -145,9 +147,11 @@ pub async fn export(
     // starts at the range.
     let mut verifier = Verifier::after(None);
     let mut anchor_hash = None;
+    let mut first_seq = lo;
     let start = match (lo, anchor) {
         (Some(lo), Some(a)) => {
             anchor_hash = a.prev_hash.as_deref().map(hex::encode);
+            first_seq = a.chain_seq;
             verifier.check(&a);
             lo - 1
         }
@@ -168,6 +172,7 @@ pub async fn export(
         cursor: start,
         unchained_after: None,
         verifier,
+        first_seq,
         anchor_hash,
         rows: 0,
         unchained: 0,
@@ -349,7 +354,7 @@ impl Compliance {
             verified: v.verified(),
             rows: self.rows,
             links_checked: v.checked,
-            first_seq: None,
+            first_seq: self.first_seq.filter(|_| v.checked > 0),
             last_seq: v.last().map(|l| l.0),
             anchor_hash: self.anchor_hash.clone(),
             last_hash: v.last().map(|l| hex::encode(&l.1)),
@@ -357,8 +362,6 @@ impl Compliance {
             breaks: v.breaks.clone(),
             more_breaks: v.more_breaks,
         };
-        let mut s = s;
-        s.first_seq = if v.checked > 0 { s.last_seq.map(|l| l - v.checked as i64 + 1) } else { None };
         if !s.verified {
             log::warn!("compliance export {} of org {}: the audit chain does not verify", self.request_id, self.org_id);
         }
