@@ -97,4 +97,4 @@ printf '%-32s %12s %12s %12s\n' "req/s, c=32, SSE" "$(field "$s32d" rps)" "$(fie
 printf '%-32s %12s %12s\n' "errors/non-2xx via gw (plain, SSE)" "$(field "$p32" errors)/$(field "$p32" non2xx)" "$(field "$s32p" errors)/$(field "$s32p" non2xx)"
 ROWS=$("${GW_PG_BIN:-/usr/bin}/psql" "$DATABASE_URL" -tAc "SELECT count(*) FROM audit_logs a JOIN api_keys k ON k.id = a.api_key_id WHERE k.key_prefix = '${KEY:0:16}'" 2>/dev/null || echo "?")
 echo "audit rows written for the bench key: $ROWS"
-curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | grep -E '^gw_audit_(dropped|written)_total' || true
+curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | grep -E '^gw_audit_(dropped|written|spilled|replayed)_total|^gw_audit_flush_duration_seconds_(sum|count)' || true
