@@ -13,7 +13,7 @@ use std::io;
 use actix_web::http::header::CONTENT_DISPOSITION;
 use actix_web::web::Bytes;
 use actix_web::{get, web, HttpRequest, HttpResponse};
-use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use futures::Stream;
 use gw_shared::audit::chain::{Break, Verifier};
 use gw_shared::audit::AuditRecord;
@@ -23,14 +23,13 @@ use serde_json::{json, Value};
 use utoipa::IntoParams;
 use uuid::Uuid;
 
-use super::{csv_field, instant, stamp, Format};
+use super::{csv_field, period, stamp, Format};
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::session::Session;
 use crate::state::AppState;
 use crate::{trail, validate};
 
 const BATCH: i64 = 1000;
-const MAX_DAYS: i64 = 366;
 const DEFAULT_DAYS: i64 = 30;
 
 #[derive(Deserialize, IntoParams)]
@@ -118,14 +117,7 @@ pub async fn export(
 ) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let format = Format::parse(q.format.as_deref())?;
-    let to = q.to.as_deref().map(|t| instant("to", t)).transpose()?.unwrap_or_else(Utc::now);
-    let from = q.from.as_deref().map(|f| instant("from", f)).transpose()?.unwrap_or(to - TimeDelta::days(DEFAULT_DAYS));
-    if from >= to {
-        return Err(ApiError::field("to", "must be after from"));
-    }
-    if to - from > TimeDelta::days(MAX_DAYS) {
-        return Err(ApiError::field("from", format!("must be at most {MAX_DAYS} days before to")));
-    }
+    let (from, to) = period(("from", q.from.as_deref()), ("to", q.to.as_deref()), DEFAULT_DAYS, Utc::now())?;
     let policy = q.policy.as_deref().map(|p| validate::text("policy", p, 200)).transpose()?;
     let (lo, hi, count, anchor) = {
         let mut conn = state.conn().await?;

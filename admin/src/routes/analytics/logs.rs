@@ -2,7 +2,7 @@
 //! reference static metadata (the key, the user agent) and these reads join it back in.
 
 use actix_web::{get, web, HttpResponse};
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use gw_shared::audit::AuditRecord;
 use gw_shared::db::audit_logs::{self, LogCursor, LogFilter, StatusFilter};
 use serde::{Deserialize, Serialize};
@@ -10,7 +10,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::instant;
+use super::period;
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::session::Session;
 use crate::state::AppState;
@@ -18,7 +18,6 @@ use crate::{pagination, validate};
 
 /// Default span of a log query without `from`.
 const DEFAULT_DAYS: i64 = 30;
-const MAX_DAYS: i64 = 366;
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -77,15 +76,7 @@ fn parse_cursor(c: &str) -> ApiResult<LogCursor> {
 
 impl LogQuery {
     fn filter(&self, now: DateTime<Utc>) -> ApiResult<LogFilter> {
-        let to = self.to.as_deref().map(|t| instant("to", t)).transpose()?.unwrap_or(now);
-        let from =
-            self.from.as_deref().map(|f| instant("from", f)).transpose()?.unwrap_or(to - TimeDelta::days(DEFAULT_DAYS));
-        if from >= to {
-            return Err(ApiError::field("to", "must be after from"));
-        }
-        if to - from > TimeDelta::days(MAX_DAYS) {
-            return Err(ApiError::field("from", format!("must be at most {MAX_DAYS} days before to")));
-        }
+        let (from, to) = period(("from", self.from.as_deref()), ("to", self.to.as_deref()), DEFAULT_DAYS, now)?;
         let cache = match self.cache.as_deref() {
             None => None,
             Some(c @ ("bypass" | "miss" | "L1" | "L2" | "L3" | "hit")) => Some(c.to_string()),

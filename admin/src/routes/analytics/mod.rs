@@ -168,22 +168,29 @@ pub(super) fn instant(field: &str, value: &str) -> ApiResult<DateTime<Utc>> {
     Ok(t)
 }
 
+/// A period from its optional start and end (each a field name and its value): the end defaults
+/// to `now`, the start to `default_days` before the end; the start must come first, and the
+/// period may span at most a year.
+pub(super) fn period(
+    (from_field, from): (&str, Option<&str>),
+    (to_field, to): (&str, Option<&str>),
+    default_days: i64,
+    now: DateTime<Utc>,
+) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
+    let to = to.map(|t| instant(to_field, t)).transpose()?.unwrap_or(now);
+    let from = from.map(|f| instant(from_field, f)).transpose()?.unwrap_or(to - TimeDelta::days(default_days));
+    if from >= to {
+        return Err(ApiError::field(to_field, format!("must be after {from_field}")));
+    }
+    if to - from > TimeDelta::days(MAX_DAYS) {
+        return Err(ApiError::field(from_field, format!("must be at most {MAX_DAYS} days before {to_field}")));
+    }
+    Ok((from, to))
+}
+
 impl PolicyQuery {
     fn filter(self, now: DateTime<Utc>) -> ApiResult<Filter> {
-        let to = match self.to.as_deref() {
-            Some(t) => instant("to", t)?,
-            None => now,
-        };
-        let from = match self.from.as_deref() {
-            Some(f) => instant("from", f)?,
-            None => to - TimeDelta::days(DEFAULT_DAYS),
-        };
-        if from >= to {
-            return Err(ApiError::field("to", "must be after from"));
-        }
-        if to - from > TimeDelta::days(MAX_DAYS) {
-            return Err(ApiError::field("from", format!("must be at most {MAX_DAYS} days before to")));
-        }
+        let (from, to) = period(("from", self.from.as_deref()), ("to", self.to.as_deref()), DEFAULT_DAYS, now)?;
         let name = |field: &str, v: Option<String>| v.map(|v| validate::text(field, &v, MAX_NAME_CHARS)).transpose();
         Ok(Filter {
             from,

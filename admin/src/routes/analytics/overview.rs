@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::instant;
+use super::period;
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::session::Session;
 use crate::state::AppState;
@@ -79,15 +79,7 @@ impl OverviewQuery {
             }
             return Ok((now - period_span(p)?, now));
         }
-        let to = end.map(|t| instant("end", t)).transpose()?.unwrap_or(now);
-        let from = start.map(|f| instant("start", f)).transpose()?.unwrap_or(to - TimeDelta::days(DEFAULT_DAYS));
-        if from >= to {
-            return Err(ApiError::field("end", "must be after start"));
-        }
-        if to - from > TimeDelta::days(MAX_DAYS) {
-            return Err(ApiError::field("start", format!("must be at most {MAX_DAYS} days before the end")));
-        }
-        Ok((from, to))
+        period(("start", start), ("end", end), DEFAULT_DAYS, now)
     }
 
     fn group_by(&self) -> ApiResult<Option<GroupBy>> {
