@@ -9,18 +9,19 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use gw_shared::cache::CacheStatus;
 use gw_shared::db::api_keys::KeyAuth;
+use gw_shared::db::teams::LiveTeam;
 use gw_shared::limits::estimate::Estimate;
 use gw_shared::limits::LimitState;
 use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
-use gw_shared::policy::engine::OutputGuard;
+use gw_shared::policy::engine::{CompiledPolicy, OutputGuard};
 use gw_shared::policy::PolicyDecision;
 use gw_shared::pricing::TokenUsage;
 use gw_shared::routing::ModelRoute;
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
+use crate::error::ProxyError;
 use crate::limiter::Admitted;
-use crate::pipeline::team::LiveTeam;
 
 /// The `/v1` endpoints gw serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +37,41 @@ impl Endpoint {
             Endpoint::Models => "/v1/models",
             Endpoint::ChatCompletions => "/v1/chat/completions",
             Endpoint::Embeddings => "/v1/embeddings",
+        }
+    }
+
+    /// What an adapter is asked to serve for this endpoint (`/v1/models` asks no adapter).
+    pub fn provider_endpoint(self) -> gw_shared::providers::Endpoint {
+        match self {
+            Endpoint::Embeddings => gw_shared::providers::Endpoint::Embeddings,
+            Endpoint::ChatCompletions | Endpoint::Models => gw_shared::providers::Endpoint::ChatCompletions,
+        }
+    }
+
+    /// The `/v1` endpoint that serves what adapters call `e`.
+    pub fn serving(e: gw_shared::providers::Endpoint) -> Self {
+        match e {
+            gw_shared::providers::Endpoint::ChatCompletions => Endpoint::ChatCompletions,
+            gw_shared::providers::Endpoint::Embeddings => Endpoint::Embeddings,
+        }
+    }
+}
+
+/// How a request's tokens and cost were settled, once an upstream was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SettledBy {
+    /// The upstream's own usage report.
+    Usage,
+    /// gw's estimate: the upstream's report never came (a stream the client left or that
+    /// broke, an answer without usage).
+    Estimate,
+}
+
+impl SettledBy {
+    pub fn label(self) -> &'static str {
+        match self {
+            SettledBy::Usage => "usage",
+            SettledBy::Estimate => "estimate",
         }
     }
 }
@@ -86,16 +122,18 @@ pub struct RequestCtx {
     pub created_at: DateTime<Utc>,
     /// The request fails with 504 rather than run past this.
     pub deadline: Instant,
+    /// The request's whole time bound (what a 504 names).
+    pub timeout: Duration,
     pub endpoint: Option<Endpoint>,
     pub client_ip: Option<IpAddr>,
     pub key: Option<Arc<KeyAuth>>,
     pub team_id: Option<Uuid>,
-    /// The team's model allow-list (`None`: every model).
-    pub team_models: Option<Arc<[String]>>,
-    /// The team's record (its budget and rate limits).
+    /// The team's record (its model allow-list, budget, rate limits and default policies).
     pub team: Option<Arc<LiveTeam>>,
-    /// The model and its fallbacks the caller may use, resolved once.
-    pub routes: Option<Vec<Arc<ModelRoute>>>,
+    /// The model and its fallbacks the caller may use, in order (the resolve step's).
+    pub routes: Vec<Arc<ModelRoute>>,
+    /// The policies that apply to the request, in order (the resolve step's).
+    pub applied: Vec<Arc<CompiledPolicy>>,
     /// The request's admission against limits and budgets, until it settles.
     pub admitted: Option<Admitted>,
     /// The model the client asked for (kept even when the body fails validation later).
@@ -118,14 +156,19 @@ pub struct RequestCtx {
     pub cache_similarity: Option<f32>,
     pub cached_from: Option<(Arc<str>, Arc<str>)>,
     pub attempts: Vec<Attempt>,
+    /// What the upstreams bill for this request (every billed attempt), and its cost.
     pub usage: TokenUsage,
     pub cost: Decimal,
+    /// How `usage` was learnt; `None` while no upstream was reached.
+    pub settled_by: Option<SettledBy>,
     /// Status of the response the client got (499 when it left first).
     pub status: u16,
     pub error: Option<&'static str>,
     pub ttft: Option<Duration>,
     /// Whether the downstream response header has been written.
     pub header_sent: bool,
+    /// Whether the response is complete (its end was written): nothing more goes out.
+    pub body_done: bool,
     /// The header named a provider of its own (`/v1/models` answers as `gw`).
     pub answered_by_gw: bool,
     /// When the downstream response header was written.
@@ -146,13 +189,14 @@ impl RequestCtx {
             started,
             created_at: Utc::now(),
             deadline: started + request_timeout,
+            timeout: request_timeout,
             endpoint: None,
             client_ip: None,
             key: None,
             team_id: None,
-            team_models: None,
             team: None,
-            routes: None,
+            routes: Vec::new(),
+            applied: Vec::new(),
             admitted: None,
             model: None,
             request: None,
@@ -170,10 +214,12 @@ impl RequestCtx {
             attempts: Vec::new(),
             usage: TokenUsage::default(),
             cost: Decimal::ZERO,
+            settled_by: None,
             status: 0,
             error: None,
             ttft: None,
             header_sent: false,
+            body_done: false,
             answered_by_gw: false,
             header_at: None,
             user_agent: None,
@@ -202,6 +248,22 @@ impl RequestCtx {
 
     pub fn remaining(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// The team's model allow-list (`None`: every model).
+    pub fn team_models(&self) -> Option<&[String]> {
+        self.team.as_ref().and_then(|t| t.allowed_models.as_deref())
+    }
+
+    /// The 504 of a request that ran out of time.
+    pub fn deadline_exceeded(&self) -> ProxyError {
+        ProxyError::DeadlineExceeded(self.timeout.as_millis() as u64)
+    }
+
+    /// Runs `fut` within what is left of the request's deadline: each read has its own timeout,
+    /// but a peer that trickles bytes must not stretch the whole past the deadline.
+    pub async fn within_deadline<T>(&self, fut: impl std::future::Future<Output = T>) -> Result<T, ProxyError> {
+        tokio::time::timeout(self.remaining(), fut).await.map_err(|_| self.deadline_exceeded())
     }
 }
 

@@ -11,49 +11,33 @@ use gw_shared::redis::{Invalidation, INVALIDATION_CHANNEL};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use crate::lookup::Lookup;
-use crate::pipeline::auth::KeySource;
-use crate::pipeline::limits::OrgSource;
-use crate::pipeline::policy::{Compiled, PolicySource};
-use crate::pipeline::provider_keys::ProviderKeySource;
-use crate::pipeline::team::TeamSource;
+use crate::response_cache::ResponseCache;
+use crate::sources::Lookups;
 
-/// Every cache filled from Postgres. Later lookups (policies, budgets, routes, provider keys)
-/// join here.
+/// Every cache filled from Postgres: the cached lookups and the response cache.
 pub struct Caches {
-    pub keys: Arc<Lookup<KeySource>>,
-    pub teams: Arc<Lookup<TeamSource>>,
-    pub provider_keys: Arc<Lookup<ProviderKeySource>>,
-    pub orgs: Arc<Lookup<OrgSource>>,
-    pub policies: Arc<Lookup<PolicySource>>,
-    pub compiled: Compiled,
-    pub cache_settings: Arc<Lookup<crate::pipeline::cache::CacheSettingsSource>>,
-    pub responses: Arc<crate::response_cache::ResponseCache>,
+    pub lookups: Arc<Lookups>,
+    pub responses: Arc<ResponseCache>,
 }
 
 impl Caches {
     pub async fn apply(&self, inv: &Invalidation) {
+        let l = &self.lookups;
         match inv {
-            Invalidation::ApiKey(hash) => self.keys.invalidate(hash).await,
-            Invalidation::Team { org_id, team_id } => self.teams.invalidate(&(*org_id, *team_id)).await,
-            Invalidation::ProviderKeys { org_id } => self.provider_keys.invalidate(org_id).await,
-            Invalidation::Org { org_id } => self.orgs.invalidate(org_id).await,
+            Invalidation::ApiKey(hash) => l.keys.invalidate(hash).await,
+            Invalidation::Team { org_id, team_id } => l.teams.invalidate(&(*org_id, *team_id)).await,
+            Invalidation::ProviderKeys { org_id } => l.provider_keys.invalidate(org_id).await,
+            Invalidation::Org { org_id } => l.orgs.invalidate(org_id).await,
             // The compiled copy is keyed by version: the next read finds the new version.
-            Invalidation::Policy { org_id } => self.policies.invalidate(org_id).await,
-            Invalidation::CacheSettings { org_id } => self.cache_settings.invalidate(org_id).await,
+            Invalidation::Policy { org_id } => l.policies.invalidate(org_id).await,
+            Invalidation::CacheSettings { org_id } => l.cache_settings.invalidate(org_id).await,
             Invalidation::CachePurge { org_id, model } => self.responses.purge_local(*org_id, *model),
             Invalidation::All => self.clear(),
         }
     }
 
     pub fn clear(&self) {
-        self.keys.invalidate_all();
-        self.teams.invalidate_all();
-        self.provider_keys.invalidate_all();
-        self.orgs.invalidate_all();
-        self.policies.invalidate_all();
-        self.compiled.invalidate_all();
-        self.cache_settings.invalidate_all();
+        self.lookups.clear();
         // A purge may have been missed too.
         self.responses.clear_local();
     }

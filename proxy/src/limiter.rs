@@ -3,29 +3,27 @@
 //! the request path, in a task of its own. When Redis cannot be reached the replica switches to
 //! its own limiter (each limit divided by the expected replica count) without failing a request,
 //! probes Redis a few times a second, and when it answers again adds the spend recorded meanwhile
-//! to the shared counters and goes back to them. Budget alerts go to the events outbox.
+//! to the shared counters and goes back to them. Budget alerts go to the events outbox
+//! ([`crate::events`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gw_shared::db::{events, DbPool};
-use gw_shared::limits::events::{budget_events, NewEvent};
+use gw_shared::limits::events::budget_events;
 use gw_shared::limits::local::LocalLimiter;
 use gw_shared::limits::plan::{Admission, BudgetSettled, Plan, SettleOp, Settlement};
 use gw_shared::limits::script::Scripts;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use crate::events::Outbox;
 use crate::logline::RateLimitedLog;
 use crate::metrics::Metrics;
 
-/// Budget events waiting for the outbox writer, at most.
-const QUEUE: usize = 16_384;
 /// Settlements waiting for Redis, at most; past it a settlement's spend is deferred to the next
 /// sync instead of queueing without bound behind a slow Redis.
 const MAX_SETTLING: usize = 16_384;
@@ -57,9 +55,7 @@ pub struct Limiter {
     scripts: Scripts,
     local: Mutex<LocalLimiter>,
     degraded: AtomicBool,
-    events: mpsc::Sender<NewEvent>,
-    events_rx: tokio::sync::Mutex<mpsc::Receiver<NewEvent>>,
-    db: DbPool,
+    outbox: Arc<Outbox>,
     metrics: Arc<Metrics>,
     log: RateLimitedLog,
 }
@@ -74,8 +70,7 @@ pub struct Admitted {
 }
 
 impl Limiter {
-    pub fn new(cfg: LimiterConfig, db: DbPool, metrics: Arc<Metrics>) -> Self {
-        let (events, events_rx) = mpsc::channel(QUEUE);
+    pub fn new(cfg: LimiterConfig, outbox: Arc<Outbox>, metrics: Arc<Metrics>) -> Self {
         let replicas = cfg.replicas;
         Self {
             cfg,
@@ -86,9 +81,7 @@ impl Limiter {
             scripts: Scripts::default(),
             local: Mutex::new(LocalLimiter::new(replicas)),
             degraded: AtomicBool::new(false),
-            events,
-            events_rx: tokio::sync::Mutex::new(events_rx),
-            db,
+            outbox,
             metrics,
             log: RateLimitedLog::new(module_path!(), Duration::from_secs(5)),
         }
@@ -221,23 +214,12 @@ impl Limiter {
         }
     }
 
-    /// Queues an event for the outbox (never waits: a full queue drops it, counted and logged).
-    pub fn emit(&self, ev: NewEvent) {
-        if self.events.try_send(ev).is_err() {
-            self.metrics.events_dropped.inc();
-            self.log.error(|| "the events queue is full: an event was dropped".into());
-        }
-    }
-
     /// Queues the budget events a settlement made due.
     fn alert(&self, org_id: Uuid, settled: &[BudgetSettled]) {
         let now = chrono::Utc::now();
         for s in settled {
             for ev in budget_events(org_id, s, now) {
-                if self.events.try_send(ev).is_err() {
-                    self.metrics.events_dropped.inc();
-                    self.log.error(|| "the events queue is full: a budget event was dropped".into());
-                }
+                self.outbox.emit(ev);
             }
         }
     }
@@ -308,27 +290,6 @@ impl Limiter {
             log::info!("Redis answers again: rate limits and budgets are shared again");
         }
     }
-
-    async fn write_events(&self, batch: &[NewEvent]) -> bool {
-        let result = async {
-            let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
-            events::insert_new(&mut conn, batch).await.map_err(|e| e.to_string())
-        };
-        match tokio::time::timeout(Duration::from_secs(10), result).await {
-            Ok(Ok(n)) => {
-                self.metrics.events_written.inc_by(n as u64);
-                true
-            }
-            Ok(Err(e)) => {
-                self.log.warn(|| format!("could not write {} events to the outbox: {e}", batch.len()));
-                false
-            }
-            Err(_) => {
-                self.log.warn(|| "writing events to the outbox timed out".into());
-                false
-            }
-        }
-    }
 }
 
 /// The organization a counter key belongs to (`gw:lim:{<org>}:...`).
@@ -339,7 +300,7 @@ fn org_of(key: &str) -> Uuid {
         .unwrap_or_default()
 }
 
-/// The limiter's background work: the Redis connection, settlements, probes and the outbox.
+/// The limiter's background work: the Redis connection, settlements and probes.
 pub struct LimiterService(pub Arc<Limiter>);
 
 #[async_trait]
@@ -354,26 +315,6 @@ impl BackgroundService for LimiterService {
                 return;
             }
         };
-        let events = {
-            let limiter = limiter.clone();
-            tokio::spawn(async move {
-                let mut rx = limiter.events_rx.lock().await;
-                let mut batch = Vec::with_capacity(256);
-                let mut backoff = Duration::from_millis(100);
-                loop {
-                    if batch.is_empty() && rx.recv_many(&mut batch, 256).await == 0 {
-                        return;
-                    }
-                    if limiter.write_events(&batch).await {
-                        batch.clear();
-                        backoff = Duration::from_millis(100);
-                    } else {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                    }
-                }
-            })
-        };
         let mut tick = tokio::time::interval(PROBE_EVERY);
         loop {
             tokio::select! {
@@ -385,7 +326,7 @@ impl BackgroundService for LimiterService {
                 }
             }
         }
-        // Let the settlements in flight land, and the outbox writer take what they produced.
+        // Let the settlements in flight land (their budget events go to the outbox).
         for _ in 0..40 {
             if !limiter.flushing.load(Ordering::Acquire) && limiter.settling.load(Ordering::Acquire) == 0 {
                 break;
@@ -393,8 +334,6 @@ impl BackgroundService for LimiterService {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         limiter.sync(&mut conn).await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        events.abort();
     }
 }
 

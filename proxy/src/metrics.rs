@@ -42,6 +42,9 @@ pub struct Metrics {
     pub limits_degraded: IntGauge,
     pub events_written: IntCounter,
     pub events_dropped: IntCounter,
+    /// Streams read on after the client left or a guardrail stopped them, by how they were
+    /// billed (`usage` when their usage arrived, else `estimate`).
+    pub stream_drains: IntCounterVec,
     /// Policy decisions by guardrail kind, action and stage (never policy names or values).
     pub policy_decisions: IntCounterVec,
     /// Guardrails that failed internally, by kind.
@@ -155,6 +158,14 @@ impl Metrics {
         registry.register(Box::new(limits_degraded.clone()))?;
         registry.register(Box::new(events_written.clone()))?;
         registry.register(Box::new(events_dropped.clone()))?;
+        let stream_drains = IntCounterVec::new(
+            Opts::new(
+                "gw_stream_drains_total",
+                "Upstream streams read to their end for billing, by how they were billed",
+            ),
+            &["settled_by"],
+        )?;
+        registry.register(Box::new(stream_drains.clone()))?;
         let policy_decisions = IntCounterVec::new(
             Opts::new("gw_policy_decisions_total", "Policy decisions by guardrail, action and stage"),
             &["guardrail", "action", "stage"],
@@ -232,6 +243,7 @@ impl Metrics {
             limits_degraded,
             events_written,
             events_dropped,
+            stream_drains,
         })
     }
 }

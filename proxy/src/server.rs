@@ -12,20 +12,18 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::audit_flusher;
-use crate::gateway::{Gateway, Limits};
+use crate::events::{Outbox, OutboxWriter};
 use crate::health::HealthChecks;
 use crate::invalidation::{Caches, InvalidationListener};
 use crate::limiter::{Limiter, LimiterConfig, LimiterService};
 use crate::logline::RateLimitedLog;
 use crate::lookup::{Lookup, LookupConfig};
 use crate::metrics::{Metrics, MetricsApp};
-use crate::pipeline::auth::KeySource;
-use crate::pipeline::cache::CacheSettingsSource;
-use crate::pipeline::limits::OrgSource;
-use crate::pipeline::policy::PolicySource;
-use crate::pipeline::provider_keys::ProviderKeySource;
-use crate::pipeline::team::TeamSource;
 use crate::response_cache::{load_embedder, CacheConfig, CacheWriter, ResponseCache};
+use crate::sources::{
+    compiled_cache, CacheSettingsSource, KeySource, Lookups, OrgSource, PolicySource, ProviderKeySource, TeamSource,
+};
+use crate::state::{Gateway, Limits};
 use crate::throttle::AuthThrottle;
 use crate::transport::Transport;
 
@@ -50,22 +48,25 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         stale_for: Duration::from_secs(p.key_cache_max_stale_secs),
         store_timeout: Duration::from_millis(p.store_timeout_ms),
     };
-    let keys = Arc::new(Lookup::new(KeySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
-    let teams = Arc::new(Lookup::new(TeamSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
-    let orgs = Arc::new(Lookup::new(OrgSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
-    let policies = Arc::new(Lookup::new(PolicySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
-    let compiled = crate::pipeline::policy::compiled_cache();
+    let lookups = Arc::new(Lookups {
+        keys: Lookup::new(KeySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
+        teams: Lookup::new(TeamSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
+        orgs: Lookup::new(OrgSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
+        policies: Lookup::new(PolicySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
+        compiled: compiled_cache(),
+        cache_settings: Lookup::new(CacheSettingsSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
+        provider_keys: Lookup::new(ProviderKeySource { db: db.clone() }, redis, lookups, metrics.clone()),
+    });
+    let outbox = Arc::new(Outbox::new(db.clone(), metrics.clone()));
     let limiter = Arc::new(Limiter::new(
         LimiterConfig {
             redis_url: cfg.redis.url.clone(),
             timeout: Duration::from_millis(p.limits_timeout_ms.max(1)),
             replicas: p.limits_replicas.max(1),
         },
-        db.clone(),
+        outbox.clone(),
         metrics.clone(),
     ));
-    let cache_settings =
-        Arc::new(Lookup::new(CacheSettingsSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()));
     let responses = Arc::new(ResponseCache::new(
         CacheConfig {
             redis_url: cfg.redis.url.clone(),
@@ -78,7 +79,6 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         load_embedder(&p.cache_embedding_model_dir),
         metrics.clone(),
     ));
-    let provider_keys = Arc::new(Lookup::new(ProviderKeySource { db }, redis, lookups, metrics.clone()));
     let health = HealthChecks {
         providers: router.providers().to_vec(),
         interval: Duration::from_millis(cfg.routing.health_check_interval_ms),
@@ -106,15 +106,10 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     );
     let gateway = Gateway {
         router,
-        keys: keys.clone(),
-        teams: teams.clone(),
-        provider_keys: provider_keys.clone(),
-        orgs: orgs.clone(),
-        policies: policies.clone(),
-        compiled: compiled.clone(),
-        cache_settings: cache_settings.clone(),
+        lookups: lookups.clone(),
         cache: responses.clone(),
         limiter: limiter.clone(),
+        outbox: outbox.clone(),
         default_max_tokens: p.limits_default_max_tokens.max(1),
         keyring: cfg.secrets.keyring.clone(),
         throttle: AuthThrottle::new(p.auth_failures_per_minute, Duration::from_secs(60)),
@@ -124,6 +119,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
             p.max_upstream_body_bytes,
             Duration::from_secs(p.dns_ttl_secs),
         ),
+        drain_max_bytes: p.max_upstream_body_bytes,
         audit: sink,
         audit_max_body: p.audit_max_body_bytes,
         traffic: TrafficMetrics::new(
@@ -160,21 +156,13 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         "invalidation-listener",
         InvalidationListener {
             redis_url: cfg.redis.url.clone(),
-            caches: Caches {
-                keys,
-                teams,
-                provider_keys,
-                orgs,
-                policies,
-                compiled,
-                cache_settings,
-                responses: responses.clone(),
-            },
+            caches: Caches { lookups, responses: responses.clone() },
         },
     ));
     server.add_service(background_service("health-checks", health));
     server.add_service(background_service("cache-writer", CacheWriter(responses)));
     server.add_service(background_service("limiter", LimiterService(limiter)));
+    server.add_service(background_service("events-outbox", OutboxWriter(outbox)));
     let mut metrics_svc = Service::new("metrics".into(), MetricsApp(metrics));
     metrics_svc.add_tcp(&p.metrics_listen);
     metrics_svc.threads = Some(1);

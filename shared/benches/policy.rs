@@ -1,12 +1,14 @@
 //! Guardrail costs on the request path: `pii_redact` over a 4 KB prompt (with and without values
 //! to find), the whole policy step for a chat request (resolve, read the texts, run every
-//! guardrail, prepare the answer's guard), and a streamed answer through the output guard.
+//! guardrail, prepare the answer's guard), a complete answer and a streamed one through the output
+//! guard.
 //! `cargo bench -p gw-shared --bench policy`.
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gw_shared::openai::ChatRequest;
+use gw_shared::policy::answer::guard_completion;
 use gw_shared::policy::engine::{run_input, OutputGuard, PolicySet, RequestFacts, Segment};
 use gw_shared::policy::pii::{detector, EntitySet};
 use gw_shared::policy::spec::OrgPolicy;
@@ -93,6 +95,18 @@ fn bench(c: &mut Criterion) {
     });
     // The parse alone, to subtract.
     c.bench_function("chat_parse_4kb", |b| b.iter(|| black_box(ChatRequest::parse(&body).expect("request"))));
+
+    // A clean answer of ~1 KB: the common case, which goes out as it came.
+    let clean = serde_json::to_vec(&serde_json::json!({"id": "c", "object": "chat.completion", "created": 1,
+        "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": prompt(false)[..1024]},
+        "logprobs": null, "finish_reason": "stop"}]}))
+    .expect("answer");
+    c.bench_function("guard_completion_1kb_clean", |b| {
+        b.iter(|| {
+            let mut guard = OutputGuard::new(&ps, Vault::new()).expect("guard");
+            black_box(guard_completion(&mut guard, black_box(&clean)).expect("guarded"));
+        })
+    });
 
     // An answer of ~1 KB streamed in 4-byte pieces, as chunks, through the output guard.
     let answer = prompt(true)[..1024].to_string();

@@ -9,8 +9,17 @@ use std::sync::{Arc, OnceLock};
 
 use serde::Deserialize;
 
-use crate::config::{ModelMode, ModelPrice};
 use crate::error::{Error, Result};
+use crate::pricing::{ModelPrice, TierPrice};
+
+/// What a model serves.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelMode {
+    #[default]
+    Chat,
+    Embedding,
+}
 
 const BUILTIN: &str = include_str!("../../conf/catalog.json");
 
@@ -58,7 +67,7 @@ pub struct CatalogPrice {
     #[serde(default, with = "rust_decimal::serde::str_option")]
     pub reasoning_per_mtok: Option<rust_decimal::Decimal>,
     #[serde(default)]
-    pub tiers: BTreeMap<String, crate::config::TierPrice>,
+    pub tiers: BTreeMap<String, TierPrice>,
 }
 
 impl From<&CatalogPrice> for ModelPrice {
@@ -102,6 +111,11 @@ impl Catalog {
     pub fn price(&self, kind: &str, upstream_model: &str) -> Option<ModelPrice> {
         self.entry(kind, upstream_model).map(|e| ModelPrice::from(&e.price))
     }
+
+    /// The most completion tokens the model may produce in one answer, when the catalog knows.
+    pub fn max_output(&self, kind: &str, upstream_model: &str) -> Option<u64> {
+        self.entry(kind, upstream_model).and_then(|e| e.max_output_tokens).filter(|n| *n > 0)
+    }
 }
 
 #[cfg(test)]
@@ -119,5 +133,7 @@ mod tests {
         }
         assert!(c.price("openai", "gpt-4o-mini").is_some());
         assert!(c.price("nope", "no-such-model").is_none());
+        assert_eq!(c.max_output("openai", "gpt-4o-mini"), Some(16384));
+        assert_eq!(c.max_output("nope", "no-such-model"), None);
     }
 }

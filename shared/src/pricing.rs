@@ -1,8 +1,40 @@
 //! Cost maths: exact decimal USD from token counts and per-million-token prices.
 
-use rust_decimal::Decimal;
+use std::collections::BTreeMap;
 
-use crate::config::ModelPrice;
+use rust_decimal::Decimal;
+use serde::Deserialize;
+
+/// USD per million tokens. Cached input, cache writes and reasoning default to the plain input
+/// and output prices when a provider does not price them apart.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    #[serde(with = "rust_decimal::serde::str")]
+    pub input_per_mtok: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub output_per_mtok: Decimal,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub cached_input_per_mtok: Option<Decimal>,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub cache_write_per_mtok: Option<Decimal>,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub reasoning_per_mtok: Option<Decimal>,
+    /// Prices under other service tiers (`priority`, `flex`).
+    #[serde(default)]
+    pub tiers: BTreeMap<String, TierPrice>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TierPrice {
+    #[serde(with = "rust_decimal::serde::str")]
+    pub input_per_mtok: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub output_per_mtok: Decimal,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub cached_input_per_mtok: Option<Decimal>,
+}
 
 /// Token counts as reported by the upstream (or computed by the mock provider).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,6 +75,17 @@ impl ServiceTier {
 impl TokenUsage {
     pub fn total(&self) -> u32 {
         self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+
+    /// Adds another attempt's tokens (a request billed for more than one attempt); the tier is
+    /// the later one's.
+    pub fn add(&mut self, other: TokenUsage) {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.cache_creation_tokens = self.cache_creation_tokens.saturating_add(other.cache_creation_tokens);
+        self.tier = other.tier;
     }
 }
 
@@ -137,11 +180,7 @@ mod tests {
         let mut p = price("1.25", "10");
         p.tiers.insert(
             "priority".into(),
-            crate::config::TierPrice {
-                input_per_mtok: dec("2.5"),
-                output_per_mtok: dec("20"),
-                cached_input_per_mtok: None,
-            },
+            TierPrice { input_per_mtok: dec("2.5"), output_per_mtok: dec("20"), cached_input_per_mtok: None },
         );
         let u = TokenUsage { prompt_tokens: 1_000_000, completion_tokens: 0, ..Default::default() };
         assert_eq!(cost_usd(&p, u), dec("1.25"));

@@ -547,3 +547,52 @@ async fn expired_semantic_entries_are_never_answered_and_get_deleted() {
     assert_eq!(db_cache::purge(&mut conn, s.org_id, Some("other-model")).await.unwrap(), 0);
     assert_eq!(db_cache::purge(&mut conn, s.org_id, None).await.unwrap(), 1, "only the live entry was left");
 }
+
+/// Access is checked before the cache: a caller that may not use a model never gets its cached
+/// answer, whatever tier holds it.
+async fn refused_despite_a_cached_answer(stack: &Stack, cached_by: &str, restricted: &str, tag: &str) {
+    let mut b = body("Which answer may a restricted key read?", tag);
+    let first = post(stack, cached_by, &b, &[]).await;
+    assert_eq!(first.status(), 200);
+    until_tier(stack, cached_by, &b, "L1").await;
+    for stream in [false, true] {
+        b["stream"] = json!(stream);
+        let r = post(stack, restricted, &b, &[]).await;
+        assert!(r.headers().get("x-gw-cache").is_none_or(|v| v != "L1" && v != "L2"));
+        let e = expect_openai_error(r, 404).await;
+        insta::assert_json_snapshot!(e, @r###"
+        {
+          "error": {
+            "code": "model_not_found",
+            "message": "The model 'gpt-4o-mini' does not exist or you do not have access to it.",
+            "param": "model",
+            "type": "invalid_request_error"
+          }
+        }
+        "###);
+    }
+    assert_eq!(upstream_calls(stack, tag).await, 1, "only the first request reached the upstream");
+}
+
+#[tokio::test]
+async fn a_key_limited_to_another_model_gets_404_not_the_cached_answer() {
+    let stack = Stack::shared().await;
+    let (s, open) = org(&stack, json!({"l1": true, "l2": true})).await;
+    let r = stack.create_key(&s, json!({"name": "mock only", "models": ["mock-model"]})).await;
+    assert_eq!(r.status(), 201);
+    let limited = r.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_string();
+    refused_despite_a_cached_answer(&stack, &open, &limited, &unique_tag()).await;
+}
+
+#[tokio::test]
+async fn a_team_limited_to_another_model_gets_404_not_the_cached_answer() {
+    let stack = Stack::shared().await;
+    let (s, open) = org(&stack, json!({"l1": true, "l2": true})).await;
+    let r = stack.admin_post("/teams", &s.access_token, &json!({"name": "mock only", "models": ["mock-model"]})).await;
+    assert_eq!(r.status(), 201);
+    let team = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    let r = stack.create_key(&s, json!({"name": "team key", "team_id": team})).await;
+    assert_eq!(r.status(), 201);
+    let limited = r.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_string();
+    refused_despite_a_cached_answer(&stack, &open, &limited, &unique_tag()).await;
+}

@@ -116,6 +116,7 @@ pub fn record(ctx: &RequestCtx, max_body: usize) -> Option<AuditEntry> {
         user_agent_id: ctx.user_agent.as_deref().map(user_agent_id),
         request_body: request_body(ctx, max_body),
         response_body: ctx.response_body.as_deref().map(|b| audit_body(b, max_body)),
+        settled_by: ctx.settled_by.map(|s| s.label().to_string()),
         chain_seq: None,
         prev_hash: None,
         row_hash: None,

@@ -2,17 +2,14 @@
 //! then Redis, then Postgres; revocations arrive over Redis). Addresses that fail too often stop
 //! causing Postgres lookups for unknown keys.
 
-use async_trait::async_trait;
 use chrono::Utc;
-use gw_shared::db::api_keys::{self, KeyAuth};
-use gw_shared::db::DbPool;
-use gw_shared::keys::{self, KeyHash};
+use gw_shared::keys;
 use pingora::proxy::Session;
 
 use crate::ctx::RequestCtx;
 use crate::error::ProxyError;
-use crate::gateway::Gateway;
-use crate::lookup::{LookupError, Source};
+use crate::lookup::LookupError;
+use crate::state::Gateway;
 
 use gw_shared::accounts::{permits, PERM_CHAT, PERM_EMBEDDINGS, PERM_MODELS};
 
@@ -27,29 +24,6 @@ fn scope(endpoint: Option<Endpoint>) -> &'static str {
     }
 }
 
-pub struct KeySource {
-    pub db: DbPool,
-}
-
-#[async_trait]
-impl Source for KeySource {
-    type Key = KeyHash;
-    type Value = KeyAuth;
-
-    fn name(&self) -> &'static str {
-        "api_key"
-    }
-
-    fn redis_key(&self, key: &KeyHash) -> String {
-        gw_shared::redis::api_key_cache_key(key)
-    }
-
-    async fn load(&self, key: &KeyHash) -> Result<Option<KeyAuth>, String> {
-        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
-        api_keys::find_by_hash(&mut conn, key).await.map_err(|e| e.to_string())
-    }
-}
-
 pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let header = session.req_header().headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
     let header = header.ok_or(ProxyError::MissingAuth)?;
@@ -58,7 +32,7 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
         return Err(ProxyError::SessionTokenOnProxy);
     }
     let pass = gw.throttle.pass(ctx.client_ip);
-    let found = gw.keys.get(&keys::hash_secret(token), &|| pass.admit()).await;
+    let found = gw.lookups.keys.get(&keys::hash_secret(token), &|| pass.admit()).await;
     let key = match found {
         Ok(Some(key)) => key,
         Ok(None) => {

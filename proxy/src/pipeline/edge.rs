@@ -5,7 +5,7 @@ use pingora::proxy::Session;
 
 use crate::ctx::Endpoint;
 use crate::error::ProxyError;
-use crate::gateway::Gateway;
+use crate::state::Gateway;
 
 /// The endpoint a request addresses, or 404/405.
 pub fn endpoint(session: &Session) -> Result<Endpoint, ProxyError> {

@@ -4,21 +4,21 @@ use bytes::Bytes;
 use gw_shared::openai::{ModelList, ModelObject};
 use pingora::proxy::Session;
 
-use super::{access, respond};
+use super::answer;
 use crate::ctx::RequestCtx;
 use crate::error::ProxyError;
-use crate::gateway::Gateway;
+use crate::state::Gateway;
 
 pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let key_models = ctx.key.as_ref().and_then(|k| k.allowed_models.as_deref());
-    let team_models = ctx.team_models.as_deref();
+    let team_models = ctx.team_models();
     let data = gw
         .router
         .models()
-        .filter(|m| access::allowed(key_models, team_models, m))
+        .filter(|m| m.admitted_by(key_models) && m.admitted_by(team_models))
         .map(|m| ModelObject::new(&m.name, gw.started_at, &m.owned_by))
         .collect();
     let body = serde_json::to_vec(&ModelList::new(data)).map_err(|e| ProxyError::internal("model list", e))?;
     ctx.answered_by_gw = true;
-    respond::json(session, ctx, 200, Bytes::from(body), Vec::new()).await
+    answer::json(session, ctx, 200, Bytes::from(body), Vec::new()).await
 }

@@ -7,10 +7,10 @@ use pingora::proxy::Session;
 
 use crate::ctx::RequestCtx;
 use crate::error::ProxyError;
-use crate::gateway::Gateway;
+use crate::state::Gateway;
 
 pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
-    let body = super::route::within_deadline(gw, ctx, read_bounded(session, gw.limits.max_body_bytes)).await??;
+    let body = ctx.within_deadline(read_bounded(session, gw.limits.max_body_bytes)).await??;
     let req = ChatRequest::parse(&body).map_err(|p| ProxyError::BadRequest { message: p.message, param: p.param })?;
     ctx.model = Some(req.model.clone());
     ctx.stream = req.stream;
@@ -19,7 +19,7 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
 }
 
 pub async fn run_embeddings(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
-    let body = super::route::within_deadline(gw, ctx, read_bounded(session, gw.limits.max_body_bytes)).await??;
+    let body = ctx.within_deadline(read_bounded(session, gw.limits.max_body_bytes)).await??;
     let req =
         EmbeddingsRequest::parse(&body).map_err(|p| ProxyError::BadRequest { message: p.message, param: p.param })?;
     ctx.model = Some(req.model.clone());

@@ -1,65 +1,15 @@
 //! Team attribution: the key's team, else the `x-gw-team` header's, which must be a live team of
 //! the key's organization (a cached lookup like keys, with unknown teams remembered as unknown).
-//! The team's record also brings its model allow-list.
+//! The team's record also brings its model allow-list, limits and default policies.
 
-use async_trait::async_trait;
-use gw_shared::db::{teams, DbPool};
 use gw_shared::headers;
-use gw_shared::limits::settings::ScopeLimits;
 use pingora::proxy::Session;
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::ctx::RequestCtx;
 use crate::error::ProxyError;
-use crate::gateway::Gateway;
-use crate::lookup::{LookupError, Source};
-
-/// A team that exists and is not deleted.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LiveTeam {
-    pub org_id: Uuid,
-    pub team_id: Uuid,
-    /// Models the team may use; `None`: every model.
-    #[serde(default)]
-    pub allowed_models: Option<Vec<String>>,
-    /// The team's budget and rate limits.
-    #[serde(default)]
-    pub limits: ScopeLimits,
-    /// Policies every request of the team gets, after the organization's.
-    #[serde(default)]
-    pub default_policies: Vec<String>,
-}
-
-pub struct TeamSource {
-    pub db: DbPool,
-}
-
-#[async_trait]
-impl Source for TeamSource {
-    type Key = (Uuid, Uuid);
-    type Value = LiveTeam;
-
-    fn name(&self) -> &'static str {
-        "team"
-    }
-
-    fn redis_key(&self, (org_id, team_id): &(Uuid, Uuid)) -> String {
-        gw_shared::redis::team_cache_key(*org_id, *team_id)
-    }
-
-    async fn load(&self, &(org_id, team_id): &(Uuid, Uuid)) -> Result<Option<LiveTeam>, String> {
-        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
-        let live = teams::live(&mut conn, org_id, team_id).await.map_err(|e| e.to_string())?;
-        Ok(live.map(|(allowed_models, limits, default_policies)| LiveTeam {
-            org_id,
-            team_id,
-            allowed_models,
-            limits,
-            default_policies,
-        }))
-    }
-}
+use crate::lookup::LookupError;
+use crate::state::Gateway;
 
 pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let Some(key) = ctx.key.clone() else { return Err(ProxyError::MissingAuth) };
@@ -83,11 +33,10 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
         return bound_team(gw, ctx, key.org_id, bound).await;
     }
     let pass = gw.throttle.pass(ctx.client_ip);
-    match gw.teams.get(&(key.org_id, team), &|| pass.admit()).await {
+    match gw.lookups.teams.get(&(key.org_id, team), &|| pass.admit()).await {
         Ok(Some(t)) => {
             ctx.team_id = Some(team);
-            ctx.team_models = t.allowed_models.as_deref().map(Into::into);
-            ctx.team = Some(t.clone());
+            ctx.team = Some(t);
             Ok(())
         }
         Ok(None) => {
@@ -106,10 +55,9 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
 /// this lookup is not throttled; a team deleted since the key was made ends the key's use.
 async fn bound_team(gw: &Gateway, ctx: &mut RequestCtx, org_id: Uuid, team_id: Uuid) -> Result<(), ProxyError> {
     ctx.team_id = Some(team_id);
-    match gw.teams.get(&(org_id, team_id), &|| true).await {
+    match gw.lookups.teams.get(&(org_id, team_id), &|| true).await {
         Ok(Some(t)) => {
-            ctx.team_models = t.allowed_models.as_deref().map(Into::into);
-            ctx.team = Some(t.clone());
+            ctx.team = Some(t);
             Ok(())
         }
         Ok(None) => Err(ProxyError::InvalidTeam("The team this API key is bound to no longer exists.".into())),

@@ -26,7 +26,7 @@ fn numeric(d: Decimal) -> String {
 
 /// The hashed form of a row's content (not its chain fields).
 pub fn content(r: &AuditRecord) -> Vec<u8> {
-    let fields = json!([
+    let mut fields = json!([
         r.id,
         r.org_id,
         r.team_id,
@@ -63,6 +63,10 @@ pub fn content(r: &AuditRecord) -> Vec<u8> {
         r.request_body,
         r.response_body,
     ]);
+    // Added after rows were first hashed: present only when set, so earlier rows hash as before.
+    if let (Some(s), Some(all)) = (&r.settled_by, fields.as_array_mut()) {
+        all.push(json!(s));
+    }
     let mut out = Vec::with_capacity(512);
     crate::cache::key::canonical(&fields, &mut out);
     out

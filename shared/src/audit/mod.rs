@@ -59,6 +59,9 @@ pub struct AuditRecord {
     /// Bodies, only when the organization turns body logging on, and after redaction.
     pub request_body: Option<String>,
     pub response_body: Option<String>,
+    /// How tokens and cost were settled: `usage` (the upstream's report) or `estimate`; `None`
+    /// when nothing reached an upstream.
+    pub settled_by: Option<String>,
     /// The organization's hash chain, filled in by the writer as the row is appended.
     pub chain_seq: Option<i64>,
     pub prev_hash: Option<Vec<u8>>,

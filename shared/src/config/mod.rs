@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use rust_decimal::Decimal;
 use serde::Deserialize;
 
 mod admin;
@@ -13,8 +12,10 @@ mod admin;
 pub use admin::AdminConfig;
 
 use crate::catalog::Catalog;
+use crate::catalog::ModelMode;
 use crate::crypto::{EncryptionKey, Keyring};
 use crate::error::{Error, Result};
+use crate::pricing::ModelPrice;
 
 pub const DEFAULT_CONFIG_PATH: &str = "conf/gw.toml";
 
@@ -292,15 +293,6 @@ pub enum Strategy {
     LowestCost,
 }
 
-/// What a model serves.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ModelMode {
-    #[default]
-    Chat,
-    Embedding,
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
@@ -366,37 +358,6 @@ fn one() -> u32 {
     1
 }
 
-/// USD per million tokens. Cached input, cache writes and reasoning default to the plain input
-/// and output prices when a provider does not price them apart.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct ModelPrice {
-    #[serde(with = "rust_decimal::serde::str")]
-    pub input_per_mtok: Decimal,
-    #[serde(with = "rust_decimal::serde::str")]
-    pub output_per_mtok: Decimal,
-    #[serde(default, with = "rust_decimal::serde::str_option")]
-    pub cached_input_per_mtok: Option<Decimal>,
-    #[serde(default, with = "rust_decimal::serde::str_option")]
-    pub cache_write_per_mtok: Option<Decimal>,
-    #[serde(default, with = "rust_decimal::serde::str_option")]
-    pub reasoning_per_mtok: Option<Decimal>,
-    /// Prices under other service tiers (`priority`, `flex`).
-    #[serde(default)]
-    pub tiers: BTreeMap<String, TierPrice>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TierPrice {
-    #[serde(with = "rust_decimal::serde::str")]
-    pub input_per_mtok: Decimal,
-    #[serde(with = "rust_decimal::serde::str")]
-    pub output_per_mtok: Decimal,
-    #[serde(default, with = "rust_decimal::serde::str_option")]
-    pub cached_input_per_mtok: Option<Decimal>,
-}
-
 #[derive(Clone, Default)]
 pub struct Secrets {
     pub jwt_secret: Option<String>,
@@ -442,6 +403,11 @@ impl Config {
     /// catalog's entry.
     pub fn price_of(&self, kind: &str, upstream_model: &str) -> Option<ModelPrice> {
         self.pricing.get(upstream_model).cloned().or_else(|| self.models_catalog.price(kind, upstream_model))
+    }
+
+    /// The most completion tokens an upstream model answers with, from the catalog.
+    pub fn max_output_of(&self, kind: &str, upstream_model: &str) -> Option<u64> {
+        self.models_catalog.max_output(kind, upstream_model)
     }
 
     fn apply_env(&mut self, env: &impl Fn(&str) -> Option<String>) -> Result<()> {

@@ -23,9 +23,9 @@ const COLUMNS: &str = "id, org_id, team_id, api_key_id, endpoint, model, provide
     error_type, stream, prompt_tokens, completion_tokens, total_tokens, cost_usd, latency_ms, upstream_latency_ms, \
     ttft_ms, cache_status, policy_action, attempts, created_at, cached_tokens, reasoning_tokens, routing, policy, cache_creation_tokens, \
     cache_saved_usd, cache_similarity, deployment, overhead_us, client_ip, user_agent_id, request_body, response_body, \
-    chain_seq, prev_hash, row_hash";
+    chain_seq, prev_hash, row_hash, settled_by";
 
-const TYPES: [Type; 38] = [
+const TYPES: [Type; 39] = [
     Type::UUID,
     Type::UUID,
     Type::UUID,
@@ -64,6 +64,7 @@ const TYPES: [Type; 38] = [
     Type::INT8,
     Type::BYTEA,
     Type::BYTEA,
+    Type::TEXT,
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -342,7 +343,7 @@ async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[Audi
     pin_mut!(writer);
     for r in rows {
         let client_ip = r.client_ip.map(|n| n.addr());
-        let row: [&(dyn ToSql + Sync); 38] = [
+        let row: [&(dyn ToSql + Sync); 39] = [
             &r.id,
             &r.org_id,
             &r.team_id,
@@ -381,6 +382,7 @@ async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[Audi
             &r.chain_seq,
             &r.prev_hash,
             &r.row_hash,
+            &r.settled_by,
         ];
         writer.as_mut().write(&row).await.map_err(classify)?;
     }

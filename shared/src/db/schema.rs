@@ -157,6 +157,7 @@ diesel::table! {
         prev_hash -> Nullable<Bytea>,
         row_hash -> Nullable<Bytea>,
         ingested_at -> Timestamptz,
+        settled_by -> Nullable<Text>,
     }
 }
 

@@ -89,20 +89,39 @@ pub async fn is_member(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid
     Ok(n > 0)
 }
 
-/// What the proxy needs of a live team: its model allow-list (`None`: every model) and limits.
-pub async fn live(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    team_id: Uuid,
-) -> Result<Option<(Option<Vec<String>>, ScopeLimits, Vec<String>)>> {
-    Ok(teams::table
+/// A team that exists and is not deleted, as the proxy needs it (and caches it).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LiveTeam {
+    pub org_id: Uuid,
+    pub team_id: Uuid,
+    /// Models the team may use; `None`: every model.
+    #[serde(default)]
+    pub allowed_models: Option<Vec<String>>,
+    /// The team's budget and rate limits.
+    #[serde(default)]
+    pub limits: ScopeLimits,
+    /// Policies every request of the team gets, after the organization's.
+    #[serde(default)]
+    pub default_policies: Vec<String>,
+}
+
+/// A live team: its model allow-list, limits and default policies.
+pub async fn live(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid) -> Result<Option<LiveTeam>> {
+    let row = teams::table
         .filter(teams::org_id.eq(org_id))
         .filter(teams::id.eq(team_id))
         .filter(teams::deleted_at.is_null())
         .select((teams::allowed_models, (teams::budget, teams::rate_limits), teams::default_policies))
         .first::<(Option<Vec<String>>, ScopeLimits, Vec<String>)>(conn)
         .await
-        .optional()?)
+        .optional()?;
+    Ok(row.map(|(allowed_models, limits, default_policies)| LiveTeam {
+        org_id,
+        team_id,
+        allowed_models,
+        limits,
+        default_policies,
+    }))
 }
 
 /// Sets a team's model allow-list (`None`: every model).

@@ -6,8 +6,8 @@ use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
-use crate::config::ModelPrice;
 use crate::openai::{ChatRequest, EmbeddingsRequest};
+use crate::pricing::ModelPrice;
 
 /// Tokens OpenAI's chat format adds per message, and per request (the reply's priming).
 const PER_MESSAGE: u64 = 4;
@@ -91,6 +91,21 @@ pub fn embeddings(req: &EmbeddingsRequest) -> Estimate {
     Estimate { prompt_tokens: estimate, prompt_tokens_max: max, completion_tokens_max: 0 }
 }
 
+/// The completion tokens a budget reserves for one choice of a request that sets no limit of its
+/// own, and the limit gw then sends the upstream, if any. When the catalog knows every
+/// deployment's maximum output, the reservation is the largest of them and the request goes
+/// out as the client sent it: no answer can outgrow it. Otherwise gw cannot bound the answer from
+/// the catalog, so it caps it at what it reserves: `default_max_tokens`, or less when a known
+/// maximum is smaller (a limit above a model's maximum is an error at most providers).
+pub fn completion_reservation(maxima: &[Option<u64>], default_max_tokens: u64) -> (u64, Option<u64>) {
+    let known = maxima.iter().flatten().copied();
+    if !maxima.is_empty() && maxima.iter().all(Option::is_some) {
+        return (known.max().unwrap_or(default_max_tokens), None);
+    }
+    let cap = known.fold(default_max_tokens, u64::min).max(1);
+    (cap, Some(cap))
+}
+
 /// The highest prices any of `prices` may charge per input and per output token (per million),
 /// over their tiers, cache writes and reasoning.
 pub fn ceiling<'a>(prices: impl IntoIterator<Item = &'a ModelPrice>) -> (Decimal, Decimal) {
@@ -130,7 +145,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::config::TierPrice;
+    use crate::pricing::TierPrice;
     use crate::pricing::{cost_usd, TokenUsage};
 
     fn chat_req(v: Value) -> ChatRequest {
@@ -194,6 +209,15 @@ mod tests {
         let mut b = price("0.5", "8");
         b.cache_write_per_mtok = Some("5".parse().unwrap());
         assert_eq!(ceiling([&a, &b]), ("5".parse().unwrap(), "8".parse().unwrap()));
+    }
+
+    #[test]
+    fn reservations_cover_every_deployment_or_cap_the_request() {
+        assert_eq!(completion_reservation(&[Some(16_384), Some(8_192)], 4_096), (16_384, None));
+        assert_eq!(completion_reservation(&[Some(16_384), None], 4_096), (4_096, Some(4_096)));
+        assert_eq!(completion_reservation(&[Some(2_048), None], 4_096), (2_048, Some(2_048)));
+        assert_eq!(completion_reservation(&[None], 4_096), (4_096, Some(4_096)));
+        assert_eq!(completion_reservation(&[], 4_096), (4_096, Some(4_096)));
     }
 
     #[test]

@@ -103,6 +103,12 @@ impl EmbeddingsRequest {
         }
     }
 
+    /// Whether the input is token arrays: text no guardrail can read, since gw knows no tokenizer
+    /// to decode them with.
+    pub fn is_pretokenized(&self) -> bool {
+        matches!(self.input, EmbeddingInput::Tokens(_))
+    }
+
     /// The texts to embed, for guardrails to rewrite; call [`Self::sync_body`] after an edit.
     pub fn texts_mut(&mut self) -> Option<&mut Vec<String>> {
         match &mut self.input {
@@ -262,6 +268,8 @@ mod tests {
             EmbeddingInput::Tokens(vec![vec![1, 2, 3]])
         );
         assert_eq!(parse(json!({"model":"m","input":[[1],[2]]})).unwrap().len(), 2);
+        assert!(parse(json!({"model":"m","input":[[1],[2]]})).unwrap().is_pretokenized());
+        assert!(!parse(json!({"model":"m","input":["a"]})).unwrap().is_pretokenized());
         for bad in [json!(""), json!([]), json!([""]), json!(["a", 1]), json!([[]]), json!({}), json!(3), json!([-1])] {
             let e = parse(json!({"model":"m","input":bad})).unwrap_err();
             assert_eq!(e.param.as_deref(), Some("input"), "{bad}");

@@ -9,19 +9,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::validate;
-
-/// Why a request body is not acceptable, with the offending parameter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestProblem {
-    pub message: String,
-    pub param: Option<String>,
-}
-
-impl RequestProblem {
-    pub fn new(message: impl Into<String>, param: impl Into<String>) -> Self {
-        Self { message: message.into(), param: Some(param.into()) }
-    }
-}
+pub use super::validate::RequestProblem;
 
 #[derive(Debug)]
 pub struct ChatRequest {
@@ -66,25 +54,35 @@ impl ChatRequest {
         &self.body
     }
 
-    /// Every text of the messages (string contents and text parts), each with whether a user
-    /// wrote it, for guardrails to read and rewrite; the upstream body follows the edits.
+    /// Caps the answer at `max` completion tokens, for a request that set no limit of its own
+    /// (a budget reserved for that many). `max_tokens`, which every OpenAI-compatible server
+    /// and every adapter reads.
+    pub fn cap_completion_tokens(&mut self, max: u64) {
+        self.openai_tail = OnceLock::new();
+        self.body.insert("max_tokens".into(), Value::from(max));
+    }
+
+    /// Every text of the messages the upstream will read, for guardrails to read and rewrite (the
+    /// upstream body follows the edits): each message's string content and text and refusal
+    /// parts, its `name`, the arguments of the assistant's earlier tool calls (and of the legacy
+    /// `function_call`), tool results, and the predicted output. The flag says whether a user
+    /// wrote the text: topic and injection checks read only those.
     pub fn texts_mut(&mut self) -> Vec<(bool, &mut String)> {
         self.openai_tail = OnceLock::new();
         let mut out = Vec::new();
-        if let Some(Value::Array(msgs)) = self.body.get_mut("messages") {
-            for m in msgs {
-                let user = m.get("role").and_then(Value::as_str) == Some("user");
-                match m.get_mut("content") {
-                    Some(Value::String(s)) => out.push((user, s)),
-                    Some(Value::Array(parts)) => {
-                        for p in parts {
-                            if let Some(Value::String(t)) = p.get_mut("text") {
-                                out.push((user, t));
-                            }
-                        }
+        for (key, value) in self.body.iter_mut() {
+            match (key.as_str(), value) {
+                ("messages", Value::Array(msgs)) => {
+                    for m in msgs {
+                        message_texts(m, &mut out);
                     }
-                    _ => {}
                 }
+                ("prediction", Value::Object(p)) => {
+                    if let Some(c) = p.get_mut("content") {
+                        content_texts(c, false, &mut out);
+                    }
+                }
+                _ => {}
             }
         }
         out
@@ -143,6 +141,64 @@ impl Serialize for UpstreamFields<'_> {
             map.serialize_entry("stream_options", &opts)?;
         }
         map.end()
+    }
+}
+
+/// One message's texts, in reading order: content, tool call arguments, legacy function call
+/// arguments, name.
+fn message_texts<'a>(message: &'a mut Value, out: &mut Vec<(bool, &'a mut String)>) {
+    let Value::Object(m) = message else { return };
+    let user = m.get("role").and_then(Value::as_str) == Some("user");
+    let (mut content, mut tool_calls, mut function_call, mut name) = (None, None, None, None);
+    for (k, v) in m.iter_mut() {
+        match k.as_str() {
+            "content" => content = Some(v),
+            "tool_calls" => tool_calls = Some(v),
+            "function_call" => function_call = Some(v),
+            "name" => name = Some(v),
+            _ => {}
+        }
+    }
+    if let Some(c) = content {
+        content_texts(c, user, out);
+    }
+    if let Some(Value::Array(calls)) = tool_calls {
+        for call in calls {
+            if let Some(args) = call.get_mut("function").and_then(arguments_mut) {
+                out.push((false, args));
+            }
+        }
+    }
+    if let Some(args) = function_call.and_then(arguments_mut) {
+        out.push((false, args));
+    }
+    if let Some(Value::String(n)) = name {
+        out.push((false, n));
+    }
+}
+
+fn arguments_mut(function: &mut Value) -> Option<&mut String> {
+    match function.get_mut("arguments") {
+        Some(Value::String(a)) => Some(a),
+        _ => None,
+    }
+}
+
+/// A content value's texts: the string itself, or each part's `text` and `refusal`.
+fn content_texts<'a>(content: &'a mut Value, user: bool, out: &mut Vec<(bool, &'a mut String)>) {
+    match content {
+        Value::String(s) => out.push((user, s)),
+        Value::Array(parts) => {
+            for p in parts {
+                let Value::Object(p) = p else { continue };
+                for (k, v) in p.iter_mut() {
+                    if let ("text" | "refusal", Value::String(t)) = (k.as_str(), v) {
+                        out.push((user, t));
+                    }
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -208,6 +264,58 @@ mod tests {
         let e = ChatRequest::parse(b"{not json").unwrap_err();
         assert!(e.message.contains("parse the JSON"), "{}", e.message);
         assert_eq!(e.param, None);
+    }
+
+    #[test]
+    fn texts_the_upstream_reads() {
+        let mut req = parse(json!({"model":"m","messages":[
+            {"role":"system","content":"sys","name":"ops"},
+            {"role":"user","content":[{"type":"text","text":"u1"},{"type":"image_url","image_url":{"url":"x"}},
+                {"type":"text","text":"u2"}],"name":"jane"},
+            {"role":"assistant","content":[{"type":"text","text":"a1"},{"type":"refusal","refusal":"no"}],
+                "tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"to\":\"x\"}"}},
+                              {"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]},
+            {"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{\"old\":1}"}},
+            {"role":"tool","tool_call_id":"c1","content":"result"},
+            {"role":"tool","tool_call_id":"c2","content":[{"type":"text","text":"part result"}]},
+            {"role":"function","name":"f","content":"legacy result"},
+            {"role":"developer","content":"dev"}],
+            "prediction":{"type":"content","content":"predicted"}}))
+        .unwrap();
+        let got: Vec<(bool, String)> = req.texts_mut().into_iter().map(|(u, t)| (u, t.clone())).collect();
+        let want = [
+            (false, "sys"),
+            (false, "ops"),
+            (true, "u1"),
+            (true, "u2"),
+            (false, "jane"),
+            (false, "a1"),
+            (false, "no"),
+            (false, "{\"to\":\"x\"}"),
+            (false, "{}"),
+            (false, "{\"old\":1}"),
+            (false, "result"),
+            (false, "part result"),
+            (false, "legacy result"),
+            (false, "f"),
+            (false, "dev"),
+            (false, "predicted"),
+        ];
+        assert_eq!(got, want.map(|(u, t)| (u, t.to_string())));
+
+        // Edits reach the upstream body, even after it was serialized once.
+        req.openai_body("m").unwrap();
+        for (_, t) in req.texts_mut() {
+            t.make_ascii_uppercase();
+        }
+        let up: Value = serde_json::from_slice(&req.openai_body("m").unwrap()).unwrap();
+        assert_eq!(up["messages"][0]["name"], "OPS");
+        assert_eq!(up["messages"][2]["content"][1]["refusal"], "NO");
+        assert_eq!(up["messages"][2]["tool_calls"][0]["function"]["arguments"], "{\"TO\":\"X\"}");
+        assert_eq!(up["messages"][3]["function_call"]["arguments"], "{\"OLD\":1}");
+        assert_eq!(up["messages"][5]["content"][0]["text"], "PART RESULT");
+        assert_eq!(up["prediction"]["content"], "PREDICTED");
+        assert_eq!(up["messages"][1]["content"][1]["image_url"]["url"], "x");
     }
 
     #[test]

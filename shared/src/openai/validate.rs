@@ -5,7 +5,18 @@
 
 use serde_json::{Map, Value};
 
-use super::request::RequestProblem;
+/// Why a request body is not acceptable, with the offending parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestProblem {
+    pub message: String,
+    pub param: Option<String>,
+}
+
+impl RequestProblem {
+    pub fn new(message: impl Into<String>, param: impl Into<String>) -> Self {
+        Self { message: message.into(), param: Some(param.into()) }
+    }
+}
 
 /// Roles a message may carry.
 pub const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool", "function"];

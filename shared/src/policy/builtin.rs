@@ -7,8 +7,8 @@ use serde::Serialize;
 use super::pii::Entity;
 use super::spec::{Action, Guardrail, OnError, OrgPolicy, PolicyDef, RegexRule};
 
-/// Names of the built-in policies.
-pub const NAMES: &[&str] = &["pii_redact", "topic_guard", "prompt_injection"];
+/// Names of the built-in policies (defined with the document, which must know them).
+pub use super::spec::BUILTIN_NAMES as NAMES;
 
 /// The built-in policy of that name.
 pub fn policy(name: &str) -> Option<PolicyDef> {

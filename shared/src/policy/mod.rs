@@ -2,8 +2,10 @@
 //! document, resolved per request, run over the request's texts and the answer; and the decisions
 //! they make, as the request context, the `x-gw-policy-*` headers and the audit row report them.
 
+pub mod answer;
 pub mod builtin;
 pub mod engine;
+pub mod fold;
 pub mod phrases;
 pub mod pii;
 pub mod spec;

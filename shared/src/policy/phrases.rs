@@ -1,11 +1,14 @@
 //! Phrase matching for topic guards and the prompt-injection heuristic: one Aho-Corasick automaton
-//! over folded phrases, matched on word boundaries. Folding (NFKC, lower case, runs of whitespace
-//! as one space) is applied to phrases and text alike, so `Ｃａｒｄｉｎａｌ`, `CARDINAL` and
-//! `cardinal` are one word, and `ignore   previous` matches `ignore previous`. Word boundaries
-//! keep `art` from matching inside `start`.
+//! over folded phrases, matched on word boundaries. Folding (NFKC, format characters such as
+//! zero-width spaces dropped, lower case, runs of whitespace as one space) is applied to phrases
+//! and text alike, so `Ｃａｒｄｉｎａｌ`, `CARD\u{200B}INAL` and `cardinal` are one word, and
+//! `ignore   previous` matches `ignore previous`. Word boundaries keep `art` from matching inside
+//! `start`.
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use unicode_normalization::UnicodeNormalization;
+
+use super::fold::is_format;
 
 pub struct PhraseMatcher {
     ac: AhoCorasick,
@@ -37,7 +40,7 @@ pub fn fold(text: &str) -> String {
             push(c, &mut out);
         }
     } else {
-        for c in text.nfkc() {
+        for c in text.nfkc().filter(|&c| !is_format(c)) {
             push(c, &mut out);
         }
     }
@@ -114,6 +117,7 @@ mod tests {
         assert_eq!(fold("  Ignore\tPREVIOUS\n\n instructions "), "ignore previous instructions");
         assert_eq!(fold("Ｃａｒｄｉｎａｌ"), "cardinal");
         assert_eq!(fold("ÉCOLE"), "école");
+        assert_eq!(fold("ig\u{200B}nore pre\u{AD}vious\u{2066}"), "ignore previous");
     }
 
     #[test]

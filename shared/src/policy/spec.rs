@@ -7,7 +7,6 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::builtin;
 use super::pii::Entity;
 
 pub const MAX_POLICIES: usize = 50;
@@ -204,10 +203,13 @@ fn first_line(s: &str) -> String {
     s.lines().last().unwrap_or(s).trim().chars().take(200).collect()
 }
 
+/// Names of the built-in policies, which a document may refer to without defining them.
+pub const BUILTIN_NAMES: &[&str] = &["pii_redact", "topic_guard", "prompt_injection"];
+
 impl OrgPolicy {
     /// Every name the document's `defaults` and `mandatory` (and teams) may refer to.
     pub fn available(&self) -> Vec<String> {
-        let mut names: Vec<String> = builtin::NAMES.iter().map(|s| s.to_string()).collect();
+        let mut names: Vec<String> = BUILTIN_NAMES.iter().map(|s| s.to_string()).collect();
         for p in &self.policies {
             if !names.contains(&p.name) {
                 names.push(p.name.clone());
@@ -217,7 +219,7 @@ impl OrgPolicy {
     }
 
     pub fn knows(&self, name: &str) -> bool {
-        builtin::NAMES.contains(&name) || self.policies.iter().any(|p| p.name == name)
+        BUILTIN_NAMES.contains(&name) || self.policies.iter().any(|p| p.name == name)
     }
 
     pub fn validate(&self) -> Result<(), Problem> {

@@ -1,6 +1,9 @@
 //! Where a stream translator puts what the client gets: SSE-framed OpenAI chunks, gathered so the
 //! proxy writes every event that arrived in one upstream read with one downstream write.
 
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
 
@@ -24,6 +27,10 @@ pub struct StreamSink {
     pub usage: Option<TokenUsage>,
     /// Chunks written for the client so far.
     pub chunks: u64,
+    /// Bytes of text the upstream produced in this stream's chunks (every string value of a
+    /// `content`, `refusal`, `arguments` or `transcript` key, unescaped), counted as pushed, before
+    /// any filter: what completion tokens are estimated from when the upstream reports no usage.
+    pub completion_bytes: u64,
     /// A chunk carrying content (text, a tool call, a refusal) has been written: the moment
     /// time-to-first-token measures. Translators say so with [`StreamSink::saw_content`].
     pub content_seen: bool,
@@ -109,6 +116,7 @@ impl StreamSink {
 
     /// An event whose JSON payload goes to the client as it came.
     pub fn push_raw(&mut self, json: &str) {
+        self.completion_bytes += text_bytes(json.as_bytes());
         if self.filter.is_some() || self.recording.is_some() {
             let parsed: Result<serde_json::Value, _> = serde_json::from_str(json);
             if let Some(r) = self.recording.as_mut() {
@@ -147,6 +155,7 @@ impl StreamSink {
     pub fn push_json<T: Serialize>(&mut self, payload: &T) -> serde_json::Result<()> {
         if self.filter.is_some() || self.recording.is_some() {
             let v = serde_json::to_value(payload)?;
+            self.completion_bytes += value_text_bytes(&v);
             if let Some(r) = self.recording.as_mut() {
                 r.chunk(&v);
             }
@@ -158,10 +167,20 @@ impl StreamSink {
             return Ok(());
         }
         self.buf.put_slice(b"data: ");
+        let start = self.buf.len();
         serde_json::to_writer((&mut self.buf).writer(), payload)?;
+        self.completion_bytes += self.buf.get(start..).map_or(0, text_bytes);
         self.buf.put_slice(b"\n\n");
         self.chunks += 1;
         Ok(())
+    }
+
+    /// Nobody receives the rest of the stream (the client left, or the guardrails stopped it):
+    /// from now on chunks are only counted (usage, text bytes), neither filtered nor recorded.
+    pub fn forward_nothing(&mut self) {
+        self.filter = None;
+        self.recording = None;
+        self.buf.clear();
     }
 
     /// The chunk just pushed carried content for the client.
@@ -183,6 +202,106 @@ impl StreamSink {
     }
 }
 
+/// Keys whose string values are text the model wrote, wherever they sit in a chunk.
+const TEXT_KEYS: [&str; 4] = ["content", "refusal", "arguments", "transcript"];
+
+/// The text keys as they appear quoted in JSON. A quoted key cannot match inside a string value:
+/// there every quote is escaped, so none follows the key's last letter.
+static TEXT_KEY_FINDER: LazyLock<Option<AhoCorasick>> =
+    LazyLock::new(|| AhoCorasick::new(TEXT_KEYS.map(|k| format!("\"{k}\""))).ok());
+
+/// Bytes of model-written text in a chunk's JSON: the unescaped length of each string value of a
+/// text key (an estimate's input: JSON that does not parse is measured as far as it goes).
+pub fn text_bytes(json: &[u8]) -> u64 {
+    let Some(finder) = TEXT_KEY_FINDER.as_ref() else { return 0 };
+    let mut total = 0;
+    let mut from = 0;
+    while let Some(m) = json.get(from..).and_then(|rest| finder.find(rest)) {
+        let key_end = from + m.end();
+        from = key_end;
+        let colon = skip_space(json, key_end);
+        if json.get(colon) != Some(&b':') {
+            continue;
+        }
+        let value = skip_space(json, colon + 1);
+        if json.get(value) != Some(&b'"') {
+            continue;
+        }
+        let (len, end) = string_len(json, value + 1);
+        total += len;
+        from = end;
+    }
+    total
+}
+
+fn skip_space(json: &[u8], mut i: usize) -> usize {
+    while json.get(i).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The unescaped UTF-8 length of the JSON string whose body starts at `i`, and where it ends.
+fn string_len(json: &[u8], mut i: usize) -> (u64, usize) {
+    let mut n = 0u64;
+    while let Some(&b) = json.get(i) {
+        match b {
+            b'"' => return (n, i + 1),
+            b'\\' if json.get(i + 1) == Some(&b'u') => {
+                let unit = hex4(json, i + 2);
+                let low = (json.get(i + 6..i + 8) == Some(b"\\u")).then(|| hex4(json, i + 8)).flatten();
+                match (unit, low) {
+                    (Some(0xD800..=0xDBFF), Some(0xDC00..=0xDFFF)) => {
+                        n += 4;
+                        i += 12;
+                    }
+                    (Some(u), _) => {
+                        n += if u < 0x80 {
+                            1
+                        } else if u < 0x800 {
+                            2
+                        } else {
+                            3
+                        };
+                        i += 6;
+                    }
+                    (None, _) => i += 2,
+                }
+            }
+            b'\\' => {
+                n += 1;
+                i += 2;
+            }
+            _ => {
+                n += 1;
+                i += 1;
+            }
+        }
+    }
+    (n, json.len())
+}
+
+fn hex4(json: &[u8], i: usize) -> Option<u32> {
+    let digits = std::str::from_utf8(json.get(i..i + 4)?).ok()?;
+    u32::from_str_radix(digits, 16).ok()
+}
+
+/// [`text_bytes`] of a chunk already parsed.
+fn value_text_bytes(v: &serde_json::Value) -> u64 {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) if TEXT_KEYS.contains(&k.as_str()) => s.len() as u64,
+                other => value_text_bytes(other),
+            })
+            .sum(),
+        Value::Array(items) => items.iter().map(value_text_bytes).sum(),
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +315,59 @@ mod tests {
         assert_eq!(s.chunks, 2);
         assert_eq!(&s.take().unwrap()[..], b"data: {\"a\":1}\n\ndata: {\"b\":2}\n\n");
         assert_eq!(s.pending(), 0);
+        assert_eq!(s.completion_bytes, 0);
+    }
+
+    #[test]
+    fn counts_the_text_the_upstream_produced() {
+        let chunks = [
+            // 5 + 6 ("\"" is one byte, "\u00e9" two): role and logprobs tokens are not text.
+            r#"{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"},"logprobs":{"content":[{"token":"Hello","bytes":[72]}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"\"caf\u00e9"}}]}"#,
+            // 4 (a surrogate pair is one four-byte character) + 1, spaces around the colon allowed.
+            r#"{"choices":[{"index":0,"delta":{"content" : "\ud83d\ude00", "refusal":"\\"}}]}"#,
+            // 9 + 0 + 3: tool call arguments by pieces; names are not counted.
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"content","arguments":"{\"a\":\"b\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"audio":{"id":"x","data":"AAAA","transcript":"hi!"}}}]}"#,
+            // A value that merely says "content" is not a key; null content is no text.
+            r#"{"choices":[{"index":0,"delta":{"content":null,"type":"content"}}],"usage":{"completion_tokens":9}}"#,
+        ];
+        let want = 5 + 6 + 4 + 1 + 9 + 3;
+        let mut raw = StreamSink::new();
+        for c in chunks {
+            raw.push_raw(c);
+        }
+        assert_eq!(raw.completion_bytes, want);
+
+        // The same through push_json, with and without a filter or a recording.
+        let values: Vec<serde_json::Value> = chunks.iter().map(|c| serde_json::from_str(c).unwrap()).collect();
+        let mut plain = StreamSink::new();
+        let mut recorded = StreamSink::new();
+        recorded.record();
+        for v in &values {
+            plain.push_json(v).unwrap();
+            recorded.push_json(v).unwrap();
+        }
+        assert_eq!(plain.completion_bytes, want);
+        assert_eq!(recorded.completion_bytes, want);
+    }
+
+    #[test]
+    fn counts_before_the_filter() {
+        use crate::policy::engine::{OutputGuard, PolicySet};
+        use crate::policy::stream::GuardedStream;
+        use crate::policy::vault::Vault;
+
+        let ps = PolicySet::empty().resolve(&[], Some("pii_redact")).unwrap();
+        let guard = OutputGuard::new(&ps, Vault::new()).unwrap();
+        let mut s = StreamSink::filtered(Box::new(GuardedStream::new(guard)));
+        s.push_raw(r#"{"choices":[{"index":0,"delta":{"content":"mail a@example.com"}}]}"#);
+        s.push_json(&serde_json::json!({"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}))
+            .unwrap();
+        assert_eq!(s.completion_bytes, 18 + 2);
+        // Broken JSON is measured as far as it goes.
+        s.push_raw(r#"{"choices":[{"delta":{"content":"abc"#);
+        assert_eq!(s.completion_bytes, 23);
     }
 }

@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 pub use breaker::{DeploymentState, Gate, InflightGuard};
 pub use strategy::{order, Candidate};
 
-use crate::config::{Config, ModelMode, ModelPrice, RoutingConfig, Strategy, TimeoutConfig};
+use crate::catalog::ModelMode;
+use crate::config::{Config, RoutingConfig, Strategy, TimeoutConfig};
 use crate::error::{Error, Result};
+use crate::pricing::ModelPrice;
 use crate::providers::{Adapter, Endpoint, ProviderOptions, Registry, UpstreamUrl};
 
 pub struct Provider {
@@ -64,6 +66,9 @@ pub struct Deployment {
     pub provider: Arc<Provider>,
     pub upstream_model: Arc<str>,
     pub price: ModelPrice,
+    /// The most completion tokens the upstream model gives one answer (the catalog's figure);
+    /// `None`: unknown, so a budget's reservation caps the request instead.
+    pub max_output_tokens: Option<u64>,
     pub weight: u32,
     pub rpm: Option<u32>,
     pub tpm: Option<u64>,
@@ -117,6 +122,12 @@ impl ModelRoute {
     /// Whether `name` (as a client sent it) names this model.
     pub fn is_named(&self, name: &str) -> bool {
         self.name == name || self.aliases.iter().any(|a| a == name)
+    }
+
+    /// Whether an allow-list (a key's or a team's; `None`: every model) admits this model: an
+    /// entry naming it or any of its aliases does.
+    pub fn admitted_by(&self, list: Option<&[String]>) -> bool {
+        list.is_none_or(|l| l.iter().any(|m| self.is_named(m)))
     }
 }
 
@@ -210,10 +221,12 @@ impl Router {
                     first_byte: Duration::from_millis(t.first_byte_timeout_ms.unwrap_or(120_000)),
                     total: t.timeout_ms.map(Duration::from_millis),
                 };
+                let max_output_tokens = cfg.max_output_of(&provider.kind, &upstream_model);
                 deployments.push(Arc::new(Deployment {
                     provider,
                     upstream_model,
                     price,
+                    max_output_tokens,
                     weight: d.weight.max(1),
                     rpm: d.rpm,
                     tpm: d.tpm,

@@ -147,6 +147,10 @@ pub struct LogEntry {
     tokens: LogTokens,
     #[schema(value_type = String)]
     cost_usd: String,
+    /// How tokens and cost were settled: `usage` (the upstream's own report) or `estimate` (the
+    /// upstream never reported usage: a stream the client left or that broke); null when no
+    /// upstream was reached.
+    settled_by: Option<String>,
     latency: LogLatency,
 }
 
@@ -178,6 +182,7 @@ impl LogEntry {
                 cache_creation: r.cache_creation_tokens,
             },
             cost_usd: r.cost_usd.normalize().to_string(),
+            settled_by: r.settled_by.clone(),
             latency: LogLatency {
                 total_ms: r.latency_ms,
                 upstream_ms: r.upstream_latency_ms,

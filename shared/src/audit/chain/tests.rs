@@ -44,6 +44,7 @@ fn row(n: u32) -> AuditRecord {
         user_agent_id: Some(user_agent_id("OpenAI/Python 1.0")),
         request_body: None,
         response_body: None,
+        settled_by: None,
         chain_seq: None,
         prev_hash: None,
         row_hash: None,

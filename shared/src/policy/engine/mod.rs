@@ -8,10 +8,11 @@ use std::sync::{Arc, LazyLock};
 use regex::Regex;
 
 use super::builtin;
-use super::phrases::{fold, PhraseMatcher};
+use super::fold;
+use super::phrases::{self, PhraseMatcher};
 use super::pii::{self, EntitySet};
 use super::spec::{compile_pattern, valid_name, Action, Guardrail, OnError, OrgPolicy, PolicyDef, TopicMode};
-use super::vault::{replace_ranges, Vault};
+use super::vault::Vault;
 use super::{PolicyAction, PolicyDecision, Stage};
 
 /// Most policy names one `x-gw-policy` header may carry.
@@ -95,6 +96,20 @@ impl CompiledPolicy {
     /// Whether a guardrail of the policy reads the prompt's token estimate.
     pub fn counts_tokens(&self) -> bool {
         self.checks.iter().any(|c| matches!(c, Check::MaxTokens(_)))
+    }
+
+    /// Whether a guardrail of the policy reads (and may rewrite) the input's text itself, not only
+    /// its topics: pre-tokenized input, which gw cannot decode, cannot be checked by it.
+    pub fn reads_input_text(&self) -> bool {
+        self.checks.iter().any(|c| matches!(c, Check::Pii { .. } | Check::Regex { .. } | Check::Broken { .. }))
+    }
+
+    /// Whether every model allow-list of the policy admits `model`.
+    pub fn admits_model(&self, model: &str) -> bool {
+        self.checks.iter().all(|c| match c {
+            Check::Models(models) => model_allowed(models, model),
+            _ => true,
+        })
     }
 
     /// Whether the policy looks at answers (output scanning or restoring placeholders).
@@ -292,9 +307,9 @@ impl PolicySet {
     }
 }
 
-/// A text of the request a guardrail reads (a message's content or text part, an embedding
-/// input). Topic and injection checks read user messages only: a system prompt that tells the
-/// model what not to discuss must not trip the topic guard.
+/// A text of the request a guardrail reads (a message's content or part, its name, a tool call's
+/// arguments, an embedding input). Topic and injection checks read user messages only: a system
+/// prompt that tells the model what not to discuss must not trip the topic guard.
 pub struct Segment<'a> {
     pub user: bool,
     pub text: &'a mut String,
@@ -364,11 +379,11 @@ pub fn run_input(
 ) -> InputOutcome {
     let mut out = InputOutcome::default();
     // User texts folded once, for every topic and injection check.
-    let mut folded: Option<Vec<String>> = None;
+    let mut user_texts: Option<Vec<String>> = None;
     for policy in policies {
         for check in &policy.checks {
             let result =
-                catch_unwind(AssertUnwindSafe(|| run_check(policy, check, segments, facts, vault, &mut folded)));
+                catch_unwind(AssertUnwindSafe(|| run_check(policy, check, segments, facts, vault, &mut user_texts)));
             match result {
                 Ok(Ok(Some(d))) => {
                     let blocked = d.action == PolicyAction::Blocked;
@@ -434,7 +449,7 @@ fn run_check(
     segments: &mut [Segment<'_>],
     facts: &RequestFacts<'_>,
     vault: &mut Vault,
-    folded: &mut Option<Vec<String>>,
+    user_texts: &mut Option<Vec<String>>,
 ) -> Result<Option<PolicyDecision>, String> {
     let stage = Stage::Input;
     match check {
@@ -443,7 +458,8 @@ fn run_check(
             let detector = pii::detector().ok_or("the PII detector did not compile")?;
             let mut counts: BTreeMap<String, u32> = BTreeMap::new();
             for seg in segments.iter_mut() {
-                let spans = detector.find(seg.text, *entities);
+                let folded = fold::fold(seg.text);
+                let spans = detector.find(folded.as_str(), *entities);
                 if spans.is_empty() {
                     continue;
                 }
@@ -451,7 +467,11 @@ fn run_check(
                     *counts.entry(s.entity.label().to_string()).or_default() += 1;
                 }
                 if *action == Action::Redact {
-                    *seg.text = redact_spans(seg.text, &spans, vault);
+                    let ranges: Vec<(usize, usize)> = spans.iter().map(|s| (s.start, s.end)).collect();
+                    // The folded value names it: one placeholder however it was spelled.
+                    let text = folded.replace(&ranges, |i, v| vault.placeholder(spans[i].entity.label(), v));
+                    drop(folded);
+                    *seg.text = text;
                 }
             }
             if counts.is_empty() {
@@ -463,17 +483,22 @@ fn run_check(
         Check::Regex { rules, .. } => {
             let mut counts: BTreeMap<String, u32> = BTreeMap::new();
             let mut strongest: Option<Action> = None;
-            for rule in rules.iter() {
-                for seg in segments.iter_mut() {
+            for seg in segments.iter_mut() {
+                // Folded once per text, again only after a rule rewrote it.
+                let mut folded = fold::fold(seg.text);
+                for rule in rules.iter() {
                     let ranges: Vec<(usize, usize)> =
-                        rule.re.find_iter(seg.text).map(|m| (m.start(), m.end())).collect();
+                        rule.re.find_iter(folded.as_str()).map(|m| (m.start(), m.end())).collect();
                     if ranges.is_empty() {
                         continue;
                     }
                     *counts.entry(rule.name.clone()).or_default() += ranges.len() as u32;
                     strongest = Some(stronger(strongest, rule.action));
                     if rule.action == Action::Redact {
-                        *seg.text = replace_ranges(seg.text, &ranges, |v| vault.placeholder(&rule.label, v));
+                        let text = folded.replace(&ranges, |_, v| vault.placeholder(&rule.label, v));
+                        drop(folded);
+                        *seg.text = text;
+                        folded = fold::fold(seg.text);
                     }
                 }
             }
@@ -482,8 +507,8 @@ fn run_check(
             Ok(Some(decision(policy, "regex", action_of(action), stage, counts_reason(verb, &counts), counts)))
         }
         Check::Topic { mode, matcher, names, action } => {
-            let texts =
-                folded.get_or_insert_with(|| segments.iter().filter(|s| s.user).map(|s| fold(s.text)).collect());
+            let texts = user_texts
+                .get_or_insert_with(|| segments.iter().filter(|s| s.user).map(|s| phrases::fold(s.text)).collect());
             let mut hit: Vec<usize> = Vec::new();
             for t in texts.iter() {
                 for g in matcher.groups_in_folded(t) {
@@ -509,8 +534,8 @@ fn run_check(
         }
         Check::Injection { action } => {
             let matcher = INJECTION.as_ref().map_err(Clone::clone)?;
-            let texts =
-                folded.get_or_insert_with(|| segments.iter().filter(|s| s.user).map(|s| fold(s.text)).collect());
+            let texts = user_texts
+                .get_or_insert_with(|| segments.iter().filter(|s| s.user).map(|s| phrases::fold(s.text)).collect());
             let hits = texts.iter().filter(|t| !matcher.groups_in_folded(t).is_empty()).count();
             if hits == 0 {
                 return Ok(None);
@@ -546,21 +571,6 @@ fn stronger(a: Option<Action>, b: Action) -> Action {
         Some(a) if rank(a) >= rank(b) => a,
         _ => b,
     }
-}
-
-fn redact_spans(text: &str, spans: &[pii::Span], vault: &mut Vault) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for s in spans {
-        if s.start < at || s.end > text.len() {
-            continue;
-        }
-        out.push_str(&text[at..s.start]);
-        out.push_str(&vault.placeholder(s.entity.label(), &text[s.start..s.end]));
-        at = s.end;
-    }
-    out.push_str(&text[at..]);
-    out
 }
 
 mod output;

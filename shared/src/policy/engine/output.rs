@@ -84,8 +84,11 @@ impl OutputGuard {
         Some(Self { checks, vault, restore, restorable, counts: vec![BTreeMap::new(); n], strongest: vec![None; n] })
     }
 
-    /// Every match in `text`, sorted, non-overlapping (the earlier start wins).
+    /// Every match in `text` (found in its folded form, see [`fold`]), as byte ranges of `text`,
+    /// sorted, non-overlapping (the earlier start wins).
     pub fn scan(&self, text: &str) -> Vec<OutSpan> {
+        let folded = fold::fold(text);
+        let text = folded.as_str();
         let mut spans: Vec<OutSpan> = Vec::new();
         for (i, (_, _, check)) in self.checks.iter().enumerate() {
             match check {
@@ -120,7 +123,26 @@ impl OutputGuard {
                 out.push(s);
             }
         }
+        if folded.is_unchanged() {
+            return out;
+        }
+        // Back to the original's offsets. Two values that meet inside one character that folded
+        // into several map onto it both: the later one starts where the earlier ends, and is only
+        // kept (empty) when it blocks.
+        let mut at = 0;
+        out.retain_mut(|s| {
+            let (start, end) = folded.original_range(s.start, s.end);
+            s.start = start.max(at);
+            s.end = end.max(s.start);
+            at = s.end;
+            s.end > s.start || s.blocks()
+        });
         out
+    }
+
+    /// Whether the guard looks for values in answers (not only restoring placeholders).
+    pub fn scans(&self) -> bool {
+        !self.checks.is_empty()
     }
 
     /// `text` (whose matches are `spans`) as the client may see it: redacted, counted, and with
@@ -143,7 +165,8 @@ impl OutputGuard {
         for s in spans {
             out.push_str(&text[at..s.start]);
             if s.action == Action::Redact {
-                out.push_str(&self.vault.placeholder(&s.label, &text[s.start..s.end]));
+                // Named by its folded form, as on the way in.
+                out.push_str(&self.vault.placeholder(&s.label, fold::fold(&text[s.start..s.end]).as_str()));
             } else {
                 out.push_str(&text[s.start..s.end]);
             }

@@ -255,3 +255,87 @@ proptest! {
         prop_assert!(out.decisions.is_empty());
     }
 }
+
+#[test]
+fn values_hidden_by_format_characters_or_compatibility_forms_are_found() {
+    let hidden =
+        "mail jane\u{200B}.roe@exa\u{200D}mple.com or jane.roe@example.com, card ４１１１ １１１１ １１１１ １１１１.";
+    let (redacted, out) = redact(hidden);
+    assert_eq!(redacted, "mail [EMAIL_1] or [EMAIL_1], card [CREDIT_CARD_1].");
+    assert_eq!(out.decisions[0].entities, vec![("CREDIT_CARD".to_string(), 1), ("EMAIL".to_string(), 2)]);
+
+    let ps = PolicySet::empty().resolve(&[], Some("pii_redact")).unwrap();
+    let mut guard = OutputGuard::new(&ps, Vault::new()).unwrap();
+    assert_eq!(
+        guard.text("write to jane\u{200B}.roe@exa\u{200D}mple.com\u{FEFF}!").unwrap(),
+        "write to [EMAIL_1]\u{FEFF}!"
+    );
+    assert_eq!(guard.text("Ｊａｎｅ＠ｅｘａｍｐｌｅ．ｃｏｍ").unwrap(), "[EMAIL_2]");
+}
+
+#[test]
+fn regex_rules_read_folded_text() {
+    let s = set(serde_json::json!({"policies": [{"name": "ids", "guardrails": [{"type": "regex", "output": true,
+        "rules": [{"name": "emp", "pattern": "EMP-[0-9]{6}", "action": "redact"},
+                  {"name": "code", "pattern": "X[0-9]{3}", "action": "flag"}]}]}]}));
+    let ps = s.resolve(&[], Some("ids")).unwrap();
+    let mut texts = [(true, "ids: EMP-12\u{2060}3456, ＥＭＰ－６５４３２１ and EMP-123456; X123 é".to_string())];
+    let out = run(&ps, &mut texts);
+    assert_eq!(texts[0].1, "ids: [EMP_1], [EMP_2] and [EMP_1]; X123 é");
+    assert_eq!(out.decisions[0].entities, vec![("code".to_string(), 1), ("emp".to_string(), 3)]);
+    let mut guard = OutputGuard::new(&ps, Vault::new()).unwrap();
+    assert_eq!(guard.text("é EMP-00\u{AD}0001").unwrap(), "é [EMP_1]");
+}
+
+#[test]
+fn what_a_policy_reads_and_admits() {
+    let s = set(serde_json::json!({"policies": [
+        {"name": "models", "guardrails": [{"type": "model_allow_list", "models": ["gpt-4o-mini", "claude-*"]}]},
+        {"name": "ids", "guardrails": [{"type": "regex", "rules": [{"name": "x", "pattern": "x", "action": "flag"}]}]}]}));
+    let get = |n: &str| s.get(n).unwrap();
+    assert!(get("pii_redact").reads_input_text());
+    assert!(get("ids").reads_input_text());
+    assert!(!get("topic_guard").reads_input_text() && !get("prompt_injection").reads_input_text());
+    assert!(!get("models").reads_input_text());
+    assert!(CompiledPolicy::broken("gone", "why".into()).reads_input_text());
+    assert!(get("models").admits_model("gpt-4o-mini") && get("models").admits_model("claude-3-haiku"));
+    assert!(!get("models").admits_model("gpt-4o"));
+    assert!(get("pii_redact").admits_model("anything"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Format characters sprinkled anywhere in an address do not hide it: nothing of it is left
+    /// but the placeholder, in the prompt and in the answer.
+    #[test]
+    fn format_characters_inside_values_do_not_hide_them(
+        local in "[a-z]{4,10}",
+        at in proptest::collection::vec(0usize..40, 1..4),
+        which in proptest::collection::vec(prop_oneof![Just('\u{200B}'), Just('\u{200D}'), Just('\u{AD}'), Just('\u{2062}'), Just('\u{E0041}')], 4),
+    ) {
+        let email = format!("{local}@example.com");
+        let mut hidden: Vec<char> = email.chars().collect();
+        for (i, p) in at.iter().enumerate() {
+            // Inside the address: one at its edge is not part of it, and stays.
+            hidden.insert(1 + p % (hidden.len() - 1), which[i % which.len()]);
+        }
+        let hidden: String = hidden.into_iter().collect();
+        let (redacted, _) = redact(&format!("to {hidden} now"));
+        prop_assert_eq!(&redacted, "to [EMAIL_1] now");
+        let ps = PolicySet::empty().resolve(&[], Some("pii_redact")).unwrap();
+        let mut guard = OutputGuard::new(&ps, Vault::new()).unwrap();
+        prop_assert_eq!(guard.text(&format!("to {hidden} now")).unwrap(), "to [EMAIL_1] now");
+    }
+
+    /// On ASCII text the answer's scan is the detector's own, span for span.
+    #[test]
+    fn ascii_scan_matches_the_detector(text in "[a-z0-9@. +\\-]{0,120}") {
+        let ps = PolicySet::empty().resolve(&[], Some("pii_redact")).unwrap();
+        let guard = OutputGuard::new(&ps, Vault::new()).unwrap();
+        let got: Vec<(usize, usize)> = guard.scan(&text).iter().map(|s| (s.start, s.end)).collect();
+        let want: Vec<(usize, usize)> =
+            pii::detector().unwrap().find(&text, EntitySet::all()).iter().map(|s| (s.start, s.end)).collect();
+        prop_assert_eq!(got, want);
+    }
+}

@@ -42,9 +42,33 @@
 //! `toolConfig`) and the last message is the user's and mentions `weather`, the answer is a call
 //! of the first tool with `{"city": "Paris"}` (a tool choice of none / any / a named tool is
 //! honoured); when the last message carries a tool result, the answer is `The tool said:
-//! <result>`. Stop sequences (Anthropic, Gemini, Bedrock) cut the reply. OpenAI and Azure chat
-//! have no tool calls. Embeddings are derived from a digest of each input (8 values unless
-//! `dimensions` / `outputDimensionality` says otherwise).
+//! <result>`. Stop sequences (Anthropic, Gemini, Bedrock) cut the reply. Embeddings are derived
+//! from a digest of each input (8 values unless `dimensions` / `outputDimensionality` says
+//! otherwise).
+//!
+//! OpenAI and Azure chat answer the reply (or the `reply` knob's text) unless a knob says
+//! otherwise; they make tool calls and refusals only when told to:
+//!
+//! - `tool_call_arguments`: `message: {"role": "assistant", "content": null, "refusal": null,
+//!   "tool_calls": [{"id": "call_mock<n>", "type": "function", "function": {"name", "arguments":
+//!   <the knob's text>}}]}`, the name the request's first `tools[].function.name` (else `tool`),
+//!   finish reason `tool_calls`. Streamed: a first delta with the role, `content: null` and
+//!   `tool_calls: [{"index": 0, "id", "type": "function", "function": {"name", "arguments":
+//!   ""}}]`, then `tool_calls: [{"index": 0, "function": {"arguments": <piece>}}]` deltas of
+//!   `chunk_chars` characters (6 when it is 0), then the finishing chunk. Completion tokens: the
+//!   arguments' whitespace-separated words, at least 1.
+//! - `refusal`: `content: null, refusal: <text>`; streamed after a first delta `{"role":
+//!   "assistant", "content": null, "refusal": ""}` as `delta.refusal` pieces (one word an
+//!   event, or `chunk_chars` characters, as replies). Completion tokens: its words.
+//! - `logprobs`: text answers get `choices[].logprobs = {"content": [{"token", "logprob": -0.1,
+//!   "bytes": <the token's UTF-8 bytes>, "top_logprobs": [the same, without top_logprobs]}, ...],
+//!   "refusal": null}`, a token per word (later words with their leading space, so the tokens
+//!   concatenate back to the text); streamed, each content chunk gets the same with its piece as
+//!   its one token. Refusals get them under `refusal` (`content` null); tool calls, and the role
+//!   and finishing chunks, `logprobs: null`. Whether or not the request asked for logprobs.
+//!
+//! `tool_call_arguments` wins over `refusal`, which wins over `reply`. `reasoning_tokens` add to
+//! every answer's completion tokens, and usage reports count what the answer says.
 //!
 //! # Knobs
 //!
@@ -193,8 +217,18 @@ struct Knobs {
     tag: Option<String>,
     /// OpenAI and Azure chat: answer with this text instead of the usual reply.
     reply: Option<String>,
-    /// OpenAI and Azure streams: pieces of this many characters instead of one word per event.
+    /// OpenAI and Azure streams: pieces of this many characters instead of one word per event
+    /// (text and refusals), or instead of 6 (tool-call arguments).
     chunk_chars: usize,
+    /// OpenAI and Azure chat: answer with a call of the request's first `tools[].function.name`
+    /// (else `tool`) with these arguments (sent as they are, valid JSON or not), finish reason
+    /// `tool_calls`. Wins over `refusal` and `reply`.
+    tool_call_arguments: Option<String>,
+    /// OpenAI and Azure chat: answer with this refusal (`content` null). Wins over `reply`.
+    refusal: Option<String>,
+    /// OpenAI and Azure chat: attach `logprobs` to text and refusal answers and to each content
+    /// (or refusal) chunk of a stream, whether or not the request asked for them.
+    logprobs: bool,
 }
 
 /// What the mock saw of the model requests with one tag.

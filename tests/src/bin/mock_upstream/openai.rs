@@ -7,9 +7,9 @@ use actix_web::HttpResponse;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::convo::{dimensions, embedding, reply_for, Reply};
+use crate::convo::{char_pieces, dimensions, embedding, pieces, reply_for, Reply};
 use crate::usage::Spent;
-use crate::{garbage, intact, json_reply, status_code, stream_reply, Call, StreamPlan};
+use crate::{garbage, intact, json_reply, status_code, stream_reply, Call, Knobs, StreamPlan};
 
 /// An error in OpenAI's shape.
 pub fn error(status: u16, message: &str, param: Option<&str>) -> HttpResponse {
@@ -31,6 +31,72 @@ fn missing_api_version(deployment: Option<&str>, query: &HashMap<String, String>
         .then(|| error(400, "Missing required query parameter 'api-version'.", Some("api-version")))
 }
 
+/// What a chat answer says, as the knobs choose it.
+enum Said {
+    Text(String),
+    /// The `refusal` knob: `content` null, the text in `refusal`.
+    Refusal(String),
+    /// The `tool_call_arguments` knob: a call of the tool `name` with these arguments (JSON text,
+    /// as the knob gives it, not checked).
+    Tool {
+        name: String,
+        arguments: String,
+    },
+}
+
+impl Said {
+    /// `tool_call_arguments` wins over `refusal`, which wins over `reply` (else the usual reply).
+    fn choose(k: &Knobs, body: &Value, usual: String) -> Said {
+        if let Some(arguments) = &k.tool_call_arguments {
+            let name = body
+                .get("tools")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+                .unwrap_or("tool");
+            return Said::Tool { name: name.to_string(), arguments: arguments.clone() };
+        }
+        if let Some(refusal) = &k.refusal {
+            return Said::Refusal(refusal.clone());
+        }
+        Said::Text(k.reply.clone().unwrap_or(usual))
+    }
+
+    /// Completion tokens, reasoning tokens aside: the words of the text, of the arguments (at
+    /// least 1).
+    fn tokens(&self) -> u64 {
+        match self {
+            Said::Text(t) | Said::Refusal(t) => t.split_whitespace().count() as u64,
+            Said::Tool { arguments, .. } => (arguments.split_whitespace().count() as u64).max(1),
+        }
+    }
+
+    fn finish_reason(&self) -> &'static str {
+        match self {
+            Said::Tool { .. } => "tool_calls",
+            _ => "stop",
+        }
+    }
+}
+
+/// One token's entry in OpenAI's `logprobs.content` (the knob's fixed values).
+fn token_logprob(token: &str) -> Value {
+    let bytes = token.as_bytes();
+    json!({"token": token, "logprob": -0.1, "bytes": bytes,
+           "top_logprobs": [{"token": token, "logprob": -0.1, "bytes": bytes}]})
+}
+
+/// A choice's `logprobs` over `tokens`: under `refusal` for a refusal, else under `content`.
+fn logprobs_of(tokens: &[String], refusal: bool) -> Value {
+    let list: Vec<Value> = tokens.iter().map(|t| token_logprob(t)).collect();
+    if refusal {
+        json!({"content": null, "refusal": list})
+    } else {
+        json!({"content": list, "refusal": null})
+    }
+}
+
 /// A chat completion; `deployment` for Azure (it is then the answer's model). With it, what the
 /// answer spent when it goes out whole.
 pub fn chat(call: Call, deployment: Option<&str>) -> (HttpResponse, Option<Spent>) {
@@ -45,8 +111,8 @@ pub fn chat(call: Call, deployment: Option<&str>) -> (HttpResponse, Option<Spent
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     let Reply { text: reply, prompt_tokens, .. } = reply_for(msgs);
-    let reply = k.reply.clone().unwrap_or(reply);
-    let completion_tokens = reply.split_whitespace().count() as u64 + k.reasoning_tokens;
+    let said = Said::choose(&k, &body, reply);
+    let completion_tokens = said.tokens() + k.reasoning_tokens;
     let mut usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                            "total_tokens": prompt_tokens + completion_tokens});
     let cached = k.cached_tokens.min(prompt_tokens);
@@ -63,13 +129,29 @@ pub fn chat(call: Call, deployment: Option<&str>) -> (HttpResponse, Option<Spent
         cached_tokens: cached,
     });
     let id = format!("chatcmpl-mock{n}");
+    let call_id = format!("call_mock{n}");
     let created = 1_700_000_000 + n as i64;
+    let finish = said.finish_reason();
 
     if !stream {
+        let (message, logprobs) = match &said {
+            Said::Text(text) => (
+                json!({"role": "assistant", "content": text, "refusal": null}),
+                k.logprobs.then(|| logprobs_of(&pieces(text, 1), false)),
+            ),
+            Said::Refusal(text) => (
+                json!({"role": "assistant", "content": null, "refusal": text}),
+                k.logprobs.then(|| logprobs_of(&pieces(text, 1), true)),
+            ),
+            Said::Tool { name, arguments } => (
+                json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]}),
+                None,
+            ),
+        };
         let mut resp = json!({
             "id": id, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply, "refusal": null},
-                         "logprobs": null, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}],
             "system_fingerprint": "fp_mock",
         });
         if !k.no_usage {
@@ -78,25 +160,54 @@ pub fn chat(call: Call, deployment: Option<&str>) -> (HttpResponse, Option<Spent
         return (json_reply(&resp, &k), spent);
     }
 
-    let chunk = |delta: Value, finish: Value| {
+    let chunk = |delta: Value, logprobs: Option<Value>, finish: Value| {
         json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
                "system_fingerprint": "fp_mock",
-               "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+               "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
     };
     let sse = |v: &Value| Bytes::from(format!("data: {v}\n\n"));
-    let mut events = vec![sse(&chunk(json!({"role": "assistant", "content": ""}), Value::Null))];
-    if k.chunk_chars > 0 {
-        let chars: Vec<char> = reply.chars().collect();
-        for piece in chars.chunks(k.chunk_chars) {
-            events.push(sse(&chunk(json!({"content": piece.iter().collect::<String>()}), Value::Null)));
-        }
-    } else {
-        for (i, w) in reply.split(' ').enumerate() {
-            let piece = if i == 0 { w.to_string() } else { format!(" {w}") };
-            events.push(sse(&chunk(json!({"content": piece}), Value::Null)));
-        }
+    // Text and refusals: one word an event, or `chunk_chars` characters; arguments: `chunk_chars`
+    // characters, 6 by default.
+    let split = |text: &str, default: Option<usize>| match (k.chunk_chars, default) {
+        (0, None) => pieces(text, 1),
+        (0, Some(n)) => char_pieces(text, n),
+        (n, _) => char_pieces(text, n),
+    };
+    let (first, deltas): (Value, Vec<(Value, Option<Value>)>) = match &said {
+        Said::Text(text) => (
+            json!({"role": "assistant", "content": ""}),
+            split(text, None)
+                .into_iter()
+                .map(|p| {
+                    let lp = k.logprobs.then(|| logprobs_of(std::slice::from_ref(&p), false));
+                    (json!({"content": p}), lp)
+                })
+                .collect(),
+        ),
+        Said::Refusal(text) => (
+            json!({"role": "assistant", "content": null, "refusal": ""}),
+            split(text, None)
+                .into_iter()
+                .map(|p| {
+                    let lp = k.logprobs.then(|| logprobs_of(std::slice::from_ref(&p), true));
+                    (json!({"refusal": p}), lp)
+                })
+                .collect(),
+        ),
+        Said::Tool { name, arguments } => (
+            json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id,
+                   "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            split(arguments, Some(6))
+                .into_iter()
+                .map(|p| (json!({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}), None))
+                .collect(),
+        ),
+    };
+    let mut events = vec![sse(&chunk(first, None, Value::Null))];
+    for (delta, logprobs) in deltas {
+        events.push(sse(&chunk(delta, logprobs, Value::Null)));
     }
-    events.push(sse(&chunk(json!({}), json!("stop"))));
+    events.push(sse(&chunk(json!({}), None, json!(finish))));
     if include_usage && !k.no_usage {
         events.push(sse(&json!({"id": id, "object": "chat.completion.chunk", "created": created,
                                  "model": model, "choices": [], "usage": usage})));

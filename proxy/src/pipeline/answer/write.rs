@@ -1,5 +1,6 @@
 //! Writing responses downstream. Every response, success or error, carries the `x-gw-*` headers,
-//! derived here from the request context and nowhere else.
+//! derived here from the request context and nowhere else. Once a response's end is written
+//! (`ctx.body_done`), nothing more goes out.
 
 use std::time::Duration;
 
@@ -139,6 +140,7 @@ pub async fn json(
     if ctx.log_bodies {
         ctx.response_body = Some(String::from_utf8_lossy(&body).into_owned());
     }
+    ctx.body_done = true;
     session.write_response_body(Some(body), true).await.map_err(|e| ProxyError::client_gone(&e))?;
     Ok(())
 }
@@ -167,7 +169,8 @@ pub async fn stream_bytes(session: &mut Session, ctx: &mut RequestCtx, bytes: By
 }
 
 /// Ends a stream: a comment carrying the exact cost (SSE clients ignore comments), then `[DONE]`.
-pub async fn finish_stream(session: &mut Session, ctx: &RequestCtx) -> Result<(), ProxyError> {
+pub async fn finish_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    ctx.body_done = true;
     let mut tail = format!(": x-gw-cost-usd={}\n\n", format_cost(ctx.cost)).into_bytes();
     tail.extend_from_slice(SSE_DONE);
     session.write_response_body(Some(Bytes::from(tail)), true).await.map_err(|e| ProxyError::client_gone(&e))
@@ -176,9 +179,13 @@ pub async fn finish_stream(session: &mut Session, ctx: &RequestCtx) -> Result<()
 /// Answers with the error: the OpenAI error object and its status, or, once a stream has
 /// started, its error event.
 pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError) -> Result<(), ProxyError> {
+    if ctx.body_done {
+        return Ok(()); // the response is complete; nothing can be added
+    }
     if ctx.header_sent {
+        ctx.body_done = true;
         if !ctx.stream {
-            return Ok(()); // a complete body went out; nothing can be added
+            return Ok(());
         }
         return session.write_response_body(Some(err.sse_event()), true).await.map_err(|e| ProxyError::client_gone(&e));
     }

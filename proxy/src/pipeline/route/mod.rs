@@ -1,129 +1,82 @@
-//! The route step: the model (or alias) resolves to a route; the caller's allow-lists must admit
-//! it. Its deployments are tried in the order its strategy gives, each claimed through its circuit
-//! breaker and caps, for `retries` extra rounds with backoff, then the fallback models' in turn,
-//! all within the request's deadline. Each attempt asks the provider's adapter for the request,
-//! makes the exchange through the transport (or takes the in-process answer), and hands the
-//! answer back to the adapter. A failure before anything reached the client moves on when the
-//! error says it may.
+//! The route step: the models the resolve step admitted (the requested one, then its
+//! fallbacks) are tried in turn; each model's deployments in the order its strategy gives, each
+//! claimed through its circuit breaker and caps, for `retries` extra rounds with backoff, all
+//! within the request's deadline. Each attempt asks the provider's adapter for the request, makes
+//! the exchange through the transport (or takes the in-process answer), has the adapter read it,
+//! and hands it to the answer step. A failure before anything reached the client moves on when
+//! the error says it may.
+
+mod credentials;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gw_shared::db::provider_keys::OrgProviderKeys;
-use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
-use gw_shared::pricing::{cost_usd, TokenUsage};
 use gw_shared::providers::{AdapterError, Call, Endpoint, Exchange, StreamSetup, UpstreamError};
-use gw_shared::routing::{AttemptVerdict, Deployment, ModelRoute};
+use gw_shared::routing::{AttemptVerdict, Deployment};
 use pingora::proxy::Session;
 
-use super::{access, provider_keys, relay, respond};
+use super::answer::{self, Prompt, StreamIn, Upstream};
 use crate::ctx::{Attempt, AttemptOutcome, RequestCtx};
 use crate::error::ProxyError;
-use crate::gateway::Gateway;
+use crate::state::Gateway;
 use crate::transport::{AttemptTimeouts, Transport};
 
 /// How long gw waits for the rest of a finished stream (the chunked terminator) so the
 /// connection can go back to the pool.
 const DRAIN: Duration = Duration::from_millis(500);
 
-/// Most models tried for one request (the model and its fallbacks).
-const MAX_MODELS: usize = 8;
-
-/// The parsed request, whichever endpoint it came to.
-#[derive(Clone, Copy)]
-enum Req<'a> {
-    Chat(&'a ChatRequest),
-    Embeddings(&'a EmbeddingsRequest),
+/// What the route step knows of the request it routes.
+trait Routed {
+    fn model(&self) -> &str;
+    fn stream(&self) -> bool;
+    /// A rough prompt size for the lowest-cost strategy (4 bytes a token).
+    fn prompt_hint(&self) -> u32;
 }
 
-impl Req<'_> {
+impl Routed for Prompt<'_> {
     fn model(&self) -> &str {
         match self {
-            Req::Chat(r) => &r.model,
-            Req::Embeddings(r) => &r.model,
+            Prompt::Chat(r) => &r.model,
+            Prompt::Embeddings(r) => &r.model,
         }
     }
 
     fn stream(&self) -> bool {
-        matches!(self, Req::Chat(r) if r.stream)
+        matches!(self, Prompt::Chat(r) if r.stream)
     }
 
-    /// A rough prompt size for the lowest-cost strategy (4 bytes a token).
     fn prompt_hint(&self) -> u32 {
         let bytes: usize = match self {
-            Req::Chat(r) => r.messages().iter().map(|m| m.to_string().len()).sum(),
-            Req::Embeddings(r) => r.texts().map_or(0, |t| t.iter().map(String::len).sum()),
+            Prompt::Chat(r) => r.messages().iter().map(|m| m.to_string().len()).sum(),
+            Prompt::Embeddings(r) => r.texts().map_or(0, |t| t.iter().map(String::len).sum()),
         };
         u32::try_from(bytes / 4).unwrap_or(u32::MAX)
     }
 }
 
-fn path_of(endpoint: Endpoint) -> &'static str {
-    match endpoint {
-        Endpoint::ChatCompletions => "/v1/chat/completions",
-        Endpoint::Embeddings => "/v1/embeddings",
-    }
-}
-
 pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     if let Some(req) = ctx.request.take() {
-        let result = try_routes(gw, session, ctx, Req::Chat(&req)).await;
+        let result = try_routes(gw, session, ctx, Prompt::Chat(&req)).await;
         ctx.request = Some(req);
         return result;
     }
     if let Some(req) = ctx.embeddings.take() {
-        let result = try_routes(gw, session, ctx, Req::Embeddings(&req)).await;
+        let result = try_routes(gw, session, ctx, Prompt::Embeddings(&req)).await;
         ctx.embeddings = Some(req);
         return result;
     }
     Err(ProxyError::Internal("route step without a parsed request".into()))
 }
 
-/// The model and its fallbacks the caller may use, in order, each once.
-pub fn chain(gw: &Gateway, ctx: &RequestCtx) -> Result<Vec<Arc<ModelRoute>>, ProxyError> {
-    let model = ctx.model.as_deref().unwrap_or_default();
-    let endpoint = match ctx.endpoint {
-        Some(crate::ctx::Endpoint::Embeddings) => Endpoint::Embeddings,
-        _ => Endpoint::ChatCompletions,
-    };
-    let key_models = ctx.key.as_ref().and_then(|k| k.allowed_models.as_deref());
-    let team_models = ctx.team_models.as_deref();
-    let route = gw
-        .router
-        .resolve(model)
-        .filter(|r| access::allowed(key_models, team_models, r))
-        .ok_or_else(|| ProxyError::UnknownModel(model.to_string()))?;
-    if route.endpoint() != endpoint {
-        return Err(ProxyError::WrongEndpoint {
-            model: model.to_string(),
-            path: path_of(endpoint),
-            serves: path_of(route.endpoint()),
-        });
-    }
-    let mut out = vec![route];
-    let mut i = 0;
-    while i < out.len() && out.len() < MAX_MODELS {
-        let fallbacks = out[i].fallbacks.clone();
-        for f in fallbacks {
-            if out.len() >= MAX_MODELS {
-                break;
-            }
-            let Some(r) = gw.router.resolve(&f) else { continue };
-            if access::allowed(key_models, team_models, &r) && !out.iter().any(|o| o.name == r.name) {
-                out.push(r);
-            }
-        }
-        i += 1;
-    }
-    Ok(out)
-}
-
-async fn try_routes(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, req: Req<'_>) -> Result<(), ProxyError> {
-    let models = match ctx.routes.take() {
-        Some(routes) => routes,
-        None => chain(gw, ctx)?,
-    };
-    let org_keys = provider_keys::for_request(gw, ctx).await?;
+async fn try_routes(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    req: Prompt<'_>,
+) -> Result<(), ProxyError> {
+    let models = ctx.routes.clone();
+    let org_keys = credentials::for_request(gw, ctx).await?;
     // Only the lowest-cost strategy looks at the prompt's size.
     let wants_hint = models.iter().any(|m| m.strategy == gw_shared::config::Strategy::LowestCost);
     let hint = if wants_hint { req.prompt_hint() } else { 0 };
@@ -131,11 +84,11 @@ async fn try_routes(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, r
     for route in &models {
         for round in 0..=route.retries {
             if round > 0 {
-                backoff(gw, ctx, route.retry_backoff, round).await?;
+                backoff(ctx, route.retry_backoff, round).await?;
             }
             for dep in gw.router.plan(route, hint) {
                 if ctx.remaining().is_zero() {
-                    return Err(ProxyError::DeadlineExceeded(gw.request_timeout.as_millis() as u64));
+                    return Err(ctx.deadline_exceeded());
                 }
                 let Some(_gate) = gw.router.take(&dep) else { continue };
                 match try_one(gw, session, ctx, req, &dep, &org_keys).await {
@@ -153,12 +106,12 @@ async fn try_routes(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx, r
 }
 
 /// Sleeps before another round: exponential from `base`, with jitter, never past the deadline.
-async fn backoff(gw: &Gateway, ctx: &RequestCtx, base: Duration, round: u32) -> Result<(), ProxyError> {
+async fn backoff(ctx: &RequestCtx, base: Duration, round: u32) -> Result<(), ProxyError> {
     let factor = 2u32.saturating_pow(round.saturating_sub(1).min(10));
     let jitter = 0.5 + rand::random::<f64>();
     let wait = base.saturating_mul(factor).mul_f64(jitter);
     if wait >= ctx.remaining() {
-        return Err(ProxyError::DeadlineExceeded(gw.request_timeout.as_millis() as u64));
+        return Err(ctx.deadline_exceeded());
     }
     tokio::time::sleep(wait).await;
     Ok(())
@@ -170,12 +123,12 @@ async fn try_one(
     gw: &Gateway,
     session: &mut Session,
     ctx: &mut RequestCtx,
-    req: Req<'_>,
+    req: Prompt<'_>,
     dep: &Arc<Deployment>,
     org_keys: &OrgProviderKeys,
 ) -> Result<(), ProxyError> {
     let org_id = ctx.key.as_ref().map(|k| k.org_id).unwrap_or_default();
-    let own = match provider_keys::secret_for(gw, org_keys, org_id, &dep.provider.name) {
+    let own = match credentials::secret_for(gw, org_keys, org_id, &dep.provider.name) {
         Ok(s) => s,
         Err(e) => {
             gw.router.record(dep, AttemptVerdict::NoVerdict);
@@ -244,7 +197,7 @@ async fn attempt(
     gw: &Gateway,
     session: &mut Session,
     ctx: &mut RequestCtx,
-    req: Req<'_>,
+    req: Prompt<'_>,
     dep: &Deployment,
     api_key: Option<&str>,
 ) -> Result<(), ProxyError> {
@@ -252,7 +205,7 @@ async fn attempt(
     let base_path = provider.upstream.as_ref().map_or("", |u| u.base_path.as_str());
     let created = ctx.created_at.timestamp();
     let exchange = match req {
-        Req::Chat(r) => provider.adapter.build(&Call {
+        Prompt::Chat(r) => provider.adapter.build(&Call {
             endpoint: Endpoint::ChatCompletions,
             request: r,
             upstream_model: &dep.upstream_model,
@@ -262,7 +215,7 @@ async fn attempt(
             request_id: ctx.request_id,
             created,
         }),
-        Req::Embeddings(r) => provider.adapter.build_embeddings(&Call {
+        Prompt::Embeddings(r) => provider.adapter.build_embeddings(&Call {
             endpoint: Endpoint::Embeddings,
             request: r,
             upstream_model: &dep.upstream_model,
@@ -282,8 +235,12 @@ async fn attempt(
         Some(t) => ctx.deadline.min(Instant::now() + t),
         None => ctx.deadline,
     };
-    let bound =
-        Bound { deadline: attempt_deadline, own: attempt_deadline < ctx.deadline, provider: provider.name.clone() };
+    let bound = Bound {
+        deadline: attempt_deadline,
+        own: attempt_deadline < ctx.deadline,
+        provider: provider.name.clone(),
+        timeout_ms: ctx.timeout.as_millis() as u64,
+    };
     let stream = req.stream();
     let sent = Instant::now();
     let (head, mut body) = match exchange {
@@ -298,7 +255,7 @@ async fn attempt(
                 first_byte: dep.timeouts.first_byte.min(remaining),
             };
             let send = gw.transport.send(&provider.name, url, up, stream, timeouts);
-            bound.run(gw, send).await??
+            bound.run(send).await??
         }
         Exchange::Local(resp) => Transport::local(resp),
     };
@@ -310,12 +267,13 @@ async fn attempt(
     gw.metrics.upstream_duration.with_label_values(&[&provider.name]).observe(latency.as_secs_f64());
 
     if !(200..300).contains(&head.status) {
-        let read = bound.run(gw, gw.transport.read_all(&mut body, bound.remaining())).await?;
+        let read = bound.run(gw.transport.read_all(&mut body, bound.remaining())).await?;
         let bytes = read.unwrap_or_default();
         gw.transport.release(body).await;
         return Err(ProxyError::upstream(&provider.name, provider.adapter.map_error(head.status, &bytes)));
     }
-    if let Req::Chat(r) = req {
+    let up = Upstream { dep, prompt: req };
+    if let Prompt::Chat(r) = req {
         if r.stream {
             if !head.event_stream {
                 return Err(ProxyError::upstream(&provider.name, UpstreamError::bad_response("not an event stream")));
@@ -326,26 +284,22 @@ async fn attempt(
                 model: dep.upstream_model.to_string(),
                 created,
             };
-            let input = relay::StreamIn {
+            let input = StreamIn {
                 translator: provider.adapter.stream(setup),
                 deadline: attempt_deadline,
                 ends_at_eof: provider.adapter.stream_ends_at_eof(),
-                filter: ctx.output_guard.clone().map(|g| {
-                    Box::new(gw_shared::policy::stream::GuardedStream::new(g))
-                        as Box<dyn gw_shared::providers::ChunkFilter>
-                }),
             };
-            relay::run(gw, session, ctx, dep, input, &mut body).await?;
+            let result = answer::stream(gw, session, ctx, &up, input, &mut body).await;
             if tokio::time::timeout(DRAIN, gw.transport.read_all(&mut body, DRAIN)).await.is_ok_and(|r| r.is_ok()) {
                 gw.transport.release(body).await;
             }
-            return Ok(());
+            return result;
         }
     }
-    let bytes = bound.run(gw, gw.transport.read_all(&mut body, bound.remaining())).await??;
+    let bytes = bound.run(gw.transport.read_all(&mut body, bound.remaining())).await??;
     gw.transport.release(body).await;
     let completion = match req {
-        Req::Chat(r) => provider.adapter.parse_response(
+        Prompt::Chat(r) => provider.adapter.parse_response(
             &Call {
                 endpoint: Endpoint::ChatCompletions,
                 request: r,
@@ -358,7 +312,7 @@ async fn attempt(
             },
             &bytes,
         ),
-        Req::Embeddings(r) => provider.adapter.parse_embeddings(
+        Prompt::Embeddings(r) => provider.adapter.parse_embeddings(
             &Call {
                 endpoint: Endpoint::Embeddings,
                 request: r,
@@ -373,14 +327,7 @@ async fn attempt(
         ),
     }
     .map_err(|e| ProxyError::upstream(&provider.name, e))?;
-    settle(gw, ctx, dep, completion.usage);
-    let raw = completion.body;
-    let body = match (req, ctx.output_guard.clone()) {
-        (Req::Chat(_), Some(guard)) => super::policy::guard_completion(gw, ctx, guard, &raw)?,
-        _ => raw.clone(),
-    };
-    super::cache::keep(gw, ctx, dep, raw).await;
-    respond::json(session, ctx, 200, body, Vec::new()).await
+    answer::plain(gw, session, ctx, &up, completion).await
 }
 
 /// An attempt's time bound: its own total timeout (an upstream timeout, so the next deployment
@@ -389,6 +336,8 @@ struct Bound {
     deadline: Instant,
     own: bool,
     provider: Arc<str>,
+    /// The request's deadline, for its 504.
+    timeout_ms: u64,
 }
 
 impl Bound {
@@ -396,42 +345,13 @@ impl Bound {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    async fn run<T>(&self, gw: &Gateway, fut: impl std::future::Future<Output = T>) -> Result<T, ProxyError> {
+    async fn run<T>(&self, fut: impl std::future::Future<Output = T>) -> Result<T, ProxyError> {
         tokio::time::timeout(self.remaining(), fut).await.map_err(|_| {
             if self.own {
                 ProxyError::UpstreamTimeout { provider: self.provider.clone() }
             } else {
-                ProxyError::DeadlineExceeded(gw.request_timeout.as_millis() as u64)
+                ProxyError::DeadlineExceeded(self.timeout_ms)
             }
         })
-    }
-}
-
-/// Runs `fut` within what is left of the request's deadline: each read has its own timeout, but a
-/// peer that trickles bytes must not stretch the whole past the deadline.
-pub async fn within_deadline<T>(
-    gw: &Gateway,
-    ctx: &RequestCtx,
-    fut: impl std::future::Future<Output = T>,
-) -> Result<T, ProxyError> {
-    tokio::time::timeout(ctx.remaining(), fut)
-        .await
-        .map_err(|_| ProxyError::DeadlineExceeded(gw.request_timeout.as_millis() as u64))
-}
-
-/// Usage and cost, from the upstream's own report.
-pub fn settle(gw: &Gateway, ctx: &mut RequestCtx, dep: &Deployment, usage: Option<TokenUsage>) {
-    match usage {
-        Some(u) => {
-            ctx.usage = u;
-            ctx.cost = cost_usd(&dep.price, u);
-            gw.router.add_tokens(dep, u64::from(u.total()));
-        }
-        None => {
-            let provider: &Arc<str> = &dep.provider.name;
-            gw.warn_log.warn(|| {
-                format!("request {}: provider {provider} reported no usage; cost recorded as 0", ctx.request_id)
-            });
-        }
     }
 }

@@ -6,44 +6,18 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use gw_shared::db::provider_keys::{self, OrgProviderKeys};
-use gw_shared::db::DbPool;
+use gw_shared::db::provider_keys::OrgProviderKeys;
 use uuid::Uuid;
 
 use crate::ctx::RequestCtx;
 use crate::error::ProxyError;
-use crate::gateway::Gateway;
-use crate::lookup::{LookupError, Source};
-
-pub struct ProviderKeySource {
-    pub db: DbPool,
-}
-
-#[async_trait]
-impl Source for ProviderKeySource {
-    type Key = Uuid;
-    type Value = OrgProviderKeys;
-
-    fn name(&self) -> &'static str {
-        "provider_keys"
-    }
-
-    fn redis_key(&self, org_id: &Uuid) -> String {
-        gw_shared::redis::provider_keys_cache_key(*org_id)
-    }
-
-    async fn load(&self, org_id: &Uuid) -> Result<Option<OrgProviderKeys>, String> {
-        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
-        // Always a value (possibly empty): an organization without keys is cached like one with.
-        provider_keys::live_for_org(&mut conn, *org_id).await.map(Some).map_err(|e| e.to_string())
-    }
-}
+use crate::lookup::LookupError;
+use crate::state::Gateway;
 
 /// The organization's live provider keys (sealed).
 pub async fn for_request(gw: &Gateway, ctx: &RequestCtx) -> Result<Arc<OrgProviderKeys>, ProxyError> {
     let Some(key) = &ctx.key else { return Err(ProxyError::MissingAuth) };
-    match gw.provider_keys.get(&key.org_id, &|| true).await {
+    match gw.lookups.provider_keys.get(&key.org_id, &|| true).await {
         Ok(Some(keys)) => Ok(keys),
         Ok(None) => Ok(Arc::new(OrgProviderKeys::default())),
         Err(LookupError::NotAllowed | LookupError::Unavailable) => Err(ProxyError::StoreUnavailable),
