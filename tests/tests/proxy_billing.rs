@@ -63,10 +63,11 @@ async fn row_of(org_id: Uuid, id: Uuid) -> AuditRecord {
 async fn budget_spend_reaches(stack: &Stack, s: &Session, key_id: &str, spent: Decimal) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let v: Value = stack.admin_get(&format!("/api-keys/{key_id}"), &s.access_token).await.json().await.unwrap();
+        let v: Value =
+            stack.admin_get(&format!("/api-keys/{key_id}/limits"), &s.access_token).await.json().await.unwrap();
         let now = v["budget"]["spent_usd"].as_f64().unwrap_or(0.0);
         let want: f64 = spent.try_into().unwrap();
-        if (now - want).abs() < 1e-9 {
+        if (now - want).abs() < 2e-9 {
             return;
         }
         assert!(Instant::now() < deadline, "budget spend {now}, the audit row says {want}");
@@ -146,11 +147,12 @@ async fn a_stream_that_breaks_after_content_is_billed_at_an_estimate() {
     }
 }
 
-/// An organization whose policy `stop` blocks answers containing `FORBIDDEN`.
+/// An organization whose policy `stop` blocks answers containing `FORBIDDEN` (its rule's name,
+/// which the refusal names, is another word).
 async fn blocking_org(stack: &Stack) -> (Session, String) {
     let (s, key, _) = stack.org_with_key().await;
     let doc = json!({"policies": [{"name": "stop", "guardrails": [
-        {"type": "regex", "output": true, "rules": [{"name": "forbidden", "pattern": "FORBIDDEN", "action": "block"}]}
+        {"type": "regex", "output": true, "rules": [{"name": "stopword", "pattern": "FORBIDDEN", "action": "block"}]}
     ]}]});
     let r = stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
@@ -166,8 +168,9 @@ async fn blocked_plain_and_streamed(
     reply: &str,
 ) -> (AuditRecord, AuditRecord, u16) {
     let text = "Tell me the forbidden word";
-    // A word an event: the first content event of "FORBIDDEN ..." holds the whole value.
-    let knobs = json!({"tag": unique_tag(), "reply": reply});
+    // A word an event, apart in time (so what was released goes out between them): the first
+    // content event of "FORBIDDEN ..." holds the whole value.
+    let knobs = json!({"tag": unique_tag(), "reply": reply, "chunk_delay_ms": 20});
     let plain = json!({"model": "gpt-4o-mini", "messages": user_message(text), "mock": knobs});
     let r = post(stack, key, &plain, Some("stop")).await;
     let plain_id = request_id(&r);
@@ -216,28 +219,73 @@ async fn a_stream_blocked_after_its_first_chunk_is_billed_at_the_upstreams_usage
     assert!(streamed.cost_usd > Decimal::ZERO);
 }
 
+/// The sum of an organization's audit rows' cost, once `n` rows are written.
+async fn spent_by(org_id: Uuid, n: usize) -> Decimal {
+    use diesel::prelude::*;
+    use diesel_async::RunQueryDsl;
+    use gw_shared::db::schema::audit_logs;
+    let mut conn = db::connect().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let costs: Vec<Decimal> = audit_logs::table
+            .filter(audit_logs::org_id.eq(org_id))
+            .filter(audit_logs::status_code.eq(200))
+            .select(audit_logs::cost_usd)
+            .load(&mut conn)
+            .await
+            .expect("audit rows");
+        if costs.len() >= n {
+            return costs.into_iter().sum();
+        }
+        assert!(Instant::now() < deadline, "only {} of {n} audit rows appeared", costs.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
-async fn without_max_tokens_a_budget_reserves_the_models_maximum_output() {
+async fn without_max_tokens_a_budget_overspends_by_at_most_one_requests_reservation() {
     let stack = Stack::shared().await;
-    let s = stack.register().await;
-    // gpt-4o-mini answers with at most 16,384 tokens (the catalog): at $0.60 a million, up to
-    // about $0.0098. A budget of $0.005 cannot cover that, so such a request never starts.
-    let r = stack
-        .create_key(&s, json!({"name": "tight", "budget": {"amount_usd": 0.005, "period": "day", "hard_limit": true}}))
-        .await;
-    assert_eq!(r.status(), 201);
-    let key = r.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_string();
-    let tag = unique_tag();
-    let unbounded = json!({"model": "gpt-4o-mini", "messages": user_message("hello"), "mock": {"tag": tag}});
-    let e = expect_openai_error(post(&stack, &key, &unbounded, None).await, 429).await;
-    assert_eq!(e["error"]["code"], "budget_exceeded");
-    let mut bounded = unbounded.clone();
-    bounded["max_tokens"] = json!(100);
-    assert_eq!(post(&stack, &key, &bounded, None).await.status(), 200);
-    let seen = stack.mock_stats_for(&tag).await;
-    assert_eq!(seen["requests"], 1, "the unbounded request never reached the upstream");
-    // The catalog bounds the answer: the request goes out as the client sent it.
-    assert_eq!(seen["last_body"]["max_tokens"], 100);
+    let budget = Decimal::new(2, 3); // $0.002
+                                     // gpt-4o-mini: the catalog knows its maximum output (16,384 tokens), which the budget
+                                     // reserves; the request goes out unchanged and the mock answers 16,000 words. azure-test:
+                                     // the catalog does not know `my-gpt4o`, so the budget reserves 4,096 tokens and the upstream
+                                     // is sent that limit; the mock would answer 20,000 words and stops at the limit.
+    let cases = [
+        ("gpt-4o-mini", Decimal::new(15, 2), Decimal::new(60, 2), 16_384u64, 16_000usize),
+        ("azure-test", Decimal::new(25, 1), Decimal::from(10), 4_096, 20_000),
+    ];
+    for (model, input, output, max_out, words) in cases {
+        let s = stack.register().await;
+        let r = stack
+            .create_key(&s, json!({"name": "near its end", "budget": {"amount_usd": 0.002, "period": "day"}}))
+            .await;
+        assert_eq!(r.status(), 201);
+        let key = r.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_string();
+        let b = json!({"model": model, "messages": user_message("spend it all"),
+            "mock": {"tag": unique_tag(), "reply_words": words}});
+        let mut answered = 0;
+        for _ in 0..4 {
+            let r = post(&stack, &key, &b, None).await;
+            if r.status() == 429 {
+                let e = expect_openai_error(r, 429).await;
+                assert_eq!(e["error"]["code"], "budget_exceeded");
+                break;
+            }
+            assert_eq!(r.status(), 200, "{model}");
+            let v: Value = r.json().await.unwrap();
+            assert!(v["usage"]["completion_tokens"].as_u64().unwrap() <= max_out, "{model}: {}", v["usage"]);
+            answered += 1;
+        }
+        assert_eq!(answered, 1, "{model}: one request used the budget up, the next was refused");
+        let spent = spent_by(s.org_id, answered).await;
+        // One request's reservation: its prompt (far below 1,000 tokens) and its maximum output.
+        let reservation = (Decimal::from(1_000) * input + Decimal::from(max_out) * output) / Decimal::from(1_000_000);
+        assert!(spent > budget, "{model}: the budget was used up ({spent})");
+        assert!(
+            spent <= budget + reservation,
+            "{model}: spent {spent} of {budget}, past one reservation ({reservation})"
+        );
+    }
 }
 
 #[tokio::test]

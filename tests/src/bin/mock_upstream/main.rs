@@ -42,9 +42,10 @@
 //! `toolConfig`) and the last message is the user's and mentions `weather`, the answer is a call
 //! of the first tool with `{"city": "Paris"}` (a tool choice of none / any / a named tool is
 //! honoured); when the last message carries a tool result, the answer is `The tool said:
-//! <result>`. Stop sequences (Anthropic, Gemini, Bedrock) cut the reply. Embeddings are derived
-//! from a digest of each input (8 values unless `dimensions` / `outputDimensionality` says
-//! otherwise).
+//! <result>`. Stop sequences (Anthropic, Gemini, Bedrock) cut the reply; so does an OpenAI or
+//! Azure request's `max_completion_tokens` / `max_tokens` (a word a token, `finish_reason:
+//! "length"`). Embeddings are derived from a digest of each input (8 values unless `dimensions`
+//! / `outputDimensionality` says otherwise).
 //!
 //! OpenAI and Azure chat answer the reply (or the `reply` knob's text) unless a knob says
 //! otherwise; they make tool calls and refusals only when told to:
@@ -217,6 +218,9 @@ struct Knobs {
     tag: Option<String>,
     /// OpenAI and Azure chat: answer with this text instead of the usual reply.
     reply: Option<String>,
+    /// OpenAI and Azure chat: answer with this many words (`word word ...`) instead of the usual
+    /// reply (long answers without a long request body).
+    reply_words: usize,
     /// OpenAI and Azure streams: pieces of this many characters instead of one word per event
     /// (text and refusals), or instead of 6 (tool-call arguments).
     chunk_chars: usize,

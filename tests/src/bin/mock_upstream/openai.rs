@@ -34,6 +34,8 @@ fn missing_api_version(deployment: Option<&str>, query: &HashMap<String, String>
 /// What a chat answer says, as the knobs choose it.
 enum Said {
     Text(String),
+    /// The text cut at the request's completion limit (`finish_reason: "length"`).
+    Cut(String),
     /// The `refusal` knob: `content` null, the text in `refusal`.
     Refusal(String),
     /// The `tool_call_arguments` knob: a call of the tool `name` with these arguments (JSON text,
@@ -60,14 +62,27 @@ impl Said {
         if let Some(refusal) = &k.refusal {
             return Said::Refusal(refusal.clone());
         }
-        Said::Text(k.reply.clone().unwrap_or(usual))
+        let text = match (k.reply_words, &k.reply) {
+            (0, Some(reply)) => reply.clone(),
+            (0, None) => usual,
+            (n, _) => vec!["word"; n].join(" "),
+        };
+        // A completion limit is honoured as OpenAI does: the answer stops there (a word a token).
+        let limit = ["max_completion_tokens", "max_tokens"].iter().find_map(|p| body.get(*p).and_then(Value::as_u64));
+        match limit {
+            Some(max) if text.split_whitespace().count() as u64 > max => {
+                let kept: Vec<&str> = text.split_whitespace().take(max as usize).collect();
+                Said::Cut(kept.join(" "))
+            }
+            _ => Said::Text(text),
+        }
     }
 
     /// Completion tokens, reasoning tokens aside: the words of the text, of the arguments (at
     /// least 1).
     fn tokens(&self) -> u64 {
         match self {
-            Said::Text(t) | Said::Refusal(t) => t.split_whitespace().count() as u64,
+            Said::Text(t) | Said::Cut(t) | Said::Refusal(t) => t.split_whitespace().count() as u64,
             Said::Tool { arguments, .. } => (arguments.split_whitespace().count() as u64).max(1),
         }
     }
@@ -75,6 +90,7 @@ impl Said {
     fn finish_reason(&self) -> &'static str {
         match self {
             Said::Tool { .. } => "tool_calls",
+            Said::Cut(_) => "length",
             _ => "stop",
         }
     }
@@ -135,7 +151,7 @@ pub fn chat(call: Call, deployment: Option<&str>) -> (HttpResponse, Option<Spent
 
     if !stream {
         let (message, logprobs) = match &said {
-            Said::Text(text) => (
+            Said::Text(text) | Said::Cut(text) => (
                 json!({"role": "assistant", "content": text, "refusal": null}),
                 k.logprobs.then(|| logprobs_of(&pieces(text, 1), false)),
             ),
@@ -174,7 +190,7 @@ pub fn chat(call: Call, deployment: Option<&str>) -> (HttpResponse, Option<Spent
         (n, _) => char_pieces(text, n),
     };
     let (first, deltas): (Value, Vec<(Value, Option<Value>)>) = match &said {
-        Said::Text(text) => (
+        Said::Text(text) | Said::Cut(text) => (
             json!({"role": "assistant", "content": ""}),
             split(text, None)
                 .into_iter()
