@@ -889,8 +889,14 @@ pub mod db {
 
     /// Waits (up to 5 s) for the audit row of a request, as the flusher writes behind requests.
     pub async fn audit_row(org_id: Uuid, request_id: Uuid) -> AuditRecord {
+        audit_row_within(org_id, request_id, Duration::from_secs(5)).await
+    }
+
+    /// Waits up to `wait` for the audit row of a request (a stream read on after its client
+    /// left is written when the upstream has finished).
+    pub async fn audit_row_within(org_id: Uuid, request_id: Uuid, wait: Duration) -> AuditRecord {
         let mut conn = connect().await;
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + wait;
         loop {
             if let Some(r) = gw_shared::db::audit_logs::find(&mut conn, org_id, request_id).await.expect("query") {
                 return r;

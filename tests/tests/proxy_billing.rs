@@ -46,17 +46,9 @@ async fn budgeted_key(stack: &Stack) -> (Session, String, String) {
     (s, b["key"].as_str().unwrap().to_string(), b["id"].as_str().unwrap().to_string())
 }
 
-/// Waits (up to 20 s, the upstream being read to its end first) for a request's audit row.
+/// A request's audit row, written once the upstream has been read to its end.
 async fn row_of(org_id: Uuid, id: Uuid) -> AuditRecord {
-    let mut conn = db::connect().await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(r) = gw_shared::db::audit_logs::find(&mut conn, org_id, id).await.expect("query") {
-            return r;
-        }
-        assert!(Instant::now() < deadline, "audit row {id} never appeared");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    db::audit_row_within(org_id, id, Duration::from_secs(20)).await
 }
 
 /// Waits until the key's budget shows `spent` (settlements land behind the request).

@@ -1,8 +1,9 @@
 //! A complete (non-streamed) chat answer through the output guardrails: every field the model
-//! wrote, per choice: `message.content`, `message.refusal`, each tool call's
-//! `function.arguments`, the legacy `function_call.arguments` and `audio.transcript`. Token
-//! log probabilities would spell the same values out again token by token, so an answer the
-//! guard scans goes out without them.
+//! wrote, per choice: `message.reasoning_content` and `message.reasoning` (the chain of thought
+//! OpenAI-compatible servers return), `message.content`, `message.refusal`, each tool call's
+//! `function.arguments` or (a custom tool call's) `custom.input`, the legacy
+//! `function_call.arguments` and `audio.transcript`. Token log probabilities would spell the same
+//! values out again token by token, so an answer the guard scans goes out without them.
 
 use std::borrow::Cow;
 
@@ -42,6 +43,12 @@ struct AnswerChoice<'a> {
 
 #[derive(Deserialize)]
 struct Message<'a> {
+    /// The chain of thought as DeepSeek, vLLM and many OpenAI-compatible servers name it.
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    /// The same as OpenRouter (and newer vLLM) name it.
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -58,6 +65,15 @@ struct Message<'a> {
 struct ToolCall<'a> {
     #[serde(borrow, default)]
     function: Option<Function<'a>>,
+    /// A custom tool call's (`"type": "custom"`) free-form input.
+    #[serde(borrow, default)]
+    custom: Option<Custom<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Custom<'a> {
+    #[serde(borrow, default)]
+    input: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -75,19 +91,26 @@ struct Audio<'a> {
 /// One choice's guarded texts that differ from what the model wrote.
 #[derive(Default)]
 struct Rewrites {
+    reasoning_content: Option<String>,
+    reasoning: Option<String>,
     content: Option<String>,
     refusal: Option<String>,
     /// By position in `tool_calls`.
     tool_arguments: Vec<(usize, String)>,
+    /// Custom tool calls' `input`, by position in `tool_calls`.
+    tool_inputs: Vec<(usize, String)>,
     function_arguments: Option<String>,
     transcript: Option<String>,
 }
 
 impl Rewrites {
     fn is_empty(&self) -> bool {
-        self.content.is_none()
+        self.reasoning_content.is_none()
+            && self.reasoning.is_none()
+            && self.content.is_none()
             && self.refusal.is_none()
             && self.tool_arguments.is_empty()
+            && self.tool_inputs.is_empty()
             && self.function_arguments.is_none()
             && self.transcript.is_none()
     }
@@ -101,7 +124,11 @@ fn guarded(guard: &mut OutputGuard, text: Option<&Cow<'_, str>>) -> Result<Optio
 }
 
 fn rewrites(guard: &mut OutputGuard, m: &Message<'_>) -> Result<Rewrites, AnswerGuardError> {
+    // In the order a stream would carry them (the chain of thought first), so placeholders are
+    // numbered alike either way.
     let mut r = Rewrites {
+        reasoning_content: guarded(guard, m.reasoning_content.as_ref())?,
+        reasoning: guarded(guard, m.reasoning.as_ref())?,
         content: guarded(guard, m.content.as_ref())?,
         refusal: guarded(guard, m.refusal.as_ref())?,
         ..Rewrites::default()
@@ -109,6 +136,9 @@ fn rewrites(guard: &mut OutputGuard, m: &Message<'_>) -> Result<Rewrites, Answer
     for (i, call) in m.tool_calls.iter().flatten().enumerate() {
         if let Some(args) = guarded(guard, call.function.as_ref().and_then(|f| f.arguments.as_ref()))? {
             r.tool_arguments.push((i, args));
+        }
+        if let Some(input) = guarded(guard, call.custom.as_ref().and_then(|c| c.input.as_ref()))? {
+            r.tool_inputs.push((i, input));
         }
     }
     r.function_arguments = guarded(guard, m.function_call.as_ref().and_then(|f| f.arguments.as_ref()))?;
@@ -144,6 +174,12 @@ pub fn guard_completion(guard: &mut OutputGuard, body: &[u8]) -> Result<Option<B
             choice.insert("logprobs".into(), Value::Null);
         }
         let Some(Value::Object(m)) = choice.get_mut("message") else { continue };
+        if let Some(t) = r.reasoning_content {
+            m.insert("reasoning_content".into(), Value::String(t));
+        }
+        if let Some(t) = r.reasoning {
+            m.insert("reasoning".into(), Value::String(t));
+        }
         if let Some(t) = r.content {
             m.insert("content".into(), Value::String(t));
         }
@@ -151,9 +187,10 @@ pub fn guard_completion(guard: &mut OutputGuard, body: &[u8]) -> Result<Option<B
             m.insert("refusal".into(), Value::String(t));
         }
         if let Some(Value::Array(calls)) = m.get_mut("tool_calls") {
-            for (i, t) in r.tool_arguments {
-                if let Some(f) = calls.get_mut(i).and_then(|c| c.get_mut("function")).and_then(Value::as_object_mut) {
-                    f.insert("arguments".into(), Value::String(t));
+            let texts = r.tool_arguments.into_iter().map(|(i, t)| (i, "function", "arguments", t));
+            for (i, outer, key, t) in texts.chain(r.tool_inputs.into_iter().map(|(i, t)| (i, "custom", "input", t))) {
+                if let Some(o) = calls.get_mut(i).and_then(|c| c.get_mut(outer)).and_then(Value::as_object_mut) {
+                    o.insert(key.into(), Value::String(t));
                 }
             }
         }
@@ -245,6 +282,55 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_content_and_reasoning() {
+        let mut g = pii();
+        let v = guarded(
+            &mut g,
+            &answer(json!({"role": "assistant", "reasoning_content": "The user is a@example.com, so",
+                "reasoning": "call +1 415 555 2671 first", "content": "Done, a@example.com."})),
+        );
+        let m = &v["choices"][0]["message"];
+        assert_eq!(m["reasoning_content"], "The user is [EMAIL_1], so");
+        assert_eq!(m["reasoning"], "call [PHONE_1] first");
+        // The same value in the answer gets the same placeholder, numbered from the reasoning on.
+        assert_eq!(m["content"], "Done, [EMAIL_1].");
+        assert_eq!(v["usage"]["total_tokens"], 3);
+
+        // Reasoning alone, clean content: still rewritten; null reasoning is nothing to guard.
+        let mut g = pii();
+        let v = guarded(
+            &mut g,
+            &answer(json!({"role": "assistant", "reasoning_content": "card 4111 1111 1111 1111",
+            "reasoning": null, "content": "ok"})),
+        );
+        assert_eq!(v["choices"][0]["message"]["reasoning_content"], "card [CREDIT_CARD_1]");
+        assert_eq!(v["choices"][0]["message"]["reasoning"], Value::Null);
+        assert_eq!(v["choices"][0]["message"]["content"], "ok");
+        let clean =
+            answer(json!({"role": "assistant", "reasoning_content": "think", "reasoning": "more", "content": "ok"}));
+        assert_eq!(guard_completion(&mut pii(), &clean).unwrap(), None);
+    }
+
+    #[test]
+    fn custom_tool_call_input() {
+        let mut g = pii();
+        let v = guarded(
+            &mut g,
+            &answer(json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "1", "type": "custom", "custom": {"name": "shell", "input": "echo hi"}},
+                {"id": "2", "type": "function", "function": {"name": "f", "arguments": "{\"to\":\"c@example.com\"}"}},
+                {"id": "3", "type": "custom", "custom": {"name": "mail", "input": "send to d@example.com now"}}]})),
+        );
+        let calls = &v["choices"][0]["message"]["tool_calls"];
+        assert_eq!(calls[0]["custom"], json!({"name": "shell", "input": "echo hi"}));
+        assert_eq!(calls[1]["function"]["arguments"], "{\"to\":\"[EMAIL_1]\"}");
+        assert_eq!(calls[2]["custom"], json!({"name": "mail", "input": "send to [EMAIL_2] now"}));
+        assert_eq!(calls[2]["type"], "custom");
+        assert_eq!(calls[2]["id"], "3");
+        assert_eq!(g.decisions()[0].entities, vec![("EMAIL".to_string(), 2)]);
+    }
+
+    #[test]
     fn audio_transcript() {
         let mut g = pii();
         let v = guarded(
@@ -300,6 +386,10 @@ mod tests {
             json!({"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
                 "function": {"name": "f", "arguments": "{\"k\":\"AKIAIOSFODNN7EXAMPLE\"}"}}]}),
             json!({"role": "assistant", "audio": {"id": "a", "transcript": "AKIAIOSFODNN7EXAMPLE"}}),
+            json!({"role": "assistant", "reasoning_content": "the key is AKIAIOSFODNN7EXAMPLE", "content": "no"}),
+            json!({"role": "assistant", "reasoning": "the key is AKIAIOSFODNN7EXAMPLE", "content": "no"}),
+            json!({"role": "assistant", "tool_calls": [{"id": "1", "type": "custom",
+                "custom": {"name": "f", "input": "key=AKIAIOSFODNN7EXAMPLE"}}]}),
         ] {
             let mut g = OutputGuard::new(&ps, Vault::new()).unwrap();
             match guard_completion(&mut g, &answer(message)) {
@@ -312,7 +402,14 @@ mod tests {
 
     #[test]
     fn unreadable_answers_do_not_go_out() {
-        for body in [&b"{not json"[..], br#"{"choices":[{"message":{"content":[1]}}]}"#, br#"{"choices":3}"#] {
+        for body in [
+            &b"{not json"[..],
+            br#"{"choices":[{"message":{"content":[1]}}]}"#,
+            br#"{"choices":3}"#,
+            // A chain of thought or a custom tool input that is not text cannot be checked either.
+            br#"{"choices":[{"message":{"reasoning":{"text":"a@example.com"}}}]}"#,
+            br#"{"choices":[{"message":{"tool_calls":[{"type":"custom","custom":{"input":["x"]}}]}}]}"#,
+        ] {
             assert!(matches!(guard_completion(&mut pii(), body), Err(AnswerGuardError::Unreadable(_))), "{body:?}");
         }
     }

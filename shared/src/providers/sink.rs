@@ -28,8 +28,9 @@ pub struct StreamSink {
     /// Chunks written for the client so far.
     pub chunks: u64,
     /// Bytes of text the upstream produced in this stream's chunks (every string value of a
-    /// `content`, `refusal`, `arguments` or `transcript` key, unescaped), counted as pushed, before
-    /// any filter: what completion tokens are estimated from when the upstream reports no usage.
+    /// `content`, `reasoning_content`, `reasoning`, `refusal`, `arguments`, `input` or `transcript`
+    /// key, unescaped), counted as pushed, before any filter: what completion tokens are estimated
+    /// from when the upstream reports no usage.
     pub completion_bytes: u64,
     /// A chunk carrying content (text, a tool call, a refusal) has been written: the moment
     /// time-to-first-token measures. Translators say so with [`StreamSink::saw_content`].
@@ -202,8 +203,14 @@ impl StreamSink {
     }
 }
 
-/// Keys whose string values are text the model wrote, wherever they sit in a chunk.
-const TEXT_KEYS: [&str; 4] = ["content", "refusal", "arguments", "transcript"];
+/// Keys whose string values are text the model wrote, wherever they sit in a chunk (or in a
+/// complete answer): the answer, the chain of thought (`reasoning_content`, `reasoning`), a
+/// refusal, a tool call's `function.arguments` or a custom tool call's `custom.input`, an audio
+/// transcript. Only what the upstream answers is measured, never a request, so `input` is a custom
+/// tool call's (a request's `input`, its prompt, never comes through here); a quoted key matches
+/// the key alone, never `"input_tokens"` or `"reasoning_tokens"` in the usage.
+const TEXT_KEYS: [&str; 7] =
+    ["content", "reasoning_content", "reasoning", "refusal", "arguments", "input", "transcript"];
 
 /// The text keys as they appear quoted in JSON. A quoted key cannot match inside a string value:
 /// there every quote is escaped, so none follows the key's last letter.
@@ -332,8 +339,17 @@ mod tests {
             r#"{"choices":[{"index":0,"delta":{"audio":{"id":"x","data":"AAAA","transcript":"hi!"}}}]}"#,
             // A value that merely says "content" is not a key; null content is no text.
             r#"{"choices":[{"index":0,"delta":{"content":null,"type":"content"}}],"usage":{"completion_tokens":9}}"#,
+            // 7 + 5: the chain of thought under either name (null is none).
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"think\u00e9","reasoning":null}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":"hmm\n."}}]}"#,
+            // 8 + 5: a custom tool call's input by pieces; its name and type are not counted.
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"custom","custom":{"name":"input","input":"echo \"xy"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"custom":{"input":"\"; ok"}}]}}]}"#,
+            // No misfire: usage keys that start like text keys, an `input` that is not a string, and
+            // text keys quoted inside a string that is not counted.
+            r#"{"choices":[],"usage":{"input_tokens":3,"completion_tokens_details":{"reasoning_tokens":2}},"x":{"input":{"a":1},"note":"{\"input\":\"no\",\"reasoning\":\"no\"}"}}"#,
         ];
-        let want = 5 + 6 + 4 + 1 + 9 + 3;
+        let want = 5 + 6 + 4 + 1 + 9 + 3 + 7 + 5 + 8 + 5;
         let mut raw = StreamSink::new();
         for c in chunks {
             raw.push_raw(c);

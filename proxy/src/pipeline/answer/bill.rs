@@ -7,17 +7,20 @@
 use gw_shared::limits::estimate;
 use gw_shared::pricing::{cost_usd, TokenUsage};
 use gw_shared::routing::Deployment;
+use rust_decimal::Decimal;
 
 use super::{Prompt, Upstream};
 use crate::ctx::{RequestCtx, SettledBy};
 use crate::state::Gateway;
 
-/// Adds one attempt's tokens and their cost to the request's.
-pub fn charge(gw: &Gateway, ctx: &mut RequestCtx, dep: &Deployment, usage: TokenUsage, by: SettledBy) {
+/// Adds one attempt's tokens and their cost to the request's; returns that cost.
+pub fn charge(gw: &Gateway, ctx: &mut RequestCtx, dep: &Deployment, usage: TokenUsage, by: SettledBy) -> Decimal {
+    let cost = cost_usd(&dep.price, usage);
     ctx.usage.add(usage);
-    ctx.cost += cost_usd(&dep.price, usage);
+    ctx.cost += cost;
     gw.router.add_tokens(dep, u64::from(usage.total()));
     ctx.settled_by = ctx.settled_by.max(Some(by));
+    cost
 }
 
 /// Charges an attempt whose upstream did not (or not finally) report its usage: `seen` is what
@@ -29,13 +32,13 @@ pub fn charge_estimate(
     up: &Upstream<'_>,
     seen: Option<TokenUsage>,
     completion_bytes: u64,
-) {
+) -> Decimal {
     let provider = &up.dep.provider.name;
     gw.warn_log.warn(|| {
         format!("request {}: provider {provider} reported no final usage; tokens and cost estimated", ctx.request_id)
     });
     let usage = estimated(ctx, &up.prompt, seen, completion_bytes);
-    charge(gw, ctx, up.dep, usage, SettledBy::Estimate);
+    charge(gw, ctx, up.dep, usage, SettledBy::Estimate)
 }
 
 /// The tokens an attempt is taken to have used: what the upstream reported, raised to the

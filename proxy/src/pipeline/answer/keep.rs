@@ -7,7 +7,7 @@ use bytes::Bytes;
 use gw_shared::cache::entry::{template, Entry, Meta};
 use gw_shared::openai::Usage;
 use gw_shared::policy::{PolicyAction, Stage};
-use gw_shared::pricing::TokenUsage;
+use gw_shared::pricing::{cost_usd, TokenUsage};
 use gw_shared::providers::StreamSink;
 use gw_shared::routing::Deployment;
 use rust_decimal::Decimal;
@@ -27,11 +27,12 @@ pub fn records(ctx: &RequestCtx) -> bool {
     keepable(ctx)
 }
 
-/// Keeps a successful plain answer; `usage` and `cost` are this answer's own.
-pub async fn plain(gw: &Gateway, ctx: &RequestCtx, dep: &Deployment, body: Bytes, usage: TokenUsage, cost: Decimal) {
+/// Keeps a successful plain answer; `usage` is this answer's own.
+pub async fn plain(gw: &Gateway, ctx: &RequestCtx, dep: &Deployment, body: Bytes, usage: TokenUsage) {
     if !keepable(ctx) {
         return;
     }
+    let cost = cost_usd(&dep.price, usage);
     let Some(plan) = ctx.cache_plan.as_ref() else { return };
     // Chat answers are kept as templates a replay stamps in place; embeddings as they came.
     let body = match ctx.endpoint {

@@ -15,7 +15,6 @@ use std::time::Instant;
 use eventsource_stream2::{Event, EventStreamError, Eventsource};
 use futures::{FutureExt, Stream, StreamExt};
 use gw_shared::policy::{PolicyAction, PolicyDecision, Stage};
-use gw_shared::pricing::cost_usd;
 use gw_shared::providers::{Flow, StreamSink, StreamTranslator, UpstreamError};
 use pingora::proxy::Session;
 
@@ -238,15 +237,8 @@ fn bill_stream(
     complete: bool,
 ) -> rust_decimal::Decimal {
     match sink.usage {
-        Some(u) if complete => {
-            bill::charge(gw, ctx, up.dep, u, SettledBy::Usage);
-            cost_usd(&up.dep.price, u)
-        }
-        seen => {
-            let before = ctx.cost;
-            bill::charge_estimate(gw, ctx, up, seen, sink.completion_bytes);
-            ctx.cost - before
-        }
+        Some(u) if complete => bill::charge(gw, ctx, up.dep, u, SettledBy::Usage),
+        seen => bill::charge_estimate(gw, ctx, up, seen, sink.completion_bytes),
     }
 }
 

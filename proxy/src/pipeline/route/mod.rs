@@ -202,29 +202,10 @@ async fn attempt(
     api_key: Option<&str>,
 ) -> Result<(), ProxyError> {
     let provider = &dep.provider;
-    let base_path = provider.upstream.as_ref().map_or("", |u| u.base_path.as_str());
     let created = ctx.created_at.timestamp();
     let exchange = match req {
-        Prompt::Chat(r) => provider.adapter.build(&Call {
-            endpoint: Endpoint::ChatCompletions,
-            request: r,
-            upstream_model: &dep.upstream_model,
-            api_key,
-            base_path,
-            options: &provider.options,
-            request_id: ctx.request_id,
-            created,
-        }),
-        Prompt::Embeddings(r) => provider.adapter.build_embeddings(&Call {
-            endpoint: Endpoint::Embeddings,
-            request: r,
-            upstream_model: &dep.upstream_model,
-            api_key,
-            base_path,
-            options: &provider.options,
-            request_id: ctx.request_id,
-            created,
-        }),
+        Prompt::Chat(r) => provider.adapter.build(&call(Endpoint::ChatCompletions, r, dep, api_key, ctx)),
+        Prompt::Embeddings(r) => provider.adapter.build_embeddings(&call(Endpoint::Embeddings, r, dep, api_key, ctx)),
     };
     let exchange = exchange.map_err(|e| match e {
         AdapterError::Unsupported(m) => ProxyError::Unsupported(m),
@@ -299,35 +280,34 @@ async fn attempt(
     let bytes = bound.run(gw.transport.read_all(&mut body, bound.remaining())).await??;
     gw.transport.release(body).await;
     let completion = match req {
-        Prompt::Chat(r) => provider.adapter.parse_response(
-            &Call {
-                endpoint: Endpoint::ChatCompletions,
-                request: r,
-                upstream_model: &dep.upstream_model,
-                api_key: None,
-                base_path,
-                options: &provider.options,
-                request_id: ctx.request_id,
-                created,
-            },
-            &bytes,
-        ),
-        Prompt::Embeddings(r) => provider.adapter.parse_embeddings(
-            &Call {
-                endpoint: Endpoint::Embeddings,
-                request: r,
-                upstream_model: &dep.upstream_model,
-                api_key: None,
-                base_path,
-                options: &provider.options,
-                request_id: ctx.request_id,
-                created,
-            },
-            &bytes,
-        ),
+        Prompt::Chat(r) => provider.adapter.parse_response(&call(Endpoint::ChatCompletions, r, dep, None, ctx), &bytes),
+        Prompt::Embeddings(r) => {
+            provider.adapter.parse_embeddings(&call(Endpoint::Embeddings, r, dep, None, ctx), &bytes)
+        }
     }
     .map_err(|e| ProxyError::upstream(&provider.name, e))?;
     answer::plain(gw, session, ctx, &up, completion).await
+}
+
+/// What the adapter is told about this attempt.
+fn call<'a, R>(
+    endpoint: Endpoint,
+    request: &'a R,
+    dep: &'a Deployment,
+    api_key: Option<&'a str>,
+    ctx: &RequestCtx,
+) -> Call<'a, R> {
+    let provider = &dep.provider;
+    Call {
+        endpoint,
+        request,
+        upstream_model: &dep.upstream_model,
+        api_key,
+        base_path: provider.upstream.as_ref().map_or("", |u| u.base_path.as_str()),
+        options: &provider.options,
+        request_id: ctx.request_id,
+        created: ctx.created_at.timestamp(),
+    }
 }
 
 /// An attempt's time bound: its own total timeout (an upstream timeout, so the next deployment

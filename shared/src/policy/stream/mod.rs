@@ -1,12 +1,14 @@
-//! Output guardrails on a stream. Each text a choice's deltas carry (`content`, `refusal`, each
-//! tool call's `function.arguments` by the call's `index`, the legacy `function_call.arguments`,
-//! `audio.transcript`) is held back by a small look-behind window before it reaches the client,
-//! so a value split over several chunks is seen whole and redacted before any of it leaves: the
-//! window covers every value with spaces in it (phone numbers, grouped card numbers, IBANs), the
-//! text is never cut inside a run without whitespace (e-mail addresses, keys, tokens,
-//! placeholders), and an open private key block is held until it closes. What is held goes out
-//! with the choice's finishing chunk, or before the usage chunk. Token log probabilities would
-//! spell the values out again, so a guard that scans answers sends every chunk without them.
+//! Output guardrails on a stream. Each text a choice's deltas carry (the chain of thought in
+//! `reasoning_content` or `reasoning`, `content`, `refusal`, each tool call's `function.arguments`
+//! or, for a custom tool call, `custom.input`, by the call's `index`, the legacy
+//! `function_call.arguments`, `audio.transcript`) is held back by a small look-behind window
+//! before it reaches the client, so a value split over several chunks is seen whole and redacted
+//! before any of it leaves: the window covers every value with spaces in it (phone numbers,
+//! grouped card numbers, IBANs), the text is never cut inside a run without whitespace (e-mail
+//! addresses, keys, tokens, placeholders), and an open private key block is held until it closes.
+//! What is held goes out with the choice's finishing chunk, or before the usage chunk. Token log
+//! probabilities would spell the values out again, so a guard that scans answers sends every chunk
+//! without them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,14 +25,43 @@ pub use held::{finish, push, Held, MAX_HOLD, WINDOW};
 /// A text field of a choice's deltas, held on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Field {
+    /// The chain of thought as DeepSeek, vLLM and many OpenAI-compatible servers name it. Declared
+    /// first: [`Field::FIRST`].
+    ReasoningContent,
+    /// The same as OpenRouter (and newer vLLM) name it.
+    Reasoning,
     Content,
     Refusal,
-    /// A tool call's `function.arguments`, by the tool call's `index`.
-    ToolArguments(u64),
+    /// A tool call's text, by the tool call's `index`.
+    ToolCall(u64, ToolText),
     /// The legacy `function_call.arguments`.
     FunctionArguments,
     /// `audio.transcript`.
     Transcript,
+}
+
+impl Field {
+    /// The least field: a choice's fields are the keys from `(choice, FIRST)` on.
+    const FIRST: Field = Field::ReasoningContent;
+}
+
+/// Which text of a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum ToolText {
+    /// `function.arguments`.
+    Arguments,
+    /// A custom tool call's `custom.input`.
+    Input,
+}
+
+impl ToolText {
+    /// The object in the tool call that holds the text, and the text's key in it.
+    fn path(self) -> (&'static str, &'static str) {
+        match self {
+            ToolText::Arguments => ("function", "arguments"),
+            ToolText::Input => ("custom", "input"),
+        }
+    }
 }
 
 /// The stream filter: chunks in, chunks out, per choice and field.
@@ -55,17 +86,24 @@ impl GuardedStream {
     }
 
     fn pass_delta(&mut self, choice: u64, delta: &mut Map<String, Value>) -> Result<(), OutputBlocked> {
-        if let Some(Value::String(s)) = delta.get_mut("content") {
-            self.pass(choice, Field::Content, s)?;
-        }
-        if let Some(Value::String(s)) = delta.get_mut("refusal") {
-            self.pass(choice, Field::Refusal, s)?;
+        for (key, field) in [
+            ("reasoning_content", Field::ReasoningContent),
+            ("reasoning", Field::Reasoning),
+            ("content", Field::Content),
+            ("refusal", Field::Refusal),
+        ] {
+            if let Some(Value::String(s)) = delta.get_mut(key) {
+                self.pass(choice, field, s)?;
+            }
         }
         if let Some(Value::Array(calls)) = delta.get_mut("tool_calls") {
             for call in calls {
                 let k = call_index(call);
-                if let Some(Value::String(s)) = call.get_mut("function").and_then(|f| f.get_mut("arguments")) {
-                    self.pass(choice, Field::ToolArguments(k), s)?;
+                for part in [ToolText::Arguments, ToolText::Input] {
+                    let (outer, key) = part.path();
+                    if let Some(Value::String(s)) = call.get_mut(outer).and_then(|o| o.get_mut(key)) {
+                        self.pass(choice, Field::ToolCall(k, part), s)?;
+                    }
                 }
             }
         }
@@ -81,7 +119,7 @@ impl GuardedStream {
     /// The rest of every text `choice` holds, in field order, empty ones left out.
     fn finish_choice(&mut self, choice: u64) -> Result<Vec<(Field, String)>, OutputBlocked> {
         let keys: Vec<(u64, Field)> =
-            self.held.range((choice, Field::Content)..=(choice, Field::Transcript)).map(|(k, _)| *k).collect();
+            self.held.range((choice, Field::FIRST)..).map(|(k, _)| *k).take_while(|k| k.0 == choice).collect();
         let mut out = Vec::new();
         for key in keys {
             let Some(mut h) = self.held.remove(&key) else { continue };
@@ -140,6 +178,8 @@ fn append(m: &mut Map<String, Value>, key: &str, rest: String) {
 /// A field's held rest into a delta: after the chunk's own piece of that field, or as a new one.
 fn put(delta: &mut Map<String, Value>, field: Field, rest: String) {
     match field {
+        Field::ReasoningContent => append(delta, "reasoning_content", rest),
+        Field::Reasoning => append(delta, "reasoning", rest),
         Field::Content => append(delta, "content", rest),
         Field::Refusal => append(delta, "refusal", rest),
         Field::FunctionArguments => {
@@ -152,7 +192,7 @@ fn put(delta: &mut Map<String, Value>, field: Field, rest: String) {
                 append(a, "transcript", rest);
             }
         }
-        Field::ToolArguments(k) => {
+        Field::ToolCall(k, part) => {
             let calls = match delta.entry("tool_calls").or_insert(Value::Null) {
                 Value::Array(calls) => calls,
                 other => {
@@ -163,10 +203,17 @@ fn put(delta: &mut Map<String, Value>, field: Field, rest: String) {
                     }
                 }
             };
-            let call = calls.iter_mut().find(|c| call_index(c) == k).and_then(Value::as_object_mut);
-            match call.and_then(|c| object_at(c, "function")) {
-                Some(f) => append(f, "arguments", rest),
-                None => calls.push(serde_json::json!({"index": k, "function": {"arguments": rest}})),
+            // The chunk's own entry for the call, or one of its own: `{"index": k, ...}`.
+            let at = match calls.iter().position(|c| c.is_object() && call_index(c) == k) {
+                Some(at) => at,
+                None => {
+                    calls.push(serde_json::json!({"index": k}));
+                    calls.len() - 1
+                }
+            };
+            let (outer, key) = part.path();
+            if let Some(o) = calls.get_mut(at).and_then(Value::as_object_mut).and_then(|c| object_at(c, outer)) {
+                append(o, key, rest);
             }
         }
     }

@@ -227,6 +227,193 @@ fn tool_call_arguments_are_held_and_redacted_per_call() {
     assert_eq!(out.last().unwrap()["usage"]["total_tokens"], 3);
 }
 
+/// A delta text as the client assembles it: the string at `path` in each chunk's first choice's
+/// delta, joined.
+fn delta_text(out: &[serde_json::Value], path: &[&str]) -> String {
+    out.iter()
+        .filter_map(|v| {
+            let mut x = &v["choices"][0]["delta"];
+            for p in path {
+                x = &x[*p];
+            }
+            x.as_str().map(str::to_string)
+        })
+        .collect()
+}
+
+/// Each tool call's `custom.input` as the client assembles it, by the call's index.
+fn tool_inputs(out: &[serde_json::Value]) -> BTreeMap<u64, String> {
+    let mut inputs: BTreeMap<u64, String> = BTreeMap::new();
+    for v in out {
+        for call in v["choices"][0]["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            if let Some(a) = call["custom"]["input"].as_str() {
+                inputs.entry(call["index"].as_u64().unwrap()).or_default().push_str(a);
+            }
+        }
+    }
+    inputs
+}
+
+#[test]
+fn reasoning_is_held_and_redacted_like_content() {
+    // DeepSeek and vLLM name it `reasoning_content`, OpenRouter `reasoning`; the answer follows.
+    for key in ["reasoning_content", "reasoning"] {
+        let mut f = GuardedStream::new(pii());
+        let out = run_chunks(
+            &mut f,
+            &[
+                serde_json::json!({"role": "assistant", "content": null, key: ""}),
+                serde_json::json!({key: "Let me think about what the user asked for here, step by step. ",
+                    "content": null}),
+                serde_json::json!({key: "The user wrote from jane.r", "content": null}),
+                serde_json::json!({key: "oe@example.com and gave +1 415"}),
+                serde_json::json!({key: " 555 2671 as the"}),
+                serde_json::json!({key: " number.\n", "content": null}),
+                serde_json::json!({"content": "I will mail jane.roe@exa"}),
+                serde_json::json!({"content": "mple.com now."}),
+            ],
+        );
+        assert_eq!(
+            delta_text(&out, &[key]),
+            "Let me think about what the user asked for here, step by step. The user wrote from [EMAIL_1] and gave \
+             [PHONE_1] as the number.\n"
+        );
+        // Some of it left before the end, cut where no value could be.
+        let early = out.iter().take_while(|v| v["choices"][0]["finish_reason"] != "stop");
+        assert!(early.filter_map(|v| v["choices"][0]["delta"][key].as_str()).any(|s| !s.is_empty()), "{key}");
+        assert_eq!(delta_text(&out, &["content"]), "I will mail [EMAIL_1] now.");
+        for v in &out {
+            let s = v.to_string();
+            assert!(!s.contains("jane") && !s.contains("roe@") && !s.contains("2671"), "{key}: {s}");
+        }
+        // The held rest leaves with the finishing chunk, before the usage chunk.
+        let finishing = out.iter().find(|v| v["choices"][0]["finish_reason"] == "stop").unwrap();
+        assert!(finishing["choices"][0]["delta"][key].as_str().is_some_and(|s| s.ends_with("number.\n")), "{key}");
+        assert_eq!(out.last().unwrap()["usage"]["total_tokens"], 3);
+        // Two e-mail values (the same address twice, one placeholder), one phone number.
+        assert_eq!(f.decisions()[0].entities, vec![("EMAIL".to_string(), 2), ("PHONE".to_string(), 1)]);
+    }
+
+    // Without a finishing chunk: the held reasoning goes out before the usage chunk, or at finish.
+    for usage in [true, false] {
+        let mut f = GuardedStream::new(pii());
+        let mut out = Vec::new();
+        let c = |delta: serde_json::Value| {
+            serde_json::json!({"id": "x", "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": null}]})
+        };
+        f.chunk(c(serde_json::json!({"reasoning_content": "ask b@exa"})), &mut out).unwrap();
+        f.chunk(c(serde_json::json!({"reasoning_content": "mple.com"})), &mut out).unwrap();
+        if usage {
+            f.chunk(serde_json::json!({"id": "x", "choices": [], "usage": {"total_tokens": 3}}), &mut out).unwrap();
+        }
+        f.finish(&mut out).unwrap();
+        assert_eq!(delta_text(&out, &["reasoning_content"]), "ask [EMAIL_1]");
+        let flushed = out.iter().rev().find(|v| v["choices"][0]["delta"]["reasoning_content"].is_string()).unwrap();
+        assert_eq!(flushed["id"], "x");
+        assert_eq!(flushed["model"], "m");
+        if usage {
+            assert_eq!(out.last().unwrap()["usage"]["total_tokens"], 3);
+        }
+        assert!(out.iter().all(|v| !v.to_string().contains("b@exa")));
+    }
+}
+
+#[test]
+fn custom_tool_call_input_is_held_and_redacted_per_call() {
+    let mut f = GuardedStream::new(pii());
+    let input = |k: u64, text: &str| serde_json::json!({"tool_calls": [{"index": k, "custom": {"input": text}}]});
+    let out = run_chunks(
+        &mut f,
+        &[
+            serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "a", "type": "custom",
+                "custom": {"name": "mail", "input": ""}}]}),
+            input(0, "Dear team, please forward the quarterly figures and the notes below to the board; "),
+            input(0, "send to jane.r"),
+            input(0, "oe@example.com the card 4111 "),
+            serde_json::json!({"tool_calls": [{"index": 1, "id": "b", "type": "function",
+                "function": {"name": "call", "arguments": "{\"n\":\"+1 415"}}]}),
+            input(0, "1111 1111 1111"),
+            serde_json::json!({"tool_calls": [{"index": 1, "function": {"arguments": " 555 2671\"}"}}]}),
+            serde_json::json!({"tool_calls": [{"index": 2, "id": "c", "type": "custom",
+                "custom": {"name": "note", "input": "call +1 415 555 2671"}}]}),
+        ],
+    );
+    let inputs = tool_inputs(&out);
+    assert_eq!(
+        inputs[&0],
+        "Dear team, please forward the quarterly figures and the notes below to the board; send to [EMAIL_1] the \
+         card [CREDIT_CARD_1]"
+    );
+    assert_eq!(inputs[&2], "call [PHONE_1]");
+    assert!(!inputs.contains_key(&1));
+    assert_eq!(tool_arguments(&out)[&1], "{\"n\":\"[PHONE_1]\"}");
+    for v in &out {
+        let s = v.to_string();
+        assert!(!s.contains("jane") && !s.contains("4111") && !s.contains("2671"), "{s}");
+    }
+    let first = &out[0]["choices"][0]["delta"]["tool_calls"][0];
+    assert_eq!(
+        (&first["id"], &first["type"], &first["custom"]["name"]),
+        (&"a".into(), &"custom".into(), &"mail".into())
+    );
+    // Held inputs leave with the finishing chunk, each call as an entry of its own.
+    let finishing = out.iter().find(|v| v["choices"][0]["finish_reason"] == "stop").unwrap();
+    let calls = finishing["choices"][0]["delta"]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.iter().map(|c| c["index"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(calls[0].as_object().unwrap().keys().eq(["custom", "index"]), "{}", calls[0]);
+    assert!(calls[2].as_object().unwrap().keys().eq(["custom", "index"]), "{}", calls[2]);
+    assert_eq!(calls[2]["custom"]["input"], "call [PHONE_1]");
+}
+
+#[test]
+fn a_held_custom_input_joins_the_finishing_chunks_own_entry() {
+    let mut f = GuardedStream::new(pii());
+    let mut out = Vec::new();
+    let c = |delta: serde_json::Value, finish: Option<&str>| {
+        serde_json::json!({"choices": [{"index": 0, "delta": delta,
+            "finish_reason": finish}]})
+    };
+    f.chunk(
+        c(serde_json::json!({"tool_calls": [{"index": 3, "type": "custom", "custom": {"input": "to a@exa"}}]}), None),
+        &mut out,
+    )
+    .unwrap();
+    // The finishing chunk carries the last piece itself: the held rest goes after it, in one entry.
+    f.chunk(
+        c(serde_json::json!({"tool_calls": [{"index": 3, "custom": {"input": "mple.com"}}]}), Some("tool_calls")),
+        &mut out,
+    )
+    .unwrap();
+    f.finish(&mut out).unwrap();
+    assert_eq!(tool_inputs(&out)[&3], "to [EMAIL_1]");
+    let last = &out.last().unwrap()["choices"][0]["delta"]["tool_calls"];
+    assert_eq!(*last, serde_json::json!([{"index": 3, "custom": {"input": "to [EMAIL_1]"}}]));
+}
+
+#[test]
+fn a_block_in_the_reasoning_or_a_custom_input_stops_the_stream() {
+    let deltas: [fn(&str) -> serde_json::Value; 3] = [
+        |t| serde_json::json!({"reasoning_content": t}),
+        |t| serde_json::json!({"reasoning": t}),
+        |t| serde_json::json!({"tool_calls": [{"index": 0, "custom": {"input": t}}]}),
+    ];
+    for delta in deltas {
+        let g = guard(
+            serde_json::json!({"policies": [{"name": "nokeys", "guardrails": [{"type": "pii_redact",
+                "entities": ["secret"], "action": "block"}]}]}),
+            "nokeys",
+        );
+        let mut f = GuardedStream::new(g);
+        let mut out = Vec::new();
+        let c = |d: serde_json::Value| serde_json::json!({"choices": [{"index": 0, "delta": d}]});
+        f.chunk(c(delta("the key is AKIAIOSF")), &mut out).unwrap();
+        let err = f.chunk(c(delta("ODNN7EXAMPLE ok")), &mut out).unwrap_err();
+        assert_eq!(err.policy, "nokeys");
+        assert!(out.iter().all(|v| !v.to_string().contains("AKIA")), "{out:?}");
+    }
+}
+
 #[test]
 fn refusal_function_call_and_transcript_are_guarded() {
     let mut f = GuardedStream::new(pii());
@@ -244,17 +431,7 @@ fn refusal_function_call_and_transcript_are_guarded() {
     f.chunk(c(serde_json::json!({"audio": {"data": "AAAA", "transcript": "1111 1111 thanks"}})), &mut out).unwrap();
     f.chunk(c(serde_json::json!({"function_call": {"arguments": " 2671\"}"}})), &mut out).unwrap();
     f.finish(&mut out).unwrap();
-    let joined = |path: &[&str]| -> String {
-        out.iter()
-            .filter_map(|v| {
-                let mut x = &v["choices"][0]["delta"];
-                for p in path {
-                    x = &x[*p];
-                }
-                x.as_str().map(str::to_string)
-            })
-            .collect()
-    };
+    let joined = |path: &[&str]| delta_text(&out, path);
     assert_eq!(joined(&["refusal"]), "I will not mail [EMAIL_1], sorry");
     assert_eq!(joined(&["function_call", "arguments"]), "{\"p\":\"[PHONE_1]\"}");
     assert_eq!(joined(&["audio", "transcript"]), "card [CREDIT_CARD_1] thanks");
@@ -351,8 +528,48 @@ proptest! {
         }
     }
 
-    /// The same for a tool call's arguments streamed in deltas beside another call's: each
-    /// call's arguments read as the whole would, and no chunk carries a value.
+    /// The same for the chain of thought (`reasoning_content`, or OpenRouter's `reasoning`)
+    /// streamed in deltas before the answer: it reads as the whole would, and no chunk carries a
+    /// value.
+    #[test]
+    fn reasoning_split_anywhere_never_leaks(
+        words in proptest::collection::vec("[a-z]{1,8}", 1..24),
+        seed in proptest::collection::vec(any::<u8>(), 8..16),
+        local in "[a-z]{6,12}",
+        cuts in proptest::collection::vec(1usize..400, 0..30),
+        openrouter in any::<bool>(),
+    ) {
+        let key = if openrouter { "reasoning" } else { "reasoning_content" };
+        let number = card("4", 16, &seed);
+        let mid = words.len() / 2;
+        let text = format!("{} {number} {} and {local}@example.org.", words[..mid].join(" "), words[mid..].join(" "));
+        let mut cuts = cuts;
+        cuts.sort_unstable();
+        let mut deltas = vec![serde_json::json!({"role": "assistant", "content": null, key: ""})];
+        let mut at = 0;
+        for &c in cuts.iter().chain(std::iter::once(&text.len())) {
+            let c = c.min(text.len());
+            if c <= at {
+                continue;
+            }
+            deltas.push(serde_json::json!({key: &text[at..c], "content": null}));
+            at = c;
+        }
+        deltas.push(serde_json::json!({"content": "Done."}));
+        let whole = pii().text(&text).unwrap();
+        let mut f = GuardedStream::new(pii());
+        let out = run_chunks(&mut f, &deltas);
+        prop_assert_eq!(delta_text(&out, &[key]), whole);
+        prop_assert_eq!(delta_text(&out, &["content"]), "Done.");
+        for v in &out {
+            let s = v.to_string();
+            prop_assert!(!s.contains(&local) && !s.contains(&number[..8]), "{}", s);
+        }
+    }
+
+    /// The same for a tool call's arguments streamed in deltas beside another call's, and for a
+    /// custom tool call's input streamed between them: each call's text reads as the whole would,
+    /// and no chunk carries a value.
     #[test]
     fn tool_arguments_split_anywhere_never_leak(
         words in proptest::collection::vec("[a-z]{1,8}", 1..12),
@@ -377,12 +594,31 @@ proptest! {
         }
         deltas.push(serde_json::json!({"tool_calls": [{"index": 1, "id": "b", "type": "function",
             "function": {"name": "g", "arguments": "{}"}}]}));
+        // A custom tool call's free-form input, cut at the same places, its pieces between the
+        // function call's.
+        let input = format!("mail {local}@example.org: {} (card {number})", words.join(" "));
+        deltas.insert(1, serde_json::json!({"tool_calls": [{"index": 2, "id": "c", "type": "custom",
+            "custom": {"name": "h", "input": ""}}]}));
+        let mut at = 0;
+        let mut slot = 3;
+        for &c in cuts.iter().chain(std::iter::once(&input.len())) {
+            let c = c.min(input.len());
+            if c <= at {
+                continue;
+            }
+            let piece = serde_json::json!({"tool_calls": [{"index": 2, "custom": {"input": &input[at..c]}}]});
+            deltas.insert(slot.min(deltas.len()), piece);
+            slot += 2;
+            at = c;
+        }
         let whole = pii().text(&args).unwrap();
+        let whole_input = pii().text(&input).unwrap();
         let mut f = GuardedStream::new(pii());
         let out = run_chunks(&mut f, &deltas);
         let got = tool_arguments(&out);
         prop_assert_eq!(&got[&0], &whole);
         prop_assert_eq!(&got[&1], "{}");
+        prop_assert_eq!(&tool_inputs(&out)[&2], &whole_input);
         for v in &out {
             let s = v.to_string();
             prop_assert!(!s.contains(&local) && !s.contains(&number[..8]), "{}", s);
