@@ -119,7 +119,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
             p.max_upstream_body_bytes,
             Duration::from_secs(p.dns_ttl_secs),
         ),
-        drain_max_bytes: p.max_upstream_body_bytes,
+        drain_max_bytes: p.stream_drain_max_bytes,
         audit: sink,
         audit_max_body: p.audit_max_body_bytes,
         traffic: TrafficMetrics::new(

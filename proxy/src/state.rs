@@ -43,7 +43,7 @@ pub struct Gateway {
     pub throttle: AuthThrottle,
     pub transport: Transport,
     /// Most bytes read from an upstream stream after the client left it (or an output
-    /// guardrail stopped it), to learn what the upstream bills.
+    /// guardrail stopped it), to learn what the upstream bills (`stream_drain_max_bytes`).
     pub drain_max_bytes: usize,
     pub audit: AuditSink,
     pub metrics: Arc<Metrics>,

@@ -303,9 +303,14 @@ async fn a_provider_failing_its_health_check_is_routed_around() {
 }
 
 #[tokio::test]
-async fn a_client_that_leaves_mid_stream_cancels_the_upstream_request() {
+async fn a_client_that_leaves_mid_stream_is_billed_and_the_upstream_read_no_further_than_the_drain_bound() {
     use futures::StreamExt;
-    let stack = Stack::start_with(StackOptions::default()).await;
+    // gw reads on after a client leaves, for the upstream's usage, but only this many bytes.
+    let opts = StackOptions {
+        proxy_config: "audit_flush_interval_ms = 50\nstream_drain_max_bytes = 1".into(),
+        ..Default::default()
+    };
+    let stack = Stack::start_with(opts).await;
     let (session, key, _) = stack.org_with_key().await;
     let long = "a long prompt so the reply has many words to stream one by one";
     let body = json!({"model": "gpt-4o-mini", "messages": user_message(long), "stream": true,
@@ -316,7 +321,8 @@ async fn a_client_that_leaves_mid_stream_cancels_the_upstream_request() {
     let mut chunks = resp.bytes_stream();
     assert!(chunks.next().await.is_some_and(|c| c.is_ok()), "a first chunk arrives");
     drop(chunks);
-    // gw closes its upstream connection rather than read the rest: the mock's body is dropped.
+    // Past the bound gw closes its upstream connection rather than read the rest: the mock's
+    // body is dropped, and the attempt is billed at an estimate.
     let mut abandoned = 0;
     for _ in 0..100 {
         abandoned = stack.mock_stats().await["abandoned_bodies"].as_u64().unwrap_or(0);
@@ -326,7 +332,9 @@ async fn a_client_that_leaves_mid_stream_cancels_the_upstream_request() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(abandoned, 1);
-    let row = db::audit_row(session.org_id, id).await;
+    let row = db::audit_row_within(session.org_id, id, Duration::from_secs(10)).await;
     assert_eq!(row.status_code, 499);
     assert_eq!(row.error_type.as_deref(), Some("client_disconnected"));
+    assert_eq!(row.settled_by.as_deref(), Some("estimate"));
+    assert!(row.prompt_tokens > 0 && row.cost_usd > rust_decimal::Decimal::ZERO, "{row:?}");
 }

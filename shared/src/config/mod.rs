@@ -114,6 +114,10 @@ pub struct ProxyConfig {
     pub upstream_read_timeout_ms: u64,
     /// Largest upstream response body we buffer (non-streaming).
     pub max_upstream_body_bytes: usize,
+    /// Most bytes gw reads from an upstream stream after nobody receives it any more (the client
+    /// left, or an output guardrail stopped it), to learn the usage the upstream bills; past it
+    /// the attempt is billed at an estimate.
+    pub stream_drain_max_bytes: usize,
     /// Longest a request may take, fallbacks included; past it the client gets 504.
     pub request_timeout_ms: u64,
     /// How long a looked-up key (or team) is used without a re-read. Revocations arrive sooner,
@@ -185,6 +189,7 @@ impl Default for ProxyConfig {
             upstream_connect_timeout_ms: 5_000,
             upstream_read_timeout_ms: 120_000,
             max_upstream_body_bytes: 16 * 1024 * 1024,
+            stream_drain_max_bytes: 4 * 1024 * 1024,
             request_timeout_ms: 600_000,
             key_cache_ttl_secs: 30,
             key_negative_ttl_secs: 30,

@@ -4,7 +4,7 @@
 //!
 //! However the stream ends, what the upstream bills is billed. When the client leaves, or an
 //! output guardrail stops the answer (its error goes out at once), the upstream is still read,
-//! without forwarding, up to the request's deadline and `drain_max_bytes`, until its usage
+//! without forwarding, up to the request's deadline and `stream_drain_max_bytes`, until its usage
 //! arrives; failing that (the upstream broke, the cap was reached) the attempt is billed at an
 //! estimate. A stream that breaks after content is billed too, whether or not another
 //! deployment is tried next.
@@ -193,7 +193,7 @@ fn read_error(provider: &std::sync::Arc<str>, e: EventStreamError<ProxyError>) -
 }
 
 /// Reads the rest of a stream nobody receives, for its usage: until its end, an error, the
-/// request's deadline or `drain_max_bytes`. True when the stream reached its end.
+/// request's deadline or `stream_drain_max_bytes`. True when the stream reached its end.
 async fn drain<S>(
     gw: &Gateway,
     ctx: &RequestCtx,

@@ -24,7 +24,7 @@ use crate::transport::{AttemptTimeouts, Transport};
 
 /// How long gw waits for the rest of a finished stream (the chunked terminator) so the
 /// connection can go back to the pool.
-const DRAIN: Duration = Duration::from_millis(500);
+const TERMINATOR_WAIT: Duration = Duration::from_millis(500);
 
 /// What the route step knows of the request it routes.
 trait Routed {
@@ -271,7 +271,13 @@ async fn attempt(
                 ends_at_eof: provider.adapter.stream_ends_at_eof(),
             };
             let result = answer::stream(gw, session, ctx, &up, input, &mut body).await;
-            if tokio::time::timeout(DRAIN, gw.transport.read_all(&mut body, DRAIN)).await.is_ok_and(|r| r.is_ok()) {
+            // A stream that completed goes back to the pool once its terminator is read; any
+            // other is closed (the answer step read on as far as it was allowed to).
+            if result.is_ok()
+                && tokio::time::timeout(TERMINATOR_WAIT, gw.transport.read_all(&mut body, TERMINATOR_WAIT))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+            {
                 gw.transport.release(body).await;
             }
             return result;
