@@ -16,7 +16,7 @@ use gw_shared::audit::AuditEntry;
 use gw_shared::db::audit_copy::{AuditCopier, CopyError};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::sync::{mpsc, Mutex, Semaphore};
+use tokio::sync::{mpsc, Mutex, Notify, Semaphore};
 use uuid::Uuid;
 
 use crate::audit_spool::{Spool, SpoolError};
@@ -27,6 +27,11 @@ use crate::metrics::Metrics;
 #[derive(Clone)]
 pub struct AuditSink {
     tx: mpsc::Sender<AuditEntry>,
+    /// Rung once a batch's worth of rows waits. The flusher does not wait on the channel itself:
+    /// a receiver parked in `recv` is woken (an eventfd write and a thread switch on the core
+    /// the requests run on) by every record.
+    batch_ready: Arc<Notify>,
+    batch_size: usize,
     spool: Arc<Spool>,
     metrics: Arc<Metrics>,
     dropped_log: Arc<RateLimitedLog>,
@@ -41,6 +46,9 @@ impl AuditSink {
             Ok(()) => {
                 self.metrics.audit_enqueued.inc();
                 self.metrics.audit_queue.inc();
+                if self.tx.max_capacity() - self.tx.capacity() >= self.batch_size {
+                    self.batch_ready.notify_one();
+                }
             }
             Err(mpsc::error::TrySendError::Full(entry)) | Err(mpsc::error::TrySendError::Closed(entry)) => {
                 self.metrics.audit_enqueued.inc();
@@ -65,18 +73,13 @@ fn spill(spool: &Spool, metrics: &Metrics, log: &RateLimitedLog, entries: &[Audi
     }
 }
 
-/// Largest batch, written when records queue up faster than small batches drain them.
+/// Largest batch: what a backlog (Postgres away, then back) is replayed in.
 const BACKLOG_BATCH: usize = 1024;
 
-/// Small batches while the queue is short: a `COPY` of a few dozen rows costs Postgres well under
-/// a millisecond, so it never holds a core it shares with the proxy for long (the c=1 tail). A
-/// backlog means the writers are busy: then batches grow, and fewer, larger writes catch up.
-fn batch_limit(small: usize, queued: usize) -> usize {
-    if queued >= small {
-        BACKLOG_BATCH.max(small)
-    } else {
-        small
-    }
+/// The rows a wake-up drains, cut into batches of at most `size` (each one transaction: its fixed
+/// cost, the chain heads locked and moved and a commit, is why batches are not smaller).
+fn batches(queued: usize, size: usize) -> usize {
+    queued.div_ceil(size.max(1))
 }
 
 /// Batches in flight at once: one writer would cap the flusher at one batch per round trip.
@@ -84,6 +87,7 @@ const CONCURRENT_WRITES: usize = 4;
 
 pub struct AuditFlusher {
     rx: Mutex<mpsc::Receiver<AuditEntry>>,
+    batch_ready: Arc<Notify>,
     writer: Arc<BatchWriter>,
     /// How long a batch waits for a free writer before it spills.
     spill_after: Duration,
@@ -109,7 +113,15 @@ pub fn channel(
 ) -> (AuditSink, AuditFlusher) {
     let (tx, rx) = mpsc::channel(opts.capacity.max(1));
     let dropped_log = Arc::new(RateLimitedLog::new(module_path!(), Duration::from_secs(1)));
-    let sink = AuditSink { tx, spool: spool.clone(), metrics: metrics.clone(), dropped_log: dropped_log.clone() };
+    let batch_ready = Arc::new(Notify::new());
+    let sink = AuditSink {
+        tx,
+        batch_ready: batch_ready.clone(),
+        batch_size: opts.batch_size.max(1),
+        spool: spool.clone(),
+        metrics: metrics.clone(),
+        dropped_log: dropped_log.clone(),
+    };
     let writer = Arc::new(BatchWriter {
         copier: AuditCopier::new(database_url),
         spool,
@@ -120,6 +132,7 @@ pub fn channel(
     });
     let flusher = AuditFlusher {
         rx: Mutex::new(rx),
+        batch_ready,
         writer,
         spill_after: opts.spill_after,
         batch_size: opts.batch_size,
@@ -320,42 +333,48 @@ impl BackgroundService for AuditFlusher {
         let mut rx = self.rx.lock().await;
         let slots = Arc::new(Semaphore::new(CONCURRENT_WRITES));
         let replay = tokio::spawn(replayer(self.writer.clone(), shutdown.clone()));
-        let mut batch = Vec::with_capacity(self.batch_size);
+        let size = self.batch_size.clamp(1, BACKLOG_BATCH);
         let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut deadline: Option<tokio::time::Instant> = None;
-        loop {
-            let limit = batch_limit(self.batch_size, rx.len());
-            let room = limit.saturating_sub(batch.len());
+        let mut open = true;
+        while open {
             tokio::select! {
-                n = rx.recv_many(&mut batch, room), if room > 0 => {
-                    if n == 0 {
-                        break; // every sender is gone
-                    }
-                    if batch.len() >= limit {
-                        self.dispatch(&slots, std::mem::take(&mut batch)).await;
-                    }
-                }
-                _ = tick.tick() => {
-                    if !batch.is_empty() {
-                        self.dispatch(&slots, std::mem::take(&mut batch)).await;
-                    }
-                    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                        break;
-                    }
-                }
+                _ = self.batch_ready.notified() => {}
+                _ = tick.tick() => {}
                 changed = shutdown.changed(), if deadline.is_none() => {
                     if changed.is_err() || *shutdown.borrow() {
                         deadline = Some(tokio::time::Instant::now() + self.drain_for);
                         // From now on every record is the last chance to write it: flush at once
                         // and keep flushing often until the drain window closes.
-                        if !batch.is_empty() {
-                            self.dispatch(&slots, std::mem::take(&mut batch)).await;
-                        }
                         tick = tokio::time::interval(self.interval.min(Duration::from_millis(50)));
                     }
                 }
             }
+            // Everything queued so far, in as few batches as the size allows.
+            let queued = rx.len();
+            for _ in 0..batches(queued, size) {
+                let mut batch = Vec::with_capacity(size.min(queued));
+                while batch.len() < size {
+                    match rx.try_recv() {
+                        Ok(rec) => batch.push(rec),
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => {
+                            open = false; // every sender is gone
+                            break;
+                        }
+                    }
+                }
+                if batch.is_empty() {
+                    break;
+                }
+                self.dispatch(&slots, batch).await;
+            }
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                break;
+            }
         }
+        let mut batch = Vec::new();
         while let Ok(rec) = rx.try_recv() {
             batch.push(rec);
         }
@@ -379,10 +398,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batches_grow_only_with_a_backlog() {
-        assert_eq!(batch_limit(32, 0), 32);
-        assert_eq!(batch_limit(32, 31), 32);
-        assert_eq!(batch_limit(32, 32), BACKLOG_BATCH);
-        assert_eq!(batch_limit(5000, 6000), 5000);
+    fn a_wake_up_writes_everything_queued_in_whole_batches() {
+        assert_eq!(batches(0, 512), 0);
+        assert_eq!(batches(1, 512), 1);
+        assert_eq!(batches(512, 512), 1);
+        assert_eq!(batches(513, 512), 2);
+        assert_eq!(batches(3, 0), 3);
     }
 }

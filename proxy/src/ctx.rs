@@ -17,6 +17,7 @@ use gw_shared::policy::engine::{CompiledPolicy, OutputGuard};
 use gw_shared::policy::PolicyDecision;
 use gw_shared::pricing::TokenUsage;
 use gw_shared::routing::ModelRoute;
+use pingora_timeout::fast_timeout::fast_timeout;
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
@@ -261,9 +262,11 @@ impl RequestCtx {
     }
 
     /// Runs `fut` within what is left of the request's deadline: each read has its own timeout,
-    /// but a peer that trickles bytes must not stretch the whole past the deadline.
+    /// but a peer that trickles bytes must not stretch the whole past the deadline. Pingora's
+    /// shared 10 ms timer wheel, not tokio's: arming a tokio timer from a busy worker wakes its
+    /// driver (an eventfd write) on every request.
     pub async fn within_deadline<T>(&self, fut: impl std::future::Future<Output = T>) -> Result<T, ProxyError> {
-        tokio::time::timeout(self.remaining(), fut).await.map_err(|_| self.deadline_exceeded())
+        fast_timeout(self.remaining(), fut).await.map_err(|_| self.deadline_exceeded())
     }
 }
 

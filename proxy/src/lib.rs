@@ -5,6 +5,7 @@
 mod audit_flusher;
 mod audit_spool;
 mod ctx;
+mod embedder;
 mod error;
 mod events;
 mod gateway;

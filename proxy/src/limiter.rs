@@ -17,6 +17,7 @@ use gw_shared::limits::plan::{Admission, BudgetSettled, Plan, SettleOp, Settleme
 use gw_shared::limits::script::Scripts;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
+use pingora_timeout::fast_timeout::fast_timeout;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use uuid::Uuid;
 
@@ -101,7 +102,7 @@ impl Limiter {
         if !self.degraded.load(Ordering::Acquire) {
             if let Some(mut conn) = self.hot() {
                 let started = std::time::Instant::now();
-                let result = tokio::time::timeout(self.cfg.timeout, self.scripts.admit(&mut conn, &plan)).await;
+                let result = fast_timeout(self.cfg.timeout, self.scripts.admit(&mut conn, &plan)).await;
                 self.metrics.limit_admit_duration.observe(started.elapsed().as_secs_f64());
                 match result {
                     Ok(Ok(admission)) => {

@@ -10,7 +10,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use gw_shared::cache::embed::{LocalEmbedder, LOCAL_MODEL};
 use gw_shared::cache::entry::{Entry, MAX_BODY};
 use gw_shared::cache::key::{CacheKey, ModelTag, SemanticKey};
 use gw_shared::cache::settings::{Directives, Effective};
@@ -25,6 +24,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{mpsc, Semaphore};
 use uuid::Uuid;
 
+use crate::embedder::Embedder;
 use crate::logline::RateLimitedLog;
 use crate::metrics::Metrics;
 
@@ -110,7 +110,7 @@ pub struct ResponseCache {
     l2_timeout: Duration,
     l3_timeout: Duration,
     db: DbPool,
-    embedder: Option<Arc<LocalEmbedder>>,
+    embedder: Embedder,
     embed_slots: Semaphore,
     jobs: mpsc::Sender<Job>,
     jobs_rx: tokio::sync::Mutex<mpsc::Receiver<Job>>,
@@ -119,7 +119,7 @@ pub struct ResponseCache {
 }
 
 impl ResponseCache {
-    pub fn new(cfg: CacheConfig, db: DbPool, embedder: Option<LocalEmbedder>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(cfg: CacheConfig, db: DbPool, embedder: Embedder, metrics: Arc<Metrics>) -> Self {
         let l1 = Cache::builder()
             .max_capacity(cfg.l1_max_bytes)
             .weigher(|_k: &[u8; 32], v: &Arc<Cached>| u32::try_from(v.entry.weight()).unwrap_or(u32::MAX))
@@ -137,7 +137,7 @@ impl ResponseCache {
             l2_timeout: cfg.l2_timeout,
             l3_timeout: cfg.l3_timeout,
             db,
-            embedder: embedder.map(Arc::new),
+            embedder,
             embed_slots: Semaphore::new(EMBED_SLOTS),
             jobs,
             jobs_rx: tokio::sync::Mutex::new(jobs_rx),
@@ -146,9 +146,10 @@ impl ResponseCache {
         }
     }
 
-    /// Whether semantic lookups can run here (the local model loaded).
+    /// Whether semantic lookups can run here (the local model's files are there and did not fail
+    /// to load). Asked only for organizations with L3 on: the first ask loads the model.
     pub fn semantic_ready(&self) -> bool {
-        self.embedder.is_some()
+        self.embedder.prepare()
     }
 
     /// Looks the request up, tier by tier; `None` is a miss.
@@ -296,7 +297,7 @@ impl ResponseCache {
 
     /// The prompt's embedding; `None` when the prompt is too long to embed faithfully.
     async fn embed(&self, prompt: &str) -> Result<Option<Arc<Vec<f32>>>, String> {
-        let Some(embedder) = self.embedder.clone() else {
+        let Some(embedder) = self.embedder.get().await else {
             return Err("the local embedding model is not loaded (GW_EMBEDDING_MODEL_DIR)".into());
         };
         let _slot = self.embed_slots.acquire().await.map_err(|e| e.to_string())?;
@@ -427,26 +428,6 @@ fn connect(url: &str, timeout: Duration) -> redis::RedisResult<ConnectionManager
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(500));
     ConnectionManager::new_lazy_with_config(client, config)
-}
-
-/// Loads the local embedding model when its folder exists; semantic lookups need it.
-pub fn load_embedder(dir: &str) -> Option<LocalEmbedder> {
-    let path = std::path::Path::new(dir);
-    if !path.join("model.safetensors").exists() {
-        log::warn!("no local embedding model in {dir}: the semantic cache tier (L3) is unavailable");
-        return None;
-    }
-    let started = Instant::now();
-    match LocalEmbedder::load(path) {
-        Ok(e) => {
-            log::info!("loaded {LOCAL_MODEL} from {dir} in {:?}", started.elapsed());
-            Some(e)
-        }
-        Err(e) => {
-            log::error!("cannot load the local embedding model from {dir}: {e}; L3 is unavailable");
-            None
-        }
-    }
 }
 
 /// Drains the store queue into L2 and L3.

@@ -12,6 +12,7 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::audit_flusher;
+use crate::embedder::Embedder;
 use crate::events::{Outbox, OutboxWriter};
 use crate::health::HealthChecks;
 use crate::invalidation::{Caches, InvalidationListener};
@@ -19,7 +20,7 @@ use crate::limiter::{Limiter, LimiterConfig, LimiterService};
 use crate::logline::RateLimitedLog;
 use crate::lookup::{Lookup, LookupConfig};
 use crate::metrics::{Metrics, MetricsApp};
-use crate::response_cache::{load_embedder, CacheConfig, CacheWriter, ResponseCache};
+use crate::response_cache::{CacheConfig, CacheWriter, ResponseCache};
 use crate::sources::{
     compiled_cache, CacheSettingsSource, KeySource, Lookups, OrgSource, PolicySource, ProviderKeySource, TeamSource,
 };
@@ -76,7 +77,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
             queue: p.cache_store_queue,
         },
         db.clone(),
-        load_embedder(&p.cache_embedding_model_dir),
+        Embedder::new(&p.cache_embedding_model_dir),
         metrics.clone(),
     ));
     let health = HealthChecks {

@@ -9,7 +9,6 @@
 //! back hashes exactly as it did when written.
 
 use rust_decimal::{Decimal, RoundingStrategy};
-use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::AuditRecord;
@@ -24,52 +23,116 @@ fn numeric(d: Decimal) -> String {
     d.round_dp_with_strategy(10, RoundingStrategy::MidpointAwayFromZero).normalize().to_string()
 }
 
-/// The hashed form of a row's content (not its chain fields).
+/// The hashed form of a row's content (not its chain fields): a JSON array of its columns in
+/// the canonical form, written field by field (no `serde_json::Value` built per row: the
+/// writer hashes every row on the proxy's core).
 pub fn content(r: &AuditRecord) -> Vec<u8> {
-    let mut fields = json!([
-        r.id,
-        r.org_id,
-        r.team_id,
-        r.api_key_id,
-        r.endpoint,
-        r.model,
-        r.provider,
-        r.upstream_model,
-        r.status_code,
-        r.error_type,
-        r.stream,
-        r.prompt_tokens,
-        r.completion_tokens,
-        r.total_tokens,
-        numeric(r.cost_usd),
-        r.latency_ms,
-        r.upstream_latency_ms,
-        r.ttft_ms,
-        r.cache_status,
-        r.policy_action,
-        r.attempts,
-        r.created_at.timestamp_micros(),
-        r.cached_tokens,
-        r.reasoning_tokens,
-        r.routing,
-        r.policy,
-        r.cache_creation_tokens,
-        numeric(r.cache_saved_usd),
-        r.cache_similarity.map(f32::to_bits),
-        r.deployment,
-        r.overhead_us,
-        r.client_ip.map(|ip| ip.to_string()),
-        r.user_agent_id,
-        r.request_body,
-        r.response_body,
-    ]);
+    let mut c = Canon::with_capacity(512 + r.request_body.as_ref().map_or(0, String::len));
+    c.uuid(Some(r.id));
+    c.uuid(Some(r.org_id));
+    c.uuid(r.team_id);
+    c.uuid(r.api_key_id);
+    c.str(Some(&r.endpoint));
+    c.str(r.model.as_deref());
+    c.str(r.provider.as_deref());
+    c.str(r.upstream_model.as_deref());
+    c.int(Some(r.status_code));
+    c.str(r.error_type.as_deref());
+    c.bool(r.stream);
+    c.int(Some(r.prompt_tokens));
+    c.int(Some(r.completion_tokens));
+    c.int(Some(r.total_tokens));
+    c.str(Some(&numeric(r.cost_usd)));
+    c.int(Some(r.latency_ms));
+    c.int(r.upstream_latency_ms);
+    c.int(r.ttft_ms);
+    c.str(Some(&r.cache_status));
+    c.str(r.policy_action.as_deref());
+    c.int(Some(r.attempts));
+    c.int(Some(r.created_at.timestamp_micros()));
+    c.int(Some(r.cached_tokens));
+    c.int(Some(r.reasoning_tokens));
+    c.value(&r.routing);
+    c.value(&r.policy);
+    c.int(Some(r.cache_creation_tokens));
+    c.str(Some(&numeric(r.cache_saved_usd)));
+    c.int(r.cache_similarity.map(f32::to_bits));
+    c.str(r.deployment.as_deref());
+    c.int(r.overhead_us);
+    c.str(r.client_ip.map(|ip| ip.to_string()).as_deref());
+    c.int(r.user_agent_id);
+    c.str(r.request_body.as_deref());
+    c.str(r.response_body.as_deref());
     // Added after rows were first hashed: present only when set, so earlier rows hash as before.
-    if let (Some(s), Some(all)) = (&r.settled_by, fields.as_array_mut()) {
-        all.push(json!(s));
+    if let Some(s) = &r.settled_by {
+        c.str(Some(s));
     }
-    let mut out = Vec::with_capacity(512);
-    crate::cache::key::canonical(&fields, &mut out);
-    out
+    c.finish()
+}
+
+/// Writes the canonical JSON array of [`content`] one element at a time: `null` for an absent
+/// value, integers in decimal, strings escaped as `serde_json` escapes them, JSON values through
+/// [`crate::cache::key::canonical`].
+struct Canon {
+    out: Vec<u8>,
+}
+
+impl Canon {
+    fn with_capacity(n: usize) -> Self {
+        let mut out = Vec::with_capacity(n);
+        out.push(b'[');
+        Self { out }
+    }
+
+    fn next(&mut self) {
+        if self.out.len() > 1 {
+            self.out.push(b',');
+        }
+    }
+
+    fn int<I: itoa::Integer>(&mut self, i: Option<I>) {
+        self.next();
+        match i {
+            Some(i) => self.out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes()),
+            None => self.out.extend_from_slice(b"null"),
+        }
+    }
+
+    fn bool(&mut self, b: bool) {
+        self.next();
+        self.out.extend_from_slice(if b { b"true" } else { b"false" });
+    }
+
+    fn str(&mut self, s: Option<&str>) {
+        self.next();
+        match s {
+            // Writing into memory cannot fail.
+            Some(s) => drop(serde_json::to_writer(&mut self.out, s)),
+            None => self.out.extend_from_slice(b"null"),
+        }
+    }
+
+    fn uuid(&mut self, id: Option<uuid::Uuid>) {
+        self.next();
+        match id {
+            Some(id) => {
+                self.out.push(b'"');
+                self.out.extend_from_slice(id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).as_bytes());
+                self.out.push(b'"');
+            }
+            None => self.out.extend_from_slice(b"null"),
+        }
+    }
+
+    fn value(&mut self, v: &serde_json::Value) {
+        self.next();
+        crate::cache::key::canonical(v, &mut self.out);
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.out.push(b']');
+        self.out
+    }
 }
 
 /// The hash of the row at `seq` whose predecessor hashed to `prev`.

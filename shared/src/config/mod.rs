@@ -202,7 +202,7 @@ impl Default for ProxyConfig {
             dns_ttl_secs: 30,
             keepalive_idle_secs: 75,
             audit_channel_capacity: 50_000,
-            audit_batch_size: 32,
+            audit_batch_size: 512,
             // Each batch is a transaction with a fixed cost (chain heads locked and moved): at 5 ms
             // the one-core cell spent more on those than on COPY (docs/benchmarks.md).
             audit_flush_interval_ms: 50,

@@ -15,6 +15,7 @@ use gw_shared::db::provider_keys::OrgProviderKeys;
 use gw_shared::providers::{AdapterError, Call, Endpoint, Exchange, StreamSetup, UpstreamError};
 use gw_shared::routing::{AttemptVerdict, Deployment};
 use pingora::proxy::Session;
+use pingora_timeout::fast_timeout::fast_timeout;
 
 use super::answer::{self, Prompt, StreamIn, Upstream};
 use crate::ctx::{Attempt, AttemptOutcome, RequestCtx};
@@ -332,7 +333,7 @@ impl Bound {
     }
 
     async fn run<T>(&self, fut: impl std::future::Future<Output = T>) -> Result<T, ProxyError> {
-        tokio::time::timeout(self.remaining(), fut).await.map_err(|_| {
+        fast_timeout(self.remaining(), fut).await.map_err(|_| {
             if self.own {
                 ProxyError::UpstreamTimeout { provider: self.provider.clone() }
             } else {

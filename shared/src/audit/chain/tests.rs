@@ -144,3 +144,97 @@ fn costs_round_like_numeric() {
     assert_eq!(numeric(Decimal::from_str("0.00000000015").unwrap()), "0.0000000002");
     assert_eq!(numeric(Decimal::from_str("1.50").unwrap()), "1.5");
 }
+
+/// The hashed form as it was first defined: a `serde_json::Value` array in canonical form. Rows
+/// already chained were hashed this way, so [`content`] must produce the same bytes.
+fn content_as_first_defined(r: &AuditRecord) -> Vec<u8> {
+    let mut fields = json!([
+        r.id,
+        r.org_id,
+        r.team_id,
+        r.api_key_id,
+        r.endpoint,
+        r.model,
+        r.provider,
+        r.upstream_model,
+        r.status_code,
+        r.error_type,
+        r.stream,
+        r.prompt_tokens,
+        r.completion_tokens,
+        r.total_tokens,
+        numeric(r.cost_usd),
+        r.latency_ms,
+        r.upstream_latency_ms,
+        r.ttft_ms,
+        r.cache_status,
+        r.policy_action,
+        r.attempts,
+        r.created_at.timestamp_micros(),
+        r.cached_tokens,
+        r.reasoning_tokens,
+        r.routing,
+        r.policy,
+        r.cache_creation_tokens,
+        numeric(r.cache_saved_usd),
+        r.cache_similarity.map(f32::to_bits),
+        r.deployment,
+        r.overhead_us,
+        r.client_ip.map(|ip| ip.to_string()),
+        r.user_agent_id,
+        r.request_body,
+        r.response_body,
+    ]);
+    if let (Some(s), Some(all)) = (&r.settled_by, fields.as_array_mut()) {
+        all.push(json!(s));
+    }
+    let mut out = Vec::new();
+    crate::cache::key::canonical(&fields, &mut out);
+    out
+}
+
+#[test]
+fn content_is_written_as_it_was_first_defined() {
+    let full = row(1);
+    let mut sparse = row(2);
+    sparse.api_key_id = None;
+    sparse.model = None;
+    sparse.upstream_latency_ms = None;
+    sparse.cache_similarity = None;
+    sparse.client_ip = Some("2001:db8::1/128".parse().unwrap());
+    sparse.user_agent_id = None;
+    sparse.status_code = -1;
+    sparse.created_at = Utc.timestamp_opt(-5, 0).unwrap();
+    let mut odd = row(3);
+    odd.request_body = Some("quote \" backslash \\ newline \n tab \t nul \u{0} é 日本 😀".into());
+    odd.response_body = Some(String::new());
+    odd.settled_by = Some("estimate".into());
+    odd.stream = true;
+    odd.error_type = Some("rate_limit_exceeded".into());
+    odd.policy = json!([{"b": 1.5, "a": [true, null, {"z": "y", "\u{1}": -3}]}]);
+    odd.cost_usd = Decimal::from_str("-0.00000000015").unwrap();
+    for r in [full, sparse, odd] {
+        assert_eq!(String::from_utf8(content(&r)).unwrap(), String::from_utf8(content_as_first_defined(&r)).unwrap());
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_text_and_numbers_hash_as_first_defined(
+        body in proptest::option::of(".{0,40}"),
+        model in proptest::option::of("\\PC{0,12}"),
+        tokens in proptest::num::i32::ANY,
+        ttft in proptest::option::of(proptest::num::i32::ANY),
+        agent in proptest::option::of(proptest::num::i64::ANY),
+        similarity in proptest::option::of(proptest::num::f32::ANY),
+    ) {
+        let mut r = row(0);
+        r.request_body = body;
+        r.model = model;
+        r.prompt_tokens = tokens;
+        r.ttft_ms = ttft;
+        r.user_agent_id = agent;
+        r.cache_similarity = similarity;
+        proptest::prop_assert_eq!(content(&r), content_as_first_defined(&r));
+    }
+}
