@@ -9,6 +9,7 @@ use gw_shared::routing::Router;
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 use pingora::services::background::background_service;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::services::listening::Service;
 
 use crate::audit_flusher;
@@ -119,6 +120,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
             Duration::from_millis(p.upstream_read_timeout_ms),
             p.max_upstream_body_bytes,
             Duration::from_secs(p.dns_ttl_secs),
+            p.upstream_keepalive_pool_size,
         ),
         drain_max_bytes: p.stream_drain_max_bytes,
         audit: sink,
@@ -150,7 +152,10 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     server.bootstrap();
 
     let mut proxy = pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "gw-proxy");
-    proxy.add_tcp(&p.listen);
+    proxy.add_listener(
+        ListenerConfig::tcp(p.listen.clone())
+            .l4_buffer(L4BufferSettings::default().read(p.client_read_buffer_bytes)),
+    );
     server.add_service(proxy);
     server.add_service(background_service("audit-flusher", flusher));
     server.add_service(background_service(

@@ -17,7 +17,7 @@ use gw_shared::providers::{LocalResponse, UpstreamError, UpstreamFailure, Upstre
 use http::header::{ACCEPT, ACCEPT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
 use http::HeaderValue;
 use moka::future::Cache;
-use pingora::connectors::TransportConnector;
+use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::http::RequestHeader;
 use pingora::protocols::http::v1::client::{http_req_header_to_wire, HttpSession};
 use pingora::protocols::Stream;
@@ -71,9 +71,15 @@ pub struct Head {
 }
 
 impl Transport {
-    pub fn new(connect_timeout: Duration, read_timeout: Duration, max_body: usize, dns_ttl: Duration) -> Self {
+    pub fn new(
+        connect_timeout: Duration,
+        read_timeout: Duration,
+        max_body: usize,
+        dns_ttl: Duration,
+        keepalive_pool: usize,
+    ) -> Self {
         Self {
-            connector: TransportConnector::new(None),
+            connector: TransportConnector::new(Some(ConnectorOptions::new(keepalive_pool.max(1)))),
             connect_timeout,
             read_timeout,
             max_body,

@@ -142,6 +142,12 @@ pub struct ProxyConfig {
     pub dns_ttl_secs: u64,
     /// An idle keep-alive connection from a client is closed after this many seconds.
     pub keepalive_idle_secs: u64,
+    /// Idle upstream connections kept for reuse, across all upstreams. Past it, a finished
+    /// exchange closes its connection and the next one connects again.
+    pub upstream_keepalive_pool_size: usize,
+    /// Bytes read from a client connection at once. Pingora's default (64 KiB) is held by every
+    /// open connection; requests are mostly a few KiB.
+    pub client_read_buffer_bytes: usize,
     pub audit_channel_capacity: usize,
     pub audit_batch_size: usize,
     pub audit_flush_interval_ms: u64,
@@ -201,6 +207,8 @@ impl Default for ProxyConfig {
             max_header_value_bytes: 8 * 1024,
             dns_ttl_secs: 30,
             keepalive_idle_secs: 75,
+            upstream_keepalive_pool_size: 4096,
+            client_read_buffer_bytes: 16 * 1024,
             audit_channel_capacity: 50_000,
             audit_batch_size: 512,
             // Each batch is a transaction with a fixed cost (chain heads locked and moved): at 5 ms
@@ -533,6 +541,9 @@ impl Config {
             || [p.keepalive_idle_secs, p.request_timeout_ms, p.key_cache_ttl_secs, p.store_timeout_ms].contains(&0)
         {
             return Err(Error::Config("proxy limits and timeouts must be positive".into()));
+        }
+        if p.client_read_buffer_bytes < 1024 {
+            return Err(Error::Config("proxy.client_read_buffer_bytes must be at least 1024".into()));
         }
         if p.auth_failures_per_minute == 0 {
             return Err(Error::Config("proxy.auth_failures_per_minute must be at least 1".into()));
