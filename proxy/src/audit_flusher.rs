@@ -330,6 +330,7 @@ async fn replayer(writer: Arc<BatchWriter>, mut shutdown: ShutdownWatch) {
 #[async_trait]
 impl BackgroundService for AuditFlusher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
+        crate::priority::background_thread();
         let mut rx = self.rx.lock().await;
         let slots = Arc::new(Semaphore::new(CONCURRENT_WRITES));
         let replay = tokio::spawn(replayer(self.writer.clone(), shutdown.clone()));

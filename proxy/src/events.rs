@@ -98,6 +98,7 @@ pub struct OutboxWriter(pub Arc<Outbox>);
 #[async_trait]
 impl BackgroundService for OutboxWriter {
     async fn start(&self, mut shutdown: ShutdownWatch) {
+        crate::priority::background_thread();
         let outbox = self.0.clone();
         let writer = tokio::spawn(async move { outbox.run().await });
         while !*shutdown.borrow() {

@@ -83,6 +83,7 @@ impl HealthChecks {
 #[async_trait]
 impl BackgroundService for HealthChecks {
     async fn start(&self, mut shutdown: ShutdownWatch) {
+        crate::priority::background_thread();
         if self.interval.is_zero() {
             return;
         }

@@ -16,6 +16,7 @@ mod logline;
 mod lookup;
 mod metrics;
 mod pipeline;
+mod priority;
 mod response_cache;
 mod server;
 mod sources;

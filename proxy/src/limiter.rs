@@ -307,6 +307,7 @@ pub struct LimiterService(pub Arc<Limiter>);
 #[async_trait]
 impl BackgroundService for LimiterService {
     async fn start(&self, mut shutdown: ShutdownWatch) {
+        crate::priority::background_thread();
         let limiter = self.0.clone();
         let mut conn = match connect(&limiter.cfg) {
             Ok(c) => c,

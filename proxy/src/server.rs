@@ -6,10 +6,10 @@ use std::time::Duration;
 use gw_shared::config::Config;
 use gw_shared::providers::Registry;
 use gw_shared::routing::Router;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 use pingora::services::background::background_service;
-use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::services::listening::Service;
 
 use crate::audit_flusher;
@@ -153,8 +153,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
 
     let mut proxy = pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "gw-proxy");
     proxy.add_listener(
-        ListenerConfig::tcp(p.listen.clone())
-            .l4_buffer(L4BufferSettings::default().read(p.client_read_buffer_bytes)),
+        ListenerConfig::tcp(p.listen.clone()).l4_buffer(L4BufferSettings::default().read(p.client_read_buffer_bytes)),
     );
     server.add_service(proxy);
     server.add_service(background_service("audit-flusher", flusher));

@@ -4,8 +4,8 @@
 //! so a tenant creating teams or sending made-up model names cannot grow the series without
 //! bound.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use prometheus::{CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use uuid::Uuid;
@@ -30,7 +30,10 @@ pub struct TrafficMetrics {
     pub upstream_errors: IntCounterVec,
     models: HashSet<String>,
     providers: HashSet<String>,
-    teams: Mutex<HashSet<Uuid>>,
+    /// Each labelled team's label, formatted once.
+    teams: Mutex<HashMap<Uuid, Arc<str>>>,
+    other: Arc<str>,
+    none: Arc<str>,
 }
 
 pub fn status_class(status: u16) -> &'static str {
@@ -96,7 +99,9 @@ impl TrafficMetrics {
             upstream_errors,
             models: models.into_iter().collect(),
             providers: providers.into_iter().collect(),
-            teams: Mutex::new(HashSet::new()),
+            teams: Mutex::new(HashMap::new()),
+            other: Arc::from("other"),
+            none: Arc::from("none"),
         })
     }
 
@@ -117,13 +122,18 @@ impl TrafficMetrics {
     }
 
     /// The team's label: its id while fewer than [`MAX_TEAMS`] have one, else `other`.
-    pub fn team(&self, team: Option<Uuid>) -> String {
-        let Some(team) = team else { return "none".into() };
-        let Ok(mut teams) = self.teams.lock() else { return "other".into() };
-        if teams.contains(&team) || (teams.len() < MAX_TEAMS && teams.insert(team)) {
-            team.to_string()
+    pub fn team(&self, team: Option<Uuid>) -> Arc<str> {
+        let Some(team) = team else { return self.none.clone() };
+        let Ok(mut teams) = self.teams.lock() else { return self.other.clone() };
+        if let Some(label) = teams.get(&team) {
+            return label.clone();
+        }
+        if teams.len() < MAX_TEAMS {
+            let label: Arc<str> = Arc::from(team.to_string());
+            teams.insert(team, label.clone());
+            label
         } else {
-            "other".into()
+            self.other.clone()
         }
     }
 }
@@ -139,9 +149,12 @@ mod tests {
         assert_eq!(m.model(Some("made-up")), "other");
         assert_eq!(m.provider(Some("openai")), "openai");
         assert_eq!(m.provider(Some("x")), "other");
-        let labels: HashSet<String> = (0..MAX_TEAMS + 50).map(|_| m.team(Some(Uuid::new_v4()))).collect();
+        let labels: HashSet<String> = (0..MAX_TEAMS + 50).map(|_| m.team(Some(Uuid::new_v4())).to_string()).collect();
         assert_eq!(labels.len(), MAX_TEAMS + 1);
         assert!(labels.contains("other"));
+        let known = Uuid::new_v4();
+        assert_eq!(&*m.team(Some(known)), "other", "past the cap a new team shares the other label");
+        assert_eq!(&*m.team(None), "none");
         assert_eq!(status_class(201), "2xx");
         assert_eq!(status_class(503), "5xx");
     }

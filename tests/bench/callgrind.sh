@@ -4,6 +4,8 @@
 # Prints Pingora's `process_new_http` (the whole request, gw's code included) per request and
 # the audit writer's cost per row (on its own thread). Release build (symbols are kept by default).
 #   tests/bench/callgrind.sh [seconds-per-run]   (default 20; GW_BENCH_BIN=<dir> for other binaries)
+# GW_BENCH_CONFIG=default|full|l1 sets the organization up as tests/bench/one-core-configs.sh does;
+# CALLGRIND_MODES (default "non-streaming sse") picks the runs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -37,7 +39,7 @@ LUA
   kill -TERM $vg; wait $vg 2>/dev/null || true
   local per_req writer rows
   callgrind_annotate --inclusive=yes --threshold=100 "$out" > "$WORK/annotate.$1" 2>/dev/null || true
-  cp "$WORK/annotate.$1" "${GW_BENCH_KEEP:-/tmp}/gw-callgrind-$1.txt" 2>/dev/null || true
+  cp "$WORK/annotate.$1" "${GW_BENCH_KEEP:-/tmp}/gw-callgrind-${GW_BENCH_CONFIG:-default}-$1.txt" 2>/dev/null || true
   inclusive() { grep -m1 -E "$1" "$WORK/annotate.$label" | awk '{gsub(",","",$1); print $1}' || true; }
   local label=$1
   per_req=$(inclusive 'process_new_http')
@@ -45,6 +47,10 @@ LUA
   printf '%-14s requests=%-6s process_new_http Ir/request=%-8s audit writer Ir/row=%s\n' "$1" "$n" \
     "$(python3 -c "print(round(${per_req:-0}/max(1,$n)))")" "$(python3 -c "print(round(${writer:-0}/max(1,$n)))")"
 }
-echo "callgrind, binaries: $BIN"
-measure non-streaming false
-measure sse true
+echo "callgrind, binaries: $BIN, configuration: ${GW_BENCH_CONFIG:-default}"
+for mode in ${CALLGRIND_MODES:-non-streaming sse}; do
+  case $mode in
+    non-streaming) measure non-streaming false ;;
+    sse) measure sse true ;;
+  esac
+done

@@ -4,8 +4,13 @@
 command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 scripts/services.sh start
 eval "$(scripts/services.sh env)"
-cargo build --release -q -p gw-proxy -p gw-admin -p gw-tests --bins
-REL=${CARGO_TARGET_DIR:-target}/release
+# GW_BENCH_BIN=<dir>: measure the gw-proxy, gw-admin and mock-upstream already built there (no build).
+if [ -n "${GW_BENCH_BIN:-}" ]; then
+  REL=$GW_BENCH_BIN
+else
+  cargo build --release -q -p gw-proxy -p gw-admin -p gw-tests --bins
+  REL=${CARGO_TARGET_DIR:-target}/release
+fi
 BIN=${GW_BENCH_BIN:-$REL}
 export GW_CONFIG="$WORK/gw.toml" GW_JWT_SECRET=bench-secret-bench-secret-bench-secret RUST_LOG=warn
 
@@ -52,6 +57,17 @@ start_admin() {
   token=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/auth/register" -H 'content-type: application/json' \
     -d "{\"email\":\"bench-$RANDOM$RANDOM@bench.gw\",\"password\":\"benchmark-pass\",\"name\":\"b\",\"org_name\":\"bench\"}" |
     python3 -c 'import sys,json;print(json.load(sys.stdin)["access_token"])')
+  # GW_BENCH_CONFIG=full|l1: the configurations of tests/bench/one-core-configs.sh (full: an
+  # organization budget, rpm/tpm/concurrency limits and pii_redact mandatory; l1: the in-process
+  # cache only, so every request after the first is an L1 hit).
+  case ${GW_BENCH_CONFIG:-default} in
+    full)
+      curl -fs -X PATCH "http://127.0.0.1:$ADMIN_PORT/api/v1/organizations/current" -H "authorization: Bearer $token" \
+        -H 'content-type: application/json' \
+        -d '{"budget":{"amount_usd":1000000,"period":"month","hard_limit":true},"rate_limits":{"rpm":100000000,"tpm":4000000000,"max_concurrent":100000}}' >/dev/null
+      GW_BENCH_POLICY=1 ;;
+    l1) GW_BENCH_CACHE=l1 ;;
+  esac
   # GW_BENCH_LIMITS=1: the request passes the limiter at two levels, an organization budget and
   # the key's rpm/tpm/concurrency limits, all set far above what the run can reach.
   local key_spec='{"name":"bench"}'
@@ -72,6 +88,7 @@ start_admin() {
   if [ -n "${GW_BENCH_CACHE:-}" ]; then
     curl -fs -X PUT "http://127.0.0.1:$ADMIN_PORT/api/v1/organizations/current/cache" \
       -H "authorization: Bearer $token" -H 'content-type: application/json' -d "{\"${GW_BENCH_CACHE}\":true}" >/dev/null
+    # The first request fills the tier; every one after it is a hit.
   fi
   KEY=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/api-keys" -H "authorization: Bearer $token" \
     -H 'content-type: application/json' -d "$key_spec" | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')

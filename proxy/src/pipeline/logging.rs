@@ -76,7 +76,7 @@ fn count_traffic(gw: &Gateway, ctx: &RequestCtx, endpoint: &str) {
     };
     t.by_model.with_label_values(&[model, t.provider(provider), status]).inc();
     let team = t.team(ctx.team_id);
-    t.by_team.with_label_values(&[&team, status]).inc();
+    t.by_team.with_label_values(&[&*team, status]).inc();
     let u = &ctx.usage;
     for (kind, n) in [
         ("prompt", u.prompt_tokens),
@@ -91,7 +91,7 @@ fn count_traffic(gw: &Gateway, ctx: &RequestCtx, endpoint: &str) {
     if let Ok(cost) = f64::try_from(ctx.cost) {
         if cost > 0.0 {
             t.cost.with_label_values(&[model]).inc_by(cost);
-            t.team_cost.with_label_values(&[&team]).inc_by(cost);
+            t.team_cost.with_label_values(&[&*team]).inc_by(cost);
         }
     }
     if let Some(overhead) = ctx.overhead() {

@@ -106,8 +106,10 @@ impl Canon {
     fn str(&mut self, s: Option<&str>) {
         self.next();
         match s {
-            // Writing into memory cannot fail.
-            Some(s) => drop(serde_json::to_writer(&mut self.out, s)),
+            Some(s) => {
+                // Writing into memory cannot fail.
+                let _ = serde_json::to_writer(&mut self.out, s);
+            }
             None => self.out.extend_from_slice(b"null"),
         }
     }
