@@ -1,9 +1,6 @@
 //! Where a stream translator puts what the client gets: SSE-framed OpenAI chunks, gathered so the
 //! proxy writes every event that arrived in one upstream read with one downstream write.
 
-use std::sync::LazyLock;
-
-use aho_corasick::AhoCorasick;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
 
@@ -212,22 +209,19 @@ impl StreamSink {
 const TEXT_KEYS: [&str; 7] =
     ["content", "reasoning_content", "reasoning", "refusal", "arguments", "input", "transcript"];
 
-/// The text keys as they appear quoted in JSON. A quoted key cannot match inside a string value:
-/// there every quote is escaped, so none follows the key's last letter.
-static TEXT_KEY_FINDER: LazyLock<Option<AhoCorasick>> =
-    LazyLock::new(|| AhoCorasick::new(TEXT_KEYS.map(|k| format!("\"{k}\""))).ok());
-
 /// Bytes of model-written text in a chunk's JSON: the unescaped length of each string value of a
 /// text key (an estimate's input: JSON that does not parse is measured as far as it goes).
+///
+/// Every stream chunk goes through this, so it looks only at colons (a chunk has one per member,
+/// found with `memchr`) and reads the key just before each: a text key is a quoted key whose
+/// closing quote is followed by the colon. Inside a string value every quote is escaped, so no
+/// key can match there.
 pub fn text_bytes(json: &[u8]) -> u64 {
-    let Some(finder) = TEXT_KEY_FINDER.as_ref() else { return 0 };
     let mut total = 0;
     let mut from = 0;
-    while let Some(m) = json.get(from..).and_then(|rest| finder.find(rest)) {
-        let key_end = from + m.end();
-        from = key_end;
-        let colon = skip_space(json, key_end);
-        if json.get(colon) != Some(&b':') {
+    while let Some(colon) = json.get(from..).and_then(|rest| memchr::memchr(b':', rest)).map(|i| from + i) {
+        from = colon + 1;
+        if !text_key_before(json, colon) {
             continue;
         }
         let value = skip_space(json, colon + 1);
@@ -239,6 +233,18 @@ pub fn text_bytes(json: &[u8]) -> u64 {
         from = end;
     }
     total
+}
+
+/// Whether the member whose colon is at `colon` has a text key: `"key"`, then optional whitespace.
+fn text_key_before(json: &[u8], colon: usize) -> bool {
+    let mut end = colon;
+    while end > 0 && matches!(json[end - 1], b' ' | b'\t' | b'\n' | b'\r') {
+        end -= 1;
+    }
+    let Some(quote) = end.checked_sub(1).filter(|&q| json[q] == b'"') else { return false };
+    TEXT_KEYS.iter().any(|k| {
+        quote.checked_sub(k.len() + 1).is_some_and(|open| json[open] == b'"' && &json[open + 1..quote] == k.as_bytes())
+    })
 }
 
 fn skip_space(json: &[u8], mut i: usize) -> usize {
@@ -312,6 +318,72 @@ fn value_text_bytes(v: &serde_json::Value) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`text_bytes`] as first written: every quoted text key found by an Aho-Corasick automaton,
+    /// then its colon and string value. The colon-driven scan must count exactly what it counts.
+    fn text_bytes_by_automaton(json: &[u8]) -> u64 {
+        let finder = aho_corasick::AhoCorasick::new(TEXT_KEYS.map(|k| format!("\"{k}\""))).unwrap();
+        let mut total = 0;
+        let mut from = 0;
+        while let Some(m) = json.get(from..).and_then(|rest| finder.find(rest)) {
+            let key_end = from + m.end();
+            from = key_end;
+            let colon = skip_space(json, key_end);
+            if json.get(colon) != Some(&b':') {
+                continue;
+            }
+            let value = skip_space(json, colon + 1);
+            if json.get(value) != Some(&b'"') {
+                continue;
+            }
+            let (len, end) = string_len(json, value + 1);
+            total += len;
+            from = end;
+        }
+        total
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            proptest::sample::select(TEXT_KEYS.to_vec()).prop_map(String::from),
+            proptest::sample::select(vec!["role", "id", "input_tokens", "xcontent", "content_", "a:b", "\"q"])
+                .prop_map(String::from),
+            "\\PC{0,6}",
+        ];
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<i64>().prop_map(serde_json::Value::from),
+            "(\\PC|[:\"\\\\ \n])*".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                proptest::collection::vec((key.clone(), inner), 0..5)
+                    .prop_map(|kv| serde_json::Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_colon_scan_counts_what_the_automaton_counts(v in json_value()) {
+            for text in [serde_json::to_string(&v).unwrap(), serde_json::to_string_pretty(&v).unwrap()] {
+                proptest::prop_assert_eq!(text_bytes(text.as_bytes()), text_bytes_by_automaton(text.as_bytes()));
+                // Cut anywhere, as a broken chunk would be.
+                let cut = text.len() / 2;
+                let head = &text.as_bytes()[..cut];
+                proptest::prop_assert_eq!(text_bytes(head), text_bytes_by_automaton(head));
+            }
+        }
+    }
+
+    #[test]
+    fn a_space_before_the_colon_still_marks_a_text_key() {
+        let json = br#"{"content" : "abc", "reasoning_content"	:"de", "input_tokens": "no", "xcontent": "no"}"#;
+        assert_eq!(text_bytes(json), 5);
+        assert_eq!(text_bytes_by_automaton(json), 5);
+    }
 
     #[test]
     fn frames_events() {
