@@ -83,7 +83,6 @@ impl HealthChecks {
 #[async_trait]
 impl BackgroundService for HealthChecks {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        crate::priority::background_thread();
         if self.interval.is_zero() {
             return;
         }

@@ -79,7 +79,6 @@ impl InvalidationListener {
 #[async_trait]
 impl BackgroundService for InvalidationListener {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        crate::priority::background_thread();
         let mut backoff = Duration::from_millis(100);
         loop {
             let started = tokio::time::Instant::now();

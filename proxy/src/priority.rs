@@ -1,8 +1,9 @@
-//! Background work yields the core to requests. The audit flusher, the cache writer, the
-//! limiter's settlements and the other background services run on threads of their own; on a
-//! core they share with the request worker (and, in the one-core cell, with PostgreSQL and
-//! Redis) an equal share let a batch being hashed and encoded hold a request behind it for
-//! milliseconds, the c=1 tail. Three nice levels below the worker halves their weight: they still
+//! Bulk background work yields the core to requests. The audit flusher, the limiter's
+//! settlements and the events outbox run on threads of their own; on a core they share with the
+//! request worker (and, in the one-core cell, with PostgreSQL and Redis) an equal share let a
+//! batch being hashed and encoded hold a request behind it for milliseconds, the c=1 tail. Work
+//! someone waits on keeps its priority: the cache writer (the next identical request looks for
+//! its entry), the invalidation listener (a revoked key) and the health checks. Three nice levels below the worker halves their weight: they still
 //! get about a third of a contended core, far more than they need, but a request that becomes
 //! ready preempts them.
 

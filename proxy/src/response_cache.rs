@@ -436,7 +436,6 @@ pub struct CacheWriter(pub Arc<ResponseCache>);
 #[async_trait]
 impl BackgroundService for CacheWriter {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        crate::priority::background_thread();
         let cache = &self.0;
         let mut rx = cache.jobs_rx.lock().await;
         let mut conn = connect(&cache.redis_url, cache.l2_timeout).ok();
