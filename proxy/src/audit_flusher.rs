@@ -338,8 +338,8 @@ impl BackgroundService for AuditFlusher {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut deadline: Option<tokio::time::Instant> = None;
-        let mut open = true;
-        while open {
+        // Until every sender is gone and the queue is drained, or the shutdown drain window ends.
+        while !(rx.is_closed() && rx.is_empty()) {
             tokio::select! {
                 _ = self.batch_ready.notified() => {}
                 _ = tick.tick() => {}
@@ -357,14 +357,8 @@ impl BackgroundService for AuditFlusher {
             for _ in 0..batches(queued, size) {
                 let mut batch = Vec::with_capacity(size.min(queued));
                 while batch.len() < size {
-                    match rx.try_recv() {
-                        Ok(rec) => batch.push(rec),
-                        Err(mpsc::error::TryRecvError::Empty) => break,
-                        Err(mpsc::error::TryRecvError::Disconnected) => {
-                            open = false; // every sender is gone
-                            break;
-                        }
-                    }
+                    let Ok(rec) = rx.try_recv() else { break };
+                    batch.push(rec);
                 }
                 if batch.is_empty() {
                     break;

@@ -72,7 +72,6 @@ impl Embedder {
             return;
         }
         let (dir, loaded, ready) = (self.dir.clone(), self.loaded.clone(), self.ready.clone());
-        let (failed, wake) = (self.loaded.clone(), self.ready.clone());
         // A thread of its own: it reads and parses ~90 MiB, and nothing waiting on it (a lookup
         // within its time bound, a store in the background) holds up a runtime thread.
         let spawned = std::thread::Builder::new().name("embedding-load".into()).spawn(move || {
@@ -92,8 +91,8 @@ impl Embedder {
         });
         if let Err(e) = spawned {
             log::error!("cannot start loading the local embedding model: {e}; L3 is unavailable");
-            let _ = failed.set(None);
-            wake.notify_waiters();
+            let _ = self.loaded.set(None);
+            self.ready.notify_waiters();
         }
     }
 }

@@ -43,6 +43,21 @@ fn content(v: &Value) -> String {
 }
 
 /// Sends until the answer comes from `tier` (the store behind a miss is asynchronous for L2/L3).
+/// Waits until Redis holds `n` L2 entries of the organization.
+async fn until_l2_entries(org_id: Uuid, n: usize) {
+    let mut conn = redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("gw:rc:{}:*", org_id.simple());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.unwrap();
+        if keys.len() >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "L2 holds {} of {n} entries", keys.len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn until_tier(stack: &Stack, key: &str, body: &Value, tier: &str) -> reqwest::Response {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -357,7 +372,7 @@ async fn a_paraphrase_comes_from_l3_and_a_different_question_does_not() {
 async fn a_purge_empties_every_tier_of_one_organization_or_one_model() {
     let stack = Stack::shared().await;
     let (s, key) = org(&stack, json!({"l1": true, "l2": true})).await;
-    let (_, other_key) = org(&stack, json!({"l1": true, "l2": true})).await;
+    let (other, other_key) = org(&stack, json!({"l1": true, "l2": true})).await;
     let tag = unique_tag();
     let a = body("Purge me", &tag);
     let mut m = body("Keep me", &tag);
@@ -366,7 +381,9 @@ async fn a_purge_empties_every_tier_of_one_organization_or_one_model() {
         post(&stack, k, b, &[]).await;
         until_tier(&stack, k, b, "L1").await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // L2 is written behind the answers: wait until Redis holds all three.
+    until_l2_entries(s.org_id, 2).await;
+    until_l2_entries(other.org_id, 1).await;
     let r =
         stack.admin_post("/organizations/current/cache/purge", &s.access_token, &json!({"model": "gpt-4o-mini"})).await;
     assert_eq!(r.status(), 200);
