@@ -45,12 +45,45 @@ struct Slot<V> {
     value: Option<Arc<V>>,
     /// When the value was read from the store of record.
     read_at: Instant,
+    /// Bytes the entry is counted as (see [`Slot::new`]).
+    weight: u32,
 }
 
 // Derived Clone would require `V: Clone`; the value sits behind an Arc.
 impl<V> Clone for Slot<V> {
     fn clone(&self) -> Self {
-        Self { value: self.value.clone(), read_at: self.read_at }
+        Self { value: self.value.clone(), read_at: self.read_at, weight: self.weight }
+    }
+}
+
+/// Bytes an entry holds besides its value's serialized form: the key, the slot, moka's node.
+const SLOT_OVERHEAD: usize = 160;
+
+impl<V: Serialize> Slot<V> {
+    /// An entry weighed by its value's serialized size, which tracks the heap it holds (strings,
+    /// lists) within a small factor and costs nothing but a count on a store read.
+    fn new(value: Option<V>, read_at: Instant) -> Self {
+        let mut size = Counter(0);
+        if let Some(v) = &value {
+            // Counting cannot fail; a value that does not serialize is weighed by its overhead.
+            let _ = serde_json::to_writer(&mut size, v);
+        }
+        let weight = u32::try_from(SLOT_OVERHEAD + std::mem::size_of::<V>() + size.0).unwrap_or(u32::MAX);
+        Self { value: value.map(Arc::new), read_at, weight }
+    }
+}
+
+/// Counts what is written to it.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -80,7 +113,8 @@ impl<K, V> Expiry<K, Slot<V>> for SlotExpiry {
 
 #[derive(Debug, Clone, Copy)]
 pub struct LookupConfig {
-    pub capacity: u64,
+    /// Bytes each lookup's in-process tier may hold.
+    pub max_bytes: u64,
     pub fresh_for: Duration,
     pub negative_for: Duration,
     pub stale_for: Duration,
@@ -127,7 +161,8 @@ pub struct Lookup<S: Source> {
 impl<S: Source> Lookup<S> {
     pub fn new(source: S, redis: RedisPool, cfg: LookupConfig, metrics: Arc<Metrics>) -> Self {
         let cache = Cache::builder()
-            .max_capacity(cfg.capacity)
+            .max_capacity(cfg.max_bytes)
+            .weigher(|_k: &S::Key, slot: &Slot<S::Value>| slot.weight)
             .expire_after(SlotExpiry { negative_for: cfg.negative_for, stale_for: cfg.stale_for })
             .build();
         Self {
@@ -253,7 +288,7 @@ impl<S: Source> Lookup<S> {
                     chrono::Utc::now().timestamp_millis().saturating_sub(copy.at_ms).max(0) as u64,
                 );
                 let read_at = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
-                return Ok(Slot { value: Some(Arc::new(copy.v)), read_at });
+                return Ok(Slot::new(Some(copy.v), read_at));
             }
             Ok(Ok(None)) => {}
             Ok(Err(e)) => self.log.warn(|| format!("{name} lookup: Redis unavailable ({e}); asking Postgres")),
@@ -292,7 +327,7 @@ impl<S: Source> Lookup<S> {
                 self.log.warn(|| format!("{name} lookup: could not share the entry on Redis ({e})"));
             }
         }
-        Ok(Slot { value: value.map(Arc::new), read_at: Instant::now() })
+        Ok(Slot::new(value, Instant::now()))
     }
 
     pub async fn invalidate(&self, key: &S::Key) {
@@ -303,5 +338,18 @@ impl<S: Source> Lookup<S> {
     pub fn invalidate_all(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.cache.invalidate_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_weigh_their_serialized_size() {
+        let none = Slot::<String>::new(None, Instant::now()).weight as usize;
+        let big = Slot::new(Some("x".repeat(10_000)), Instant::now()).weight as usize;
+        assert_eq!(none, SLOT_OVERHEAD + std::mem::size_of::<String>());
+        assert_eq!(big, none + 10_002);
     }
 }

@@ -44,7 +44,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     let redis = gw_shared::redis::pool(&cfg.redis.url, cfg.redis.pool_size)?;
     let router = Router::from_config(&cfg, &registry)?;
     let lookups = LookupConfig {
-        capacity: p.key_cache_capacity,
+        max_bytes: p.lookup_cache_max_bytes,
         fresh_for: Duration::from_secs(p.key_cache_ttl_secs),
         negative_for: Duration::from_secs(p.key_negative_ttl_secs),
         stale_for: Duration::from_secs(p.key_cache_max_stale_secs),
@@ -55,7 +55,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         teams: Lookup::new(TeamSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
         orgs: Lookup::new(OrgSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
         policies: Lookup::new(PolicySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
-        compiled: compiled_cache(),
+        compiled: compiled_cache(p.policy_cache_max_bytes),
         cache_settings: Lookup::new(CacheSettingsSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
         provider_keys: Lookup::new(ProviderKeySource { db: db.clone() }, redis, lookups, metrics.clone()),
     });

@@ -168,8 +168,12 @@ impl Source for ProviderKeySource {
 /// once per version per process.
 pub type Compiled = moka::sync::Cache<(Uuid, i64), Arc<PolicySet>>;
 
-pub fn compiled_cache() -> Compiled {
-    moka::sync::Cache::builder().max_capacity(10_000).build()
+/// Bounded in bytes, each set weighed by [`PolicySet::weight`].
+pub fn compiled_cache(max_bytes: u64) -> Compiled {
+    moka::sync::Cache::builder()
+        .max_capacity(max_bytes)
+        .weigher(|_k: &(Uuid, i64), set: &Arc<PolicySet>| u32::try_from(set.weight()).unwrap_or(u32::MAX))
+        .build()
 }
 
 /// Every cached lookup of the data plane, in one place.

@@ -6,6 +6,7 @@
 
 use std::hint::black_box;
 
+use bytes::BytesMut;
 use criterion::{criterion_group, criterion_main, Criterion};
 use gw_shared::openai::ChatRequest;
 use gw_shared::policy::answer::guard_completion;
@@ -14,7 +15,7 @@ use gw_shared::policy::pii::{detector, EntitySet};
 use gw_shared::policy::spec::OrgPolicy;
 use gw_shared::policy::stream::GuardedStream;
 use gw_shared::policy::vault::Vault;
-use gw_shared::providers::ChunkFilter;
+use gw_shared::providers::{ChunkFilter, Frames};
 
 const PROSE: &str = "The quarterly report covers revenue, churn and the roadmap for next year. Our team met with \
 the customer to discuss onboarding, pricing tiers and support hours; they asked about data retention and \
@@ -110,26 +111,27 @@ fn bench(c: &mut Criterion) {
 
     // An answer of ~1 KB streamed in 4-byte pieces, as chunks, through the output guard.
     let answer = prompt(true)[..1024].to_string();
-    let chunks: Vec<serde_json::Value> = answer
+    let chunks: Vec<String> = answer
         .as_bytes()
         .chunks(4)
         .map(|c| String::from_utf8_lossy(c).into_owned())
         .map(|t| {
             serde_json::json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
             "choices": [{"index": 0, "delta": {"content": t}, "finish_reason": null}]})
+            .to_string()
         })
         .collect();
     c.bench_function("output_guard_stream_1kb_in_4b_chunks", |b| {
         b.iter(|| {
             let guard = OutputGuard::new(&ps, Vault::new()).expect("guard");
             let mut f = GuardedStream::new(guard);
-            let mut out = Vec::with_capacity(4);
+            let mut buf = BytesMut::with_capacity(4096);
+            let mut count = 0;
             for ch in &chunks {
-                out.clear();
-                let _ = f.chunk(ch.clone(), &mut out);
+                let _ = f.filter(ch, &mut Frames::new(&mut buf, &mut count));
             }
-            let _ = f.finish(&mut out);
-            black_box(out);
+            let _ = f.flush(&mut Frames::new(&mut buf, &mut count));
+            black_box(buf);
         })
     });
 }

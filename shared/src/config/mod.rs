@@ -128,7 +128,11 @@ pub struct ProxyConfig {
     /// While Postgres is unreachable, a key or team already known keeps being served from its
     /// last good read for at most this long.
     pub key_cache_max_stale_secs: u64,
-    pub key_cache_capacity: u64,
+    /// Bytes each in-process lookup cache (keys, teams, organizations, policy documents, provider
+    /// keys, cache settings) may hold, entries weighed by their serialized size.
+    pub lookup_cache_max_bytes: u64,
+    /// Bytes the cache of compiled policy sets may hold (weighed by [`crate::policy::engine::PolicySet::weight`]).
+    pub policy_cache_max_bytes: u64,
     /// Failed authentications allowed per client address per minute before gw stops looking
     /// unknown keys up (cached keys keep working).
     pub auth_failures_per_minute: u32,
@@ -200,7 +204,8 @@ impl Default for ProxyConfig {
             key_cache_ttl_secs: 30,
             key_negative_ttl_secs: 30,
             key_cache_max_stale_secs: 3600,
-            key_cache_capacity: 100_000,
+            lookup_cache_max_bytes: 64 * 1024 * 1024,
+            policy_cache_max_bytes: 128 * 1024 * 1024,
             auth_failures_per_minute: 60,
             store_timeout_ms: 1_000,
             max_header_bytes: 32 * 1024,

@@ -16,6 +16,13 @@ pub struct PhraseMatcher {
     groups: Vec<usize>,
 }
 
+impl PhraseMatcher {
+    /// Heap bytes the matcher holds.
+    pub fn memory_usage(&self) -> usize {
+        self.ac.memory_usage() + self.groups.len() * std::mem::size_of::<usize>()
+    }
+}
+
 /// Text folded for matching.
 pub fn fold(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

@@ -27,7 +27,7 @@ use uuid::Uuid;
 use crate::openai::{ChatRequest, EmbeddingsRequest, ErrorBody};
 use crate::pricing::TokenUsage;
 
-pub use sink::{text_bytes, ChunkFilter, StreamSink};
+pub use sink::{text_bytes, ChunkFilter, Frames, StreamSink};
 pub use url::UpstreamUrl;
 
 /// The `/v1` endpoints a request can be adapted for.

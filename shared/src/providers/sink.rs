@@ -11,10 +11,93 @@ use crate::pricing::TokenUsage;
 /// Rewrites a stream's chunks on their way to the client (the output guardrails): each chunk in
 /// gives zero or more chunks out; text may be held back and leave with a later chunk.
 pub trait ChunkFilter: Send {
-    fn chunk(&mut self, chunk: serde_json::Value, out: &mut Vec<serde_json::Value>) -> Result<(), OutputBlocked>;
+    /// One chunk's JSON; what may go out now is written to `out`.
+    fn filter(&mut self, json: &str, out: &mut Frames<'_>) -> Result<(), OutputBlocked>;
     /// The stream ended: whatever is still held.
-    fn finish(&mut self, out: &mut Vec<serde_json::Value>) -> Result<(), OutputBlocked>;
+    fn flush(&mut self, out: &mut Frames<'_>) -> Result<(), OutputBlocked>;
     fn decisions(&self) -> Vec<PolicyDecision>;
+
+    /// [`ChunkFilter::filter`] over parsed chunks, for callers that hold values.
+    fn chunk(&mut self, chunk: serde_json::Value, out: &mut Vec<serde_json::Value>) -> Result<(), OutputBlocked> {
+        let mut buf = BytesMut::new();
+        let mut count = 0;
+        let result = self.filter(&chunk.to_string(), &mut Frames { buf: &mut buf, count: &mut count });
+        out.extend(Frames::parse(&buf));
+        result
+    }
+
+    /// [`ChunkFilter::flush`] into parsed chunks.
+    fn finish(&mut self, out: &mut Vec<serde_json::Value>) -> Result<(), OutputBlocked> {
+        let mut buf = BytesMut::new();
+        let mut count = 0;
+        let result = self.flush(&mut Frames { buf: &mut buf, count: &mut count });
+        out.extend(Frames::parse(&buf));
+        result
+    }
+}
+
+/// Where SSE events are written: `data: <json>\n\n` each, counted.
+pub struct Frames<'s> {
+    buf: &'s mut BytesMut,
+    count: &'s mut u64,
+}
+
+impl Frames<'_> {
+    /// An event whose JSON goes out as it came. A line break in it (a pretty-printed upstream
+    /// chunk, joined from several `data:` lines) would end the event early, so such JSON is
+    /// written again on one line.
+    pub fn raw(&mut self, json: &str) {
+        if memchr::memchr2(b'\n', b'\r', json.as_bytes()).is_some() {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(json) {
+                let _ = self.json(&v);
+                return;
+            }
+        }
+        self.buf.reserve(json.len() + 8);
+        self.buf.put_slice(b"data: ");
+        self.buf.put_slice(json.as_bytes());
+        self.buf.put_slice(b"\n\n");
+        *self.count += 1;
+    }
+
+    /// An event gw serializes. Verbatim parts of an upstream chunk in it may hold line breaks as
+    /// whitespace; then it is written again on one line.
+    pub fn json<T: Serialize + ?Sized>(&mut self, payload: &T) -> serde_json::Result<()> {
+        let start = self.buf.len();
+        self.buf.put_slice(b"data: ");
+        let body = self.buf.len();
+        if let Err(e) = serde_json::to_writer((&mut *self.buf).writer(), payload) {
+            self.buf.truncate(start);
+            return Err(e);
+        }
+        let written = self.buf.get(body..).unwrap_or_default();
+        if memchr::memchr2(b'\n', b'\r', written).is_some() {
+            let compact = serde_json::from_slice::<serde_json::Value>(written).map(|v| v.to_string());
+            self.buf.truncate(body);
+            match compact {
+                Ok(c) => self.buf.put_slice(c.as_bytes()),
+                Err(e) => {
+                    self.buf.truncate(start);
+                    return Err(e);
+                }
+            }
+        }
+        self.buf.put_slice(b"\n\n");
+        *self.count += 1;
+        Ok(())
+    }
+
+    pub fn new<'s>(buf: &'s mut BytesMut, count: &'s mut u64) -> Frames<'s> {
+        Frames { buf, count }
+    }
+
+    /// The chunks of events written by this type.
+    fn parse(buf: &[u8]) -> Vec<serde_json::Value> {
+        buf.split(|&b| b == b'\n')
+            .filter_map(|line| line.strip_prefix(b"data: "))
+            .filter_map(|json| serde_json::from_slice(json).ok())
+            .collect()
+    }
 }
 
 #[derive(Default)]
@@ -68,27 +151,19 @@ impl StreamSink {
         self.recording.take().and_then(|a| a.finish())
     }
 
-    fn filter_chunk(&mut self, chunk: serde_json::Value) {
+    fn frames(&mut self) -> Frames<'_> {
+        Frames { buf: &mut self.buf, count: &mut self.chunks }
+    }
+
+    fn filter_chunk(&mut self, json: &str) {
         let Some(filter) = self.filter.as_mut() else { return };
         if self.blocked.is_some() {
             return;
         }
-        let mut out = Vec::new();
-        let result = filter.chunk(chunk, &mut out);
-        for v in &out {
-            self.write_json(v);
-        }
+        let result = filter.filter(json, &mut Frames { buf: &mut self.buf, count: &mut self.chunks });
         if let Err(b) = result {
             self.blocked = Some(b);
         }
-    }
-
-    fn write_json(&mut self, v: &serde_json::Value) {
-        self.buf.put_slice(b"data: ");
-        // Serializing a `Value` into memory cannot fail.
-        let _ = serde_json::to_writer((&mut self.buf).writer(), v);
-        self.buf.put_slice(b"\n\n");
-        self.chunks += 1;
     }
 
     /// The stream ended well: the filter lets out what it held.
@@ -97,11 +172,7 @@ impl StreamSink {
         if self.blocked.is_some() {
             return;
         }
-        let mut out = Vec::new();
-        let result = filter.finish(&mut out);
-        for v in &out {
-            self.write_json(v);
-        }
+        let result = filter.flush(&mut Frames { buf: &mut self.buf, count: &mut self.chunks });
         if let Err(b) = result {
             self.blocked = Some(b);
         }
@@ -115,61 +186,28 @@ impl StreamSink {
     /// An event whose JSON payload goes to the client as it came.
     pub fn push_raw(&mut self, json: &str) {
         self.completion_bytes += text_bytes(json.as_bytes());
-        if self.filter.is_some() || self.recording.is_some() {
+        if let Some(r) = self.recording.as_mut() {
+            // An unreadable chunk spoils the recording (a non-object is never stored).
             let parsed: Result<serde_json::Value, _> = serde_json::from_str(json);
-            if let Some(r) = self.recording.as_mut() {
-                // An unreadable chunk spoils the recording (a non-object is never stored).
-                r.chunk(parsed.as_ref().unwrap_or(&serde_json::Value::Null));
-            }
-            if self.filter.is_none() {
-                self.buf.reserve(json.len() + 8);
-                self.buf.put_slice(b"data: ");
-                self.buf.put_slice(json.as_bytes());
-                self.buf.put_slice(b"\n\n");
-                self.chunks += 1;
-                return;
-            }
-            match parsed {
-                Ok(v) => self.filter_chunk(v),
-                // What cannot be read cannot be checked: it does not go out.
-                Err(_) => {
-                    self.blocked = Some(OutputBlocked {
-                        policy: String::new(),
-                        guardrail: "output",
-                        reason: "the upstream sent a chunk the output guardrails could not read".into(),
-                    })
-                }
-            }
-            return;
+            r.chunk(parsed.as_ref().unwrap_or(&serde_json::Value::Null));
         }
-        self.buf.reserve(json.len() + 8);
-        self.buf.put_slice(b"data: ");
-        self.buf.put_slice(json.as_bytes());
-        self.buf.put_slice(b"\n\n");
-        self.chunks += 1;
+        if self.filter.is_some() {
+            self.filter_chunk(json);
+        } else {
+            self.frames().raw(json);
+        }
     }
 
     /// An event gw serialized itself.
     pub fn push_json<T: Serialize>(&mut self, payload: &T) -> serde_json::Result<()> {
         if self.filter.is_some() || self.recording.is_some() {
-            let v = serde_json::to_value(payload)?;
-            self.completion_bytes += value_text_bytes(&v);
-            if let Some(r) = self.recording.as_mut() {
-                r.chunk(&v);
-            }
-            if self.filter.is_some() {
-                self.filter_chunk(v);
-            } else {
-                self.write_json(&v);
-            }
+            let json = serde_json::to_string(payload)?;
+            self.push_raw(&json);
             return Ok(());
         }
-        self.buf.put_slice(b"data: ");
         let start = self.buf.len();
-        serde_json::to_writer((&mut self.buf).writer(), payload)?;
+        self.frames().json(payload)?;
         self.completion_bytes += self.buf.get(start..).map_or(0, text_bytes);
-        self.buf.put_slice(b"\n\n");
-        self.chunks += 1;
         Ok(())
     }
 
@@ -299,22 +337,6 @@ fn hex4(json: &[u8], i: usize) -> Option<u32> {
     u32::from_str_radix(digits, 16).ok()
 }
 
-/// [`text_bytes`] of a chunk already parsed.
-fn value_text_bytes(v: &serde_json::Value) -> u64 {
-    use serde_json::Value;
-    match v {
-        Value::Object(m) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) if TEXT_KEYS.contains(&k.as_str()) => s.len() as u64,
-                other => value_text_bytes(other),
-            })
-            .sum(),
-        Value::Array(items) => items.iter().map(value_text_bytes).sum(),
-        _ => 0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +417,30 @@ mod tests {
         assert_eq!(&s.take().unwrap()[..], b"data: {\"a\":1}\n\ndata: {\"b\":2}\n\n");
         assert_eq!(s.pending(), 0);
         assert_eq!(s.completion_bytes, 0);
+    }
+
+    #[test]
+    fn a_chunk_with_line_breaks_goes_out_as_one_event() {
+        // A pretty-printed upstream chunk (its `data:` lines joined with line breaks).
+        let pretty = "{\n  \"choices\": [\r\n {\"index\": 0, \"delta\": {\"content\": \"a\\nb\"}}]\n}";
+        let want = "data: {\"choices\":[{\"delta\":{\"content\":\"a\\nb\"},\"index\":0}]}\n\n";
+        let mut s = StreamSink::new();
+        s.push_raw(pretty);
+        assert_eq!(std::str::from_utf8(&s.take().unwrap()).unwrap(), want);
+
+        use crate::policy::engine::{OutputGuard, PolicySet};
+        use crate::policy::stream::GuardedStream;
+        use crate::policy::vault::Vault;
+        let ps = PolicySet::empty().resolve(&[], Some("pii_redact")).unwrap();
+        let mut s = StreamSink::filtered(Box::new(GuardedStream::new(OutputGuard::new(&ps, Vault::new()).unwrap())));
+        s.push_raw(pretty);
+        s.finish_filter();
+        let out = String::from_utf8(s.take().unwrap().to_vec()).unwrap();
+        // The chunk (its text held back) and the held text at the end: each on one line.
+        assert_eq!(s.chunks, 2);
+        assert_eq!(out.matches('\n').count(), 4, "{out}");
+        assert!(out.contains(r#""content":"a\nb""#), "{out}");
+        assert!(out.starts_with("data: {") && out.ends_with("}\n\n"), "{out}");
     }
 
     #[test]

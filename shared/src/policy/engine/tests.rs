@@ -339,3 +339,18 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+#[test]
+fn a_sets_weight_grows_with_what_it_compiled() {
+    let empty = set(serde_json::json!({})).weight();
+    let one_rule = set(serde_json::json!({"policies": [{"name": "r", "guardrails": [
+        {"type": "regex", "rules": [{"name": "order", "pattern": "ORD-[0-9]{6}", "action": "redact"}]}]}]}))
+    .weight();
+    assert!(one_rule >= empty + 16 * 1024, "{empty} {one_rule}");
+    let phrases: Vec<String> = (0..2000).map(|i| format!("forbidden phrase number {i}")).collect();
+    let topics = set(serde_json::json!({"policies": [{"name": "t", "guardrails": [
+        {"type": "topic_guard", "topics": [{"name": "x", "phrases": phrases}]}]}]}))
+    .weight();
+    // The automaton over 2,000 phrases of ~25 bytes holds far more than their 50 KB of text.
+    assert!(topics > empty + 50_000, "{empty} {topics}");
+}

@@ -87,14 +87,31 @@ pub(super) struct Scan {
     pub(super) plus: bool,
     pub(super) dot: bool,
     pub(super) upper: bool,
+    /// A run of at least [`SECRET_RUN`] key characters (`[A-Za-z0-9_-]`) holding a `_`, a `-` or an
+    /// uppercase letter after its first character. Every secret pattern starts such a run (`sk-`,
+    /// `sk_live_`, `AKIA`, `AIza`, `eyJ`, `-----BEGIN`, …); ordinary prose has none.
+    pub(super) secretish: bool,
 }
+
+/// The shortest marked run a secret starts: a JWT's `eyJ` and five more characters.
+pub(super) const SECRET_RUN: usize = 8;
 
 impl Scan {
     pub(super) fn of(text: &str) -> Self {
         let mut scan = Scan::default();
         let mut run = 0usize;
         let mut gap = 3usize;
+        let mut key_run = 0usize;
+        let mut marked = false;
         for &b in text.as_bytes() {
+            if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+                marked |= b == b'_' || b == b'-' || (key_run > 0 && b.is_ascii_uppercase());
+                key_run += 1;
+                scan.secretish |= marked && key_run >= SECRET_RUN;
+            } else {
+                key_run = 0;
+                marked = false;
+            }
             if b.is_ascii_digit() {
                 scan.digits += 1;
                 run = if gap > 2 { 1 } else { run + 1 };

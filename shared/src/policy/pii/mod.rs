@@ -293,7 +293,7 @@ impl Detector {
                 self.ipv6s(text, &mut spans);
             }
         }
-        if entities.contains(Entity::Secret) {
+        if entities.contains(Entity::Secret) && scan.secretish {
             self.secrets(text, &mut spans);
             private_keys(text, &mut spans);
         }

@@ -287,6 +287,20 @@ fn secrets() {
 }
 
 #[test]
+fn prose_is_not_scanned_for_secrets() {
+    for prose in ["The quarterly report covers onboarding, pricing and Administration.", "a well-known fact", ""] {
+        let gated = !Scan::of(prose).secretish;
+        assert_eq!(gated, !prose.contains("well-known"), "{prose}");
+    }
+    assert!(Scan::of("token eyJhbGci").secretish);
+    assert!(!Scan::of("token eyJhbGc").secretish);
+    // The shortest values each pattern takes are still found.
+    for value in ["eyJabcde.eyJabcde.abcdefghij", "xoxb-abcdefghi1", "AKIAABCDEFGHIJKLMNOP"] {
+        assert_eq!(found_one(&format!("t {value} e"), Entity::Secret), vec![value]);
+    }
+}
+
+#[test]
 fn token_caps() {
     let jwt_of = |len: usize| format!("eyJ{}.eyJbbbbb.cccccccccc", "a".repeat(len - 23));
     let longest = jwt_of(MAX_JWT_LEN);
@@ -551,6 +565,29 @@ proptest! {
         let email = format!("{local}@{}.{tld}", labels.join("."));
         let text = format!("{before} {email} {after}");
         prop_assert_eq!(found(&text), vec![(Entity::Email, email.as_str())]);
+    }
+
+    #[test]
+    fn the_secret_gate_skips_no_secret(
+        words in prop::collection::vec(
+            (
+                prop::sample::select(vec![
+                    "", "", "sk-", "sk_live_", "rk_test_", "pk_live_", "AKIA", "ASIA", "ghp_", "github_pat_",
+                    "xoxb-", "AIza", "glpat-", "eyJ", "-----BEGIN", " PRIVATE KEY-----", "-----END", "\\n",
+                ]),
+                prop_oneof!["[A-Za-z0-9_-]{0,40}", "[a-z0-9]{10,12}", "[A-Z0-9]{16}", "[a-z]{5,12}\\.eyJ[a-z]{5}"],
+                prop::sample::select(vec![" ", ".", "\n", "=", "\"", "é"]),
+            ),
+            0..8,
+        )
+    ) {
+        let parts: Vec<String> = words.iter().map(|(p, body, sep)| format!("{p}{body}{sep}")).collect();
+        let text = parts.concat();
+        let mut ungated = Vec::new();
+        det().secrets(&text, &mut ungated);
+        checks::private_keys(&text, &mut ungated);
+        let want = resolve_overlaps(ungated);
+        prop_assert_eq!(det().find(&text, EntitySet::empty().with(Entity::Secret)), want);
     }
 
     #[test]

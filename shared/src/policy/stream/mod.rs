@@ -12,15 +12,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{Map, Value};
-
 use super::engine::{OutputBlocked, OutputGuard};
 use super::PolicyDecision;
-use crate::providers::ChunkFilter;
+use crate::providers::{ChunkFilter, Frames};
 
 mod held;
+mod json;
 
 pub use held::{finish, push, Held, MAX_HOLD, WINDOW};
+use json::{Json, Obj};
 
 /// A text field of a choice's deltas, held on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,8 +68,9 @@ impl ToolText {
 pub struct GuardedStream {
     guard: OutputGuard,
     held: BTreeMap<(u64, Field), Held>,
-    /// The last chunk's fields but its choices, for chunks the filter makes itself.
-    template: Option<Map<String, Value>>,
+    /// The first chunk's members but its choices and usage (id, model and the like do not change
+    /// within a stream), for the chunks the filter makes itself.
+    template: Option<Vec<(String, Box<serde_json::value::RawValue>)>>,
 }
 
 impl GuardedStream {
@@ -77,42 +78,41 @@ impl GuardedStream {
         Self { guard, held: BTreeMap::new(), template: None }
     }
 
-    /// A field's new piece (in `slot`) through its held text: the slot gets what may leave now.
-    fn pass(&mut self, choice: u64, field: Field, slot: &mut String) -> Result<(), OutputBlocked> {
+    /// A field's new piece (in `slot`, when it is a string) through its held text: the slot gets
+    /// what may leave now.
+    fn pass(&mut self, choice: u64, field: Field, slot: Option<&mut Json<'_>>) -> Result<(), OutputBlocked> {
+        let Some(slot) = slot else { return Ok(()) };
+        let Some(piece) = slot.string() else { return Ok(()) };
         let held = self.held.entry((choice, field)).or_default();
-        let piece = std::mem::take(slot);
-        *slot = push(&mut self.guard, held, &piece)?;
+        let out = push(&mut self.guard, held, &piece)?;
+        *slot = Json::Text(out);
         Ok(())
     }
 
-    fn pass_delta(&mut self, choice: u64, delta: &mut Map<String, Value>) -> Result<(), OutputBlocked> {
+    fn pass_delta(&mut self, choice: u64, delta: &mut Obj<'_>) -> Result<(), OutputBlocked> {
         for (key, field) in [
             ("reasoning_content", Field::ReasoningContent),
             ("reasoning", Field::Reasoning),
             ("content", Field::Content),
             ("refusal", Field::Refusal),
         ] {
-            if let Some(Value::String(s)) = delta.get_mut(key) {
-                self.pass(choice, field, s)?;
-            }
+            self.pass(choice, field, delta.get_mut(key))?;
         }
-        if let Some(Value::Array(calls)) = delta.get_mut("tool_calls") {
+        if let Some(calls) = delta.get_mut("tool_calls").and_then(Json::array) {
             for call in calls {
+                let Some(call) = call.object() else { continue };
                 let k = call_index(call);
                 for part in [ToolText::Arguments, ToolText::Input] {
                     let (outer, key) = part.path();
-                    if let Some(Value::String(s)) = call.get_mut(outer).and_then(|o| o.get_mut(key)) {
-                        self.pass(choice, Field::ToolCall(k, part), s)?;
-                    }
+                    let slot = call.get_mut(outer).and_then(Json::object).and_then(|o| o.get_mut(key));
+                    self.pass(choice, Field::ToolCall(k, part), slot)?;
                 }
             }
         }
-        if let Some(Value::String(s)) = delta.get_mut("function_call").and_then(|f| f.get_mut("arguments")) {
-            self.pass(choice, Field::FunctionArguments, s)?;
-        }
-        if let Some(Value::String(s)) = delta.get_mut("audio").and_then(|a| a.get_mut("transcript")) {
-            self.pass(choice, Field::Transcript, s)?;
-        }
+        let slot = delta.get_mut("function_call").and_then(Json::object).and_then(|f| f.get_mut("arguments"));
+        self.pass(choice, Field::FunctionArguments, slot)?;
+        let slot = delta.get_mut("audio").and_then(Json::object).and_then(|a| a.get_mut("transcript"));
+        self.pass(choice, Field::Transcript, slot)?;
         Ok(())
     }
 
@@ -131,144 +131,164 @@ impl GuardedStream {
         Ok(out)
     }
 
-    fn flush_all(&mut self, out: &mut Vec<Value>) -> Result<(), OutputBlocked> {
+    /// Every held text out, a chunk per choice made from the template.
+    fn flush_all(&mut self, out: &mut Frames<'_>) -> Result<(), OutputBlocked> {
         let choices: BTreeSet<u64> = self.held.keys().map(|(c, _)| *c).collect();
+        let mut rests = Vec::new();
         for index in choices {
-            let rests = self.finish_choice(index)?;
-            if rests.is_empty() {
-                continue;
+            let r = self.finish_choice(index)?;
+            if !r.is_empty() {
+                rests.push((index, r));
             }
-            let mut delta = Map::new();
-            for (field, rest) in rests {
-                put(&mut delta, field, rest);
+        }
+        for (index, r) in rests {
+            let mut chunk = Obj::default();
+            for (k, v) in self.template.iter().flatten() {
+                chunk.push(k.as_str().into(), Json::Raw(v));
             }
-            let mut chunk = self.template.clone().unwrap_or_default();
-            chunk.insert(
-                "choices".into(),
-                serde_json::json!([{"index": index, "delta": delta, "logprobs": null, "finish_reason": null}]),
-            );
-            out.push(Value::Object(chunk));
+            let mut c = Obj::default();
+            c.insert("index", Json::U64(index));
+            let mut delta = Json::Object(Obj::default());
+            if let Some(d) = delta.object() {
+                for (field, rest) in r {
+                    put(d, field, rest);
+                }
+            }
+            c.insert("delta", delta);
+            c.insert("logprobs", Json::Null);
+            c.insert("finish_reason", Json::Null);
+            chunk.insert("choices", Json::Array(vec![Json::Object(c)]));
+            write(out, &chunk)?;
         }
         Ok(())
     }
 }
 
-fn call_index(call: &Value) -> u64 {
-    call.get("index").and_then(Value::as_u64).unwrap_or(0)
+fn call_index(call: &Obj<'_>) -> u64 {
+    call.get("index").and_then(Json::as_u64).unwrap_or(0)
 }
 
-/// `m[key]` as an object, made one if it is not.
-fn object_at<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
-    let v = m.entry(key).or_insert(Value::Null);
-    if !v.is_object() {
-        *v = Value::Object(Map::new());
-    }
-    v.as_object_mut()
-}
-
-fn append(m: &mut Map<String, Value>, key: &str, rest: String) {
-    match m.get_mut(key) {
-        Some(Value::String(s)) => s.push_str(&rest),
-        _ => {
-            m.insert(key.into(), Value::String(rest));
-        }
+fn append<'a>(m: &mut Obj<'a>, key: &'static str, rest: String) {
+    let slot = m.entry(key);
+    match slot {
+        Json::Text(s) => s.push_str(&rest),
+        _ => match slot.string() {
+            Some(s) => *slot = Json::Text(s.into_owned() + &rest),
+            None => *slot = Json::Text(rest),
+        },
     }
 }
 
 /// A field's held rest into a delta: after the chunk's own piece of that field, or as a new one.
-fn put(delta: &mut Map<String, Value>, field: Field, rest: String) {
+fn put(delta: &mut Obj<'_>, field: Field, rest: String) {
     match field {
         Field::ReasoningContent => append(delta, "reasoning_content", rest),
         Field::Reasoning => append(delta, "reasoning", rest),
         Field::Content => append(delta, "content", rest),
         Field::Refusal => append(delta, "refusal", rest),
         Field::FunctionArguments => {
-            if let Some(f) = object_at(delta, "function_call") {
+            if let Some(f) = delta.object_at("function_call") {
                 append(f, "arguments", rest);
             }
         }
         Field::Transcript => {
-            if let Some(a) = object_at(delta, "audio") {
+            if let Some(a) = delta.object_at("audio") {
                 append(a, "transcript", rest);
             }
         }
         Field::ToolCall(k, part) => {
-            let calls = match delta.entry("tool_calls").or_insert(Value::Null) {
-                Value::Array(calls) => calls,
-                other => {
-                    *other = Value::Array(Vec::new());
-                    match other {
-                        Value::Array(calls) => calls,
-                        _ => return,
-                    }
-                }
-            };
-            // The chunk's own entry for the call, or one of its own: `{"index": k, ...}`.
-            let at = match calls.iter().position(|c| c.is_object() && call_index(c) == k) {
-                Some(at) => at,
+            let Some(calls) = delta.entry("tool_calls").make_array() else { return };
+            // The chunk's own entry for the call, or one of its own: `{"index": k}`.
+            let at = calls.iter_mut().position(|c| c.object().is_some_and(|c| call_index(c) == k));
+            let call = match at {
+                Some(at) => &mut calls[at],
                 None => {
-                    calls.push(serde_json::json!({"index": k}));
-                    calls.len() - 1
+                    let mut call = Obj::default();
+                    call.insert("index", Json::U64(k));
+                    calls.push(Json::Object(call));
+                    let last = calls.len() - 1;
+                    &mut calls[last]
                 }
             };
             let (outer, key) = part.path();
-            if let Some(o) = calls.get_mut(at).and_then(Value::as_object_mut).and_then(|c| object_at(c, outer)) {
+            if let Some(o) = call.object().and_then(|c| c.object_at(outer)) {
                 append(o, key, rest);
             }
         }
     }
 }
 
+/// A chunk the filter wrote itself, or edited, to the client.
+fn write<T: serde::Serialize>(out: &mut Frames<'_>, chunk: &T) -> Result<(), OutputBlocked> {
+    out.json(chunk).map_err(|e| OutputBlocked {
+        policy: String::new(),
+        guardrail: "output",
+        reason: format!("a guarded chunk could not be written: {e}"),
+    })
+}
+
+/// What cannot be read cannot be checked: it does not go out.
+fn unreadable() -> OutputBlocked {
+    OutputBlocked {
+        policy: String::new(),
+        guardrail: "output",
+        reason: "the upstream sent a chunk the output guardrails could not read".into(),
+    }
+}
+
 impl ChunkFilter for GuardedStream {
-    fn chunk(&mut self, mut chunk: Value, out: &mut Vec<Value>) -> Result<(), OutputBlocked> {
-        let Some(obj) = chunk.as_object_mut() else {
-            out.push(chunk);
-            return Ok(());
+    fn filter(&mut self, json: &str, out: &mut Frames<'_>) -> Result<(), OutputBlocked> {
+        let Some(mut obj) = Obj::parse(json) else {
+            // Valid JSON that is not an object holds no choices: it goes out as it came.
+            return match serde_json::from_str::<&serde_json::value::RawValue>(json) {
+                Ok(_) => {
+                    out.raw(json);
+                    Ok(())
+                }
+                Err(_) => Err(unreadable()),
+            };
         };
-        let has_choices = obj.get("choices").and_then(Value::as_array).is_some_and(|c| !c.is_empty());
-        if !has_choices {
+        if !obj.get_mut("choices").is_some_and(Json::is_nonempty_array) {
             // The usage chunk (or another without choices): what is held goes out first.
             self.flush_all(out)?;
-            out.push(chunk);
+            out.raw(json);
             return Ok(());
         }
-        // The chunk's id, model and the like do not change within a stream: kept once, for the
-        // chunks the filter makes itself.
         if self.template.is_none() {
             let template = obj
-                .iter()
-                .filter(|(k, _)| *k != "choices" && *k != "usage")
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .members_but(&["choices", "usage"])
+                .filter_map(|(k, v)| serde_json::value::to_raw_value(v).ok().map(|v| (k.to_owned(), v)))
                 .collect();
             self.template = Some(template);
         }
         let scans = self.guard.scans();
-        if let Some(choices) = obj.get_mut("choices").and_then(Value::as_array_mut) {
+        if let Some(choices) = obj.get_mut("choices").and_then(Json::array) {
             for c in choices {
-                let Some(c) = c.as_object_mut() else { continue };
-                let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let Some(c) = c.object() else { continue };
+                let index = c.get("index").and_then(Json::as_u64).unwrap_or(0);
                 let finishing = c.get("finish_reason").is_some_and(|f| !f.is_null());
                 if scans {
-                    c.insert("logprobs".into(), Value::Null);
+                    c.insert("logprobs", Json::Null);
                 }
-                if let Some(Value::Object(delta)) = c.get_mut("delta") {
+                if let Some(delta) = c.get_mut("delta").and_then(Json::object) {
                     self.pass_delta(index, delta)?;
                 }
                 if finishing {
                     let rests = self.finish_choice(index)?;
-                    if let Some(delta) = object_at(c, "delta").filter(|_| !rests.is_empty()) {
-                        for (field, rest) in rests {
-                            put(delta, field, rest);
+                    if !rests.is_empty() {
+                        if let Some(delta) = c.object_at("delta") {
+                            for (field, rest) in rests {
+                                put(delta, field, rest);
+                            }
                         }
                     }
                 }
             }
         }
-        out.push(chunk);
-        Ok(())
+        write(out, &obj)
     }
 
-    fn finish(&mut self, out: &mut Vec<Value>) -> Result<(), OutputBlocked> {
+    fn flush(&mut self, out: &mut Frames<'_>) -> Result<(), OutputBlocked> {
         self.flush_all(out)
     }
 

@@ -130,6 +130,59 @@ fn a_block_mid_stream_stops_the_stream() {
     assert!(!seen.contains("AKIA"), "{seen:?}");
 }
 
+/// The filter reads a chunk's text where it sits and writes the rest back as it came.
+fn filtered(f: &mut GuardedStream, json: &str) -> (Result<(), OutputBlocked>, String) {
+    let mut buf = bytes::BytesMut::new();
+    let mut count = 0;
+    let r = f.filter(json, &mut crate::providers::Frames::new(&mut buf, &mut count));
+    (r, String::from_utf8(buf.to_vec()).unwrap())
+}
+
+#[test]
+fn members_the_guard_does_not_read_go_out_as_they_came() {
+    let mut f = GuardedStream::new(pii());
+    let chunk = r#"{"id":"x","created":1.0e3,"choices":[{"index":0,"delta":{"role":"assistant","content":"hi there, "},"logprobs":{"content":[{"token":"hi"}]},"finish_reason":null,"extra":{"b":2,"a":1}}],"z":[1,2]}"#;
+    let (r, out) = filtered(&mut f, chunk);
+    r.unwrap();
+    // Member order and number formats kept; only the text (held back for now) and the logprobs
+    // are written anew.
+    assert_eq!(
+        out,
+        "data: {\"id\":\"x\",\"created\":1.0e3,\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null,\"extra\":{\"b\":2,\"a\":1}}],\"z\":[1,2]}\n\n"
+    );
+    // A chunk without choices goes out byte for byte (after what was held, in a chunk of the
+    // first chunk's members).
+    let usage = r#"{"id":"x","choices":[],"usage":{"total_tokens":3}}"#;
+    assert_eq!(
+        filtered(&mut f, usage).1,
+        format!(
+            "data: {{\"id\":\"x\",\"created\":1.0e3,\"z\":[1,2],\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"hi there, \"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\ndata: {usage}\n\n"
+        )
+    );
+}
+
+#[test]
+fn a_repeated_text_key_is_guarded_as_the_client_reads_it() {
+    // Readers keep a repeated key's last value: that one must be the guarded one.
+    let mut f = GuardedStream::new(pii());
+    let chunk = r#"{"choices":[{"index":0,"delta":{"content":"ok ","content":"mail jane.roe@example.com now"},"finish_reason":"stop"}]}"#;
+    let (r, out) = filtered(&mut f, chunk);
+    r.unwrap();
+    assert!(!out.contains("jane"), "{out}");
+    assert!(out.contains("[EMAIL_1]"), "{out}");
+}
+
+#[test]
+fn a_chunk_that_does_not_parse_stops_the_stream_and_other_json_passes() {
+    let mut f = GuardedStream::new(pii());
+    let (r, out) = filtered(&mut f, r#"{"choices":[{"delta":{"content":"a@b.com"#);
+    assert_eq!(r.unwrap_err().reason, "the upstream sent a chunk the output guardrails could not read");
+    assert_eq!(out, "");
+    let (r, out) = filtered(&mut f, "[1,2]");
+    r.unwrap();
+    assert_eq!(out, "data: [1,2]\n\n");
+}
+
 #[test]
 fn restored_placeholders_split_over_chunks() {
     let doc = serde_json::json!({"policies": [{"name": "r", "guardrails": [{"type": "pii_redact", "restore": true}]}]});
