@@ -34,6 +34,10 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("{0}")]
     Unavailable(String),
+    /// A server gw called on the caller's behalf (a provider's report API) failed; the message
+    /// names it and at most a status, never its answer.
+    #[error("{0}")]
+    BadGateway(String),
     /// Too many attempts; holds the seconds after which a retry may succeed.
     #[error("too many attempts; retry in {0} seconds")]
     TooManyRequests(u64),
@@ -51,7 +55,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Machine-readable: `validation_error`, `unauthorized`, `forbidden`, `not_found`,
     /// `method_not_allowed`, `conflict`, `payload_too_large`, `rate_limited`, `plan_required`,
-    /// `unavailable`, `internal_error`.
+    /// `unavailable`, `bad_gateway`, `internal_error`.
     pub code: String,
     pub message: String,
     /// The request fields at fault; empty when the error is not about a field.
@@ -81,6 +85,7 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::Unavailable(_) => "unavailable",
+            ApiError::BadGateway(_) => "bad_gateway",
             ApiError::TooManyRequests(_) => "rate_limited",
             ApiError::PlanRequired(_) => "plan_required",
             ApiError::Internal(_) => "internal_error",
@@ -99,6 +104,7 @@ impl ResponseError for ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::PlanRequired(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -194,6 +200,9 @@ pub enum Errors {
     /// No such resource in this organization.
     #[response(status = 404)]
     NotFound(ErrorBody),
+    /// The path does not answer this method; `Allow` lists the ones it does.
+    #[response(status = 405)]
+    MethodNotAllowed(ErrorBody),
     /// The request conflicts with the resource's state.
     #[response(status = 409)]
     Conflict(ErrorBody),
@@ -203,6 +212,12 @@ pub enum Errors {
     /// Too many attempts; see `Retry-After`.
     #[response(status = 429)]
     TooManyRequests(ErrorBody),
+    /// Something failed inside gw; the detail is in its log, under the request's id.
+    #[response(status = 500)]
+    Internal(ErrorBody),
+    /// A server gw called for the request failed (a provider's report API).
+    #[response(status = 502)]
+    BadGateway(ErrorBody),
     /// A store is unavailable; retry shortly.
     #[response(status = 503)]
     Unavailable(ErrorBody),

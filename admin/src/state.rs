@@ -8,6 +8,7 @@ use crate::hashing::Hashing;
 use crate::metrics::Metrics;
 use gw_shared::config::Config;
 use gw_shared::db::{DbConn, DbPool};
+use gw_shared::redis::{invalidate, Invalidation};
 
 pub struct AppState {
     pub cfg: Config,
@@ -41,6 +42,15 @@ impl AppState {
 
     pub async fn conn(&self) -> ApiResult<DbConn> {
         Ok(self.db.get().await?)
+    }
+
+    /// Tells the proxies to drop their copies of what a committed change touched. The change
+    /// stands whatever happens here: a failed publish is logged (naming `what` changed), and the
+    /// proxies' cache TTL still ends the stale copy.
+    pub async fn invalidate(&self, inv: &Invalidation, what: impl std::fmt::Display) {
+        if let Err(e) = invalidate(&self.redis, inv).await {
+            log::warn!("could not publish {what}: {e}");
+        }
     }
 
     /// Runs a password hash or verification on a hashing thread; 503 with a hint when every

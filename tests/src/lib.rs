@@ -862,6 +862,35 @@ pub async fn expect_unauthorized(resp: reqwest::Response) -> Value {
     b
 }
 
+/// `POST /v1/chat/completions` with `key`, naming `policy` in `x-gw-policy` if given.
+pub async fn post_chat(stack: &Stack, key: &str, policy: Option<&str>, body: &Value) -> reqwest::Response {
+    let mut req = stack.http.post(format!("{}/v1/chat/completions", stack.proxy)).bearer_auth(key).json(body);
+    if let Some(p) = policy {
+        req = req.header("x-gw-policy", p);
+    }
+    req.send().await.expect("chat request")
+}
+
+/// The response's JSON body, after asserting its status.
+pub async fn json_of(resp: reqwest::Response, status: u16) -> Value {
+    assert_eq!(resp.status(), status);
+    resp.json().await.expect("JSON body")
+}
+
+/// Asserts an `/api/v1` 400 `validation_error` whose first field error names `field` (`what`
+/// says which case failed). Returns the body.
+pub async fn expect_field_error(resp: reqwest::Response, field: &str, what: &str) -> Value {
+    let b = expect_api_error(resp, 400).await;
+    assert_eq!(b["error"]["code"], "validation_error", "{what}: {b}");
+    assert_eq!(b["error"]["fields"][0]["field"], field, "{what}: {b}");
+    b
+}
+
+/// The request id gw gave a `/v1` answer (`x-gw-request-id`).
+pub fn request_id(resp: &reqwest::Response) -> Uuid {
+    header(resp, "x-gw-request-id").parse().expect("request id")
+}
+
 /// Database access for checking what the services wrote.
 pub mod db {
     use std::time::{Duration, Instant};

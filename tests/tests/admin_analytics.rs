@@ -8,7 +8,7 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use gw_shared::audit::AuditRecord;
-use gw_tests::{db, expect_api_error, expect_unauthorized, header, Session, Stack};
+use gw_tests::{db, expect_api_error, expect_field_error, expect_unauthorized, header, Session, Stack};
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -114,13 +114,6 @@ fn csv_records(text: &str) -> Vec<Vec<String>> {
     }
     assert!(field.is_empty() && record.is_empty() && !quoted, "the CSV does not end with a line end");
     records
-}
-
-/// Asserts a 400 whose first field error names `field`.
-async fn expect_field_error(resp: reqwest::Response, field: &str, what: &str) {
-    let b = expect_api_error(resp, 400).await;
-    assert_eq!(b["error"]["code"], "validation_error", "{what}: {b}");
-    assert_eq!(b["error"]["fields"][0]["field"], field, "{what}: {b}");
 }
 
 /// Both endpoints, with `query`.

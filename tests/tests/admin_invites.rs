@@ -6,21 +6,9 @@
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use gw_shared::db::schema::invites;
-use gw_tests::{db, expect_api_error, Session, Stack, PASSWORD};
+use gw_tests::{db, expect_api_error, expect_field_error, json_of, Session, Stack, PASSWORD};
 use serde_json::{json, Value};
 use uuid::Uuid;
-
-async fn body(resp: reqwest::Response, status: u16) -> Value {
-    assert_eq!(resp.status(), status);
-    resp.json().await.unwrap()
-}
-
-/// Asserts a 400 whose first field error names `field`.
-async fn expect_field_error(resp: reqwest::Response, field: &str, what: &str) {
-    let b = expect_api_error(resp, 400).await;
-    assert_eq!(b["error"]["code"], "validation_error", "{what}: {b}");
-    assert_eq!(b["error"]["fields"][0]["field"], field, "{what}: {b}");
-}
 
 fn new_email() -> String {
     format!("invitee-{}@test.gw", Uuid::new_v4())
@@ -32,7 +20,7 @@ async fn invite(stack: &Stack, s: &Session, body_json: Value) -> reqwest::Respon
 
 /// Creates an invite for a fresh address with `role`; returns the creation response body.
 async fn invite_ok(stack: &Stack, s: &Session, role: &str) -> Value {
-    body(invite(stack, s, json!({"email": new_email(), "role": role})).await, 201).await
+    json_of(invite(stack, s, json!({"email": new_email(), "role": role})).await, 201).await
 }
 
 async fn accept(stack: &Stack, body_json: Value) -> reqwest::Response {
@@ -58,7 +46,7 @@ async fn create_returns_the_token_once_and_stores_only_its_hash() {
     let r =
         invite(&stack, &s, json!({"email": email, "role": "admin", "team_ids": [team, team], "expires_in_hours": 24}))
             .await;
-    let created = body(r, 201).await;
+    let created = json_of(r, 201).await;
     let mut fields: Vec<&str> = created.as_object().unwrap().keys().map(String::as_str).collect();
     fields.sort();
     assert_eq!(fields, ["created_at", "email", "expires_at", "id", "role", "status", "team_ids", "token", "warning"]);
@@ -82,7 +70,7 @@ async fn create_returns_the_token_once_and_stores_only_its_hash() {
         .unwrap();
     assert_eq!(stored, gw_shared::keys::hash_secret(token).to_vec());
 
-    let list = body(stack.admin_get("/invites", &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get("/invites", &s.access_token).await, 200).await;
     assert!(!list.to_string().contains(token), "listing leaked the token");
     assert_eq!(list["data"].as_array().unwrap().len(), 1);
     assert_eq!(list["data"][0]["id"], created["id"]);
@@ -109,7 +97,7 @@ async fn create_with_invalid_fields_names_the_field() {
     }
     let b = expect_api_error(invite(&stack, &s, json!({"email": new_email(), "colour": "blue"})).await, 400).await;
     assert_eq!(b["error"]["code"], "validation_error");
-    let list = body(stack.admin_get("/invites", &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get("/invites", &s.access_token).await, 200).await;
     assert_eq!(list["data"], json!([]));
 }
 
@@ -155,10 +143,11 @@ async fn accepting_creates_the_account_and_joins_the_teams() {
     let gone = stack.create_team(&s, "gone").await;
     let email = new_email();
     let created =
-        body(invite(&stack, &s, json!({"email": email, "role": "admin", "team_ids": [team, gone]})).await, 201).await;
+        json_of(invite(&stack, &s, json!({"email": email, "role": "admin", "team_ids": [team, gone]})).await, 201)
+            .await;
     assert_eq!(stack.admin_delete(&format!("/teams/{gone}"), &s.access_token).await.status(), 204);
 
-    let tokens = body(accept(&stack, new_account(created["token"].as_str().unwrap())).await, 201).await;
+    let tokens = json_of(accept(&stack, new_account(created["token"].as_str().unwrap())).await, 201).await;
     assert_eq!(tokens["role"], "admin");
     assert_eq!(tokens["organization"]["id"], s.org_id.to_string());
     assert_eq!(tokens["user"]["email"], email);
@@ -168,15 +157,15 @@ async fn accepting_creates_the_account_and_joins_the_teams() {
     let access = tokens["access_token"].as_str().unwrap();
 
     // The new session works, with the invite's role and the teams still live.
-    let me = body(stack.admin_get(&format!("/users/{user}"), access).await, 200).await;
+    let me = json_of(stack.admin_get(&format!("/users/{user}"), access).await, 200).await;
     assert_eq!(me["role"], "admin");
     assert_eq!(me["teams"], json!([team.to_string()]));
     assert_eq!(stack.admin_get("/invites", access).await.status(), 200);
 
-    let accepted = body(stack.admin_get("/invites?status=accepted", &s.access_token).await, 200).await;
+    let accepted = json_of(stack.admin_get("/invites?status=accepted", &s.access_token).await, 200).await;
     assert_eq!(accepted["data"][0]["id"], created["id"]);
     assert_eq!(accepted["data"][0]["accepted_by"], user);
-    let pending = body(stack.admin_get("/invites?status=pending", &s.access_token).await, 200).await;
+    let pending = json_of(stack.admin_get("/invites?status=pending", &s.access_token).await, 200).await;
     assert_eq!(pending["data"], json!([]));
 
     // The new account signs in with its password.
@@ -198,7 +187,7 @@ async fn an_invite_works_once() {
     let token = created["token"].as_str().unwrap();
     assert_eq!(accept(&stack, new_account(token)).await.status(), 201);
     expect_field_error(accept(&stack, new_account(token)).await, "token", "second acceptance").await;
-    let users = body(stack.admin_get("/users", &s.access_token).await, 200).await;
+    let users = json_of(stack.admin_get("/users", &s.access_token).await, 200).await;
     assert_eq!(users["data"].as_array().unwrap().len(), 2);
 }
 
@@ -215,10 +204,10 @@ async fn an_expired_invite_cannot_be_accepted() {
         .unwrap();
     assert_eq!(n, 1);
     expect_field_error(accept(&stack, new_account(created["token"].as_str().unwrap())).await, "token", "expired").await;
-    let expired = body(stack.admin_get("/invites?status=expired", &s.access_token).await, 200).await;
+    let expired = json_of(stack.admin_get("/invites?status=expired", &s.access_token).await, 200).await;
     assert_eq!(expired["data"][0]["id"], created["id"]);
     assert_eq!(expired["data"][0]["status"], "expired");
-    let users = body(stack.admin_get("/users", &s.access_token).await, 200).await;
+    let users = json_of(stack.admin_get("/users", &s.access_token).await, 200).await;
     assert_eq!(users["data"].as_array().unwrap().len(), 1, "an expired invite must not add a member");
 }
 
@@ -232,7 +221,7 @@ async fn a_revoked_invite_cannot_be_accepted() {
     // Revoking again is a no-op.
     assert_eq!(stack.admin_delete(&path, &s.access_token).await.status(), 204);
     expect_field_error(accept(&stack, new_account(created["token"].as_str().unwrap())).await, "token", "revoked").await;
-    let revoked = body(stack.admin_get("/invites?status=revoked", &s.access_token).await, 200).await;
+    let revoked = json_of(stack.admin_get("/invites?status=revoked", &s.access_token).await, 200).await;
     assert_eq!(revoked["data"][0]["status"], "revoked");
 }
 
@@ -259,7 +248,7 @@ async fn another_orgs_invite_is_404_like_a_missing_one() {
     }
     assert_eq!(bodies[0], bodies[1]);
     // Their invite still works.
-    let pending = body(stack.admin_get("/invites?status=pending", &other.access_token).await, 200).await;
+    let pending = json_of(stack.admin_get("/invites?status=pending", &other.access_token).await, 200).await;
     assert_eq!(pending["data"][0]["id"], theirs["id"]);
 }
 
@@ -289,17 +278,18 @@ async fn an_existing_account_accepts_with_its_password() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let elsewhere = stack.register().await;
-    let created = body(invite(&stack, &s, json!({"email": elsewhere.email, "role": "viewer"})).await, 201).await;
+    let created = json_of(invite(&stack, &s, json!({"email": elsewhere.email, "role": "viewer"})).await, 201).await;
     let token = created["token"].as_str().unwrap();
 
     let r = accept(&stack, json!({"token": token, "password": "not the right password"})).await;
     assert_eq!(expect_api_error(r, 401).await["error"]["code"], "unauthorized");
-    let tokens = body(accept(&stack, json!({"token": token, "password": PASSWORD})).await, 201).await;
+    let tokens = json_of(accept(&stack, json!({"token": token, "password": PASSWORD})).await, 201).await;
     assert_eq!(tokens["user"]["id"], elsewhere.user_id.to_string());
     assert_eq!(tokens["organization"]["id"], s.org_id.to_string());
     assert_eq!(tokens["role"], "viewer");
     // Still the owner of their own organization.
-    let own = body(stack.admin_get(&format!("/users/{}", elsewhere.user_id), &elsewhere.access_token).await, 200).await;
+    let own =
+        json_of(stack.admin_get(&format!("/users/{}", elsewhere.user_id), &elsewhere.access_token).await, 200).await;
     assert_eq!(own["role"], "owner");
 }
 
@@ -313,9 +303,9 @@ async fn invite_writes_appear_in_the_audit_trail() {
     let revoked_id = revoked["id"].as_str().unwrap();
     assert_eq!(stack.admin_delete(&format!("/invites/{revoked_id}"), &s.access_token).await.status(), 204);
     let accepted = invite_ok(&stack, &s, "member").await;
-    let tokens = body(accept(&stack, new_account(accepted["token"].as_str().unwrap())).await, 201).await;
+    let tokens = json_of(accept(&stack, new_account(accepted["token"].as_str().unwrap())).await, 201).await;
 
-    let page = body(stack.admin_get("/audit-events?resource_type=invite", &s.access_token).await, 200).await;
+    let page = json_of(stack.admin_get("/audit-events?resource_type=invite", &s.access_token).await, 200).await;
     let events = page["data"].as_array().unwrap();
     let actions: Vec<&str> = events.iter().map(|e| e["action"].as_str().unwrap()).collect();
     assert_eq!(actions, ["invite.accept", "invite.create", "invite.revoke", "invite.create"]);

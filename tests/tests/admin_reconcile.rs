@@ -12,7 +12,9 @@ use std::str::FromStr;
 use chrono::{Days, Utc};
 use gw_shared::audit::AuditRecord;
 use gw_shared::db::reconcile_runs;
-use gw_tests::{db, expect_api_error, expect_unauthorized, header, unique_tag, user_message, Session, Stack};
+use gw_tests::{
+    db, expect_api_error, expect_field_error, expect_unauthorized, header, unique_tag, user_message, Session, Stack,
+};
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -104,13 +106,6 @@ async fn reconciled(stack: &Stack, s: &Session, body: Value) -> Value {
     let text = r.text().await.unwrap();
     assert_eq!(status, 201, "{text}");
     serde_json::from_str(&text).unwrap()
-}
-
-async fn expect_field_error(resp: reqwest::Response, field: &str) -> Value {
-    let b = expect_api_error(resp, 400).await;
-    assert_eq!(b["error"]["code"], "validation_error", "{b}");
-    assert_eq!(b["error"]["fields"][0]["field"], field, "{b}");
-    b
 }
 
 /// An organization whose requests to `provider` go out with a credential of its own, priced
@@ -316,7 +311,7 @@ async fn runs_are_listed_newest_first_in_pages() {
     assert_eq!(listed, vec![ids[0].as_str()]);
     assert_eq!(page["next_cursor"], Value::Null);
 
-    expect_field_error(stack.admin_get("/analytics/reconcile?limit=0", &s.access_token).await, "limit").await;
+    expect_field_error(stack.admin_get("/analytics/reconcile?limit=0", &s.access_token).await, "limit", "").await;
 }
 
 // ---- refusals ----
@@ -325,8 +320,9 @@ async fn runs_are_listed_newest_first_in_pages() {
 async fn an_unknown_provider_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let b = expect_field_error(reconcile(&stack, &s, json!({"provider": "nope", "start": today()})).await, "provider")
-        .await;
+    let b =
+        expect_field_error(reconcile(&stack, &s, json!({"provider": "nope", "start": today()})).await, "provider", "")
+            .await;
     let message = b["error"]["message"].as_str().unwrap();
     assert!(message.contains("upstream") && message.contains("anthropic"), "names those that can: {message}");
 }
@@ -336,7 +332,7 @@ async fn a_provider_kind_without_usage_reports_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let r = reconcile(&stack, &s, json!({"provider": "gemini", "start": today(), "admin_key": new_secret()})).await;
-    let b = expect_field_error(r, "provider").await;
+    let b = expect_field_error(r, "provider", "").await;
     let message = b["error"]["message"].as_str().unwrap();
     assert!(message.contains("gemini") && message.contains("openai, anthropic"), "{message}");
 }
@@ -347,7 +343,7 @@ async fn an_end_before_the_start_is_400() {
     let s = stack.register().await;
     let body =
         json!({"provider": "upstream", "start": today(), "end": days_from_today(1, 0), "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "end").await;
+    expect_field_error(reconcile(&stack, &s, body).await, "end", "").await;
 }
 
 #[tokio::test]
@@ -356,7 +352,7 @@ async fn a_period_over_93_days_is_400() {
     let s = stack.register().await;
     let body =
         json!({"provider": "upstream", "start": days_from_today(93, 0), "end": today(), "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "end").await;
+    expect_field_error(reconcile(&stack, &s, body).await, "end", "").await;
 }
 
 #[tokio::test]
@@ -365,9 +361,9 @@ async fn a_period_ending_after_today_is_400() {
     let s = stack.register().await;
     let body =
         json!({"provider": "upstream", "start": today(), "end": days_from_today(0, 1), "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "end").await;
+    expect_field_error(reconcile(&stack, &s, body).await, "end", "").await;
     let body = json!({"provider": "upstream", "start": days_from_today(0, 1), "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "start").await;
+    expect_field_error(reconcile(&stack, &s, body).await, "start", "").await;
 }
 
 #[tokio::test]
@@ -375,7 +371,7 @@ async fn a_malformed_body_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let body = json!({"provider": "upstream", "start": "01/02/2026", "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "start").await;
+    expect_field_error(reconcile(&stack, &s, body).await, "start", "").await;
     let body = json!({"provider": "upstream", "start": today(), "secret": new_secret()});
     let b = expect_api_error(reconcile(&stack, &s, body).await, 400).await;
     assert_eq!(b["error"]["code"], "validation_error");

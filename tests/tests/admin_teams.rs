@@ -5,29 +5,17 @@
 
 use std::time::{Duration, Instant};
 
-use gw_tests::{expect_api_error, user_message, Session, Stack};
+use gw_tests::{expect_api_error, expect_field_error, json_of, user_message, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-async fn body(resp: reqwest::Response, status: u16) -> Value {
-    assert_eq!(resp.status(), status);
-    resp.json().await.unwrap()
-}
-
-/// Asserts a 400 whose first field error names `field`.
-async fn expect_field_error(resp: reqwest::Response, field: &str, what: &str) {
-    let b = expect_api_error(resp, 400).await;
-    assert_eq!(b["error"]["code"], "validation_error", "{what}: {b}");
-    assert_eq!(b["error"]["fields"][0]["field"], field, "{what}: {b}");
-}
-
 async fn create(stack: &Stack, s: &Session, body_json: Value) -> Value {
-    body(stack.admin_post("/teams", &s.access_token, &body_json).await, 201).await
+    json_of(stack.admin_post("/teams", &s.access_token, &body_json).await, 201).await
 }
 
 /// The actions of the audit trail matching `query` (e.g. `?resource_type=team`), newest first.
 async fn trail(stack: &Stack, s: &Session, query: &str) -> Vec<Value> {
-    let page = body(stack.admin_get(&format!("/audit-events{query}"), &s.access_token).await, 200).await;
+    let page = json_of(stack.admin_get(&format!("/audit-events{query}"), &s.access_token).await, 200).await;
     page["data"].as_array().unwrap().clone()
 }
 
@@ -86,7 +74,7 @@ async fn create_returns_the_team_with_its_settings() {
     assert_eq!(t["member_count"], 0);
 
     let id = t["id"].as_str().unwrap();
-    let got = body(stack.admin_get(&format!("/teams/{id}"), &s.access_token).await, 200).await;
+    let got = json_of(stack.admin_get(&format!("/teams/{id}"), &s.access_token).await, 200).await;
     assert_eq!(got, t);
 }
 
@@ -135,7 +123,7 @@ async fn create_with_invalid_fields_names_the_field() {
         let r = stack.admin_post("/teams", &s.access_token, &bad).await;
         expect_field_error(r, field, &bad.to_string()).await;
     }
-    let list = body(stack.admin_get("/teams", &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get("/teams", &s.access_token).await, 200).await;
     assert_eq!(list["data"], json!([]), "an invalid create left a team behind");
 }
 
@@ -171,18 +159,18 @@ async fn list_filters_by_name_and_paginates_newest_first() {
     let a2 = stack.create_team(&s, "Alpha two").await;
     let b = stack.create_team(&s, "beta").await;
 
-    let page = body(stack.admin_get("/teams?name=ALPHA", &s.access_token).await, 200).await;
+    let page = json_of(stack.admin_get("/teams?name=ALPHA", &s.access_token).await, 200).await;
     let ids: Vec<&str> = page["data"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert_eq!(ids, [a2.to_string(), a1.to_string()]);
     // Wildcards are literal.
-    let page = body(stack.admin_get("/teams?name=%25", &s.access_token).await, 200).await;
+    let page = json_of(stack.admin_get("/teams?name=%25", &s.access_token).await, 200).await;
     assert_eq!(page["data"], json!([]));
 
-    let first = body(stack.admin_get("/teams?limit=2", &s.access_token).await, 200).await;
+    let first = json_of(stack.admin_get("/teams?limit=2", &s.access_token).await, 200).await;
     let ids: Vec<&str> = first["data"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert_eq!(ids, [b.to_string(), a2.to_string()]);
     let cursor = first["next_cursor"].as_str().unwrap();
-    let second = body(stack.admin_get(&format!("/teams?limit=2&cursor={cursor}"), &s.access_token).await, 200).await;
+    let second = json_of(stack.admin_get(&format!("/teams?limit=2&cursor={cursor}"), &s.access_token).await, 200).await;
     assert_eq!(second["data"][0]["id"], a1.to_string());
     assert_eq!(second["data"].as_array().unwrap().len(), 1);
     assert_eq!(second["next_cursor"], Value::Null);
@@ -213,7 +201,7 @@ async fn update_changes_settings_and_null_clears_them() {
             &json!({"name": "Research & Development", "budget": null, "models": null, "rate_limits": {"tpm": 1000}}),
         )
         .await;
-    let u = body(r, 200).await;
+    let u = json_of(r, 200).await;
     assert_eq!(u["name"], "Research & Development");
     assert_eq!(u["budget"], Value::Null);
     assert_eq!(u["models"], Value::Null);
@@ -223,12 +211,12 @@ async fn update_changes_settings_and_null_clears_them() {
 
     // Fields not sent stay as they are.
     let r = stack.admin_patch(&format!("/teams/{id}"), &s.access_token, &json!({"description": "papers"})).await;
-    let u2 = body(r, 200).await;
+    let u2 = json_of(r, 200).await;
     assert_eq!(u2["name"], "Research & Development");
     assert_eq!(u2["rate_limits"], u["rate_limits"]);
     assert_eq!(u2["description"], "papers");
 
-    let got = body(stack.admin_get(&format!("/teams/{id}"), &s.access_token).await, 200).await;
+    let got = json_of(stack.admin_get(&format!("/teams/{id}"), &s.access_token).await, 200).await;
     assert_eq!(got, u2);
 }
 
@@ -282,9 +270,9 @@ async fn another_orgs_team_is_404_like_a_missing_one() {
     }
     assert_eq!(bodies[0], bodies[1], "another org's team must look exactly like a missing one");
     // Their team is untouched.
-    let t = body(stack.admin_get(&format!("/teams/{theirs}"), &other.access_token).await, 200).await;
+    let t = json_of(stack.admin_get(&format!("/teams/{theirs}"), &other.access_token).await, 200).await;
     assert_eq!(t["name"], "theirs");
-    let list = body(stack.admin_get("/teams", &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get("/teams", &s.access_token).await, 200).await;
     assert_eq!(list["data"], json!([]));
 }
 
@@ -307,7 +295,7 @@ async fn viewer_reads_teams_but_cannot_change_them() {
     ] {
         assert_eq!(expect_api_error(r, 403).await["error"]["code"], "forbidden");
     }
-    let t = body(stack.admin_get(&format!("/teams/{team}"), &s.access_token).await, 200).await;
+    let t = json_of(stack.admin_get(&format!("/teams/{team}"), &s.access_token).await, 200).await;
     assert_eq!(t["name"], "visible");
 }
 
@@ -330,7 +318,7 @@ async fn delete_with_live_keys_is_409_until_revoke_keys_revokes_them() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let team = stack.create_team(&s, "keyed").await;
-    let created = body(stack.create_key(&s, json!({"name": "team key", "team_id": team})).await, 201).await;
+    let created = json_of(stack.create_key(&s, json!({"name": "team key", "team_id": team})).await, 201).await;
     let key = created["key"].as_str().unwrap().to_string();
     // Warm the proxy's key cache: from here only the invalidation message can end the key fast.
     assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
@@ -369,15 +357,15 @@ async fn delete_removes_the_members_and_then_the_team_is_gone() {
     let s = stack.register().await;
     let team = stack.create_team(&s, "short-lived").await;
     let member = stack.join(&s, "member", &[team]).await;
-    let u = body(stack.admin_get(&format!("/users/{}", member.user_id), &s.access_token).await, 200).await;
+    let u = json_of(stack.admin_get(&format!("/users/{}", member.user_id), &s.access_token).await, 200).await;
     assert_eq!(u["teams"], json!([team.to_string()]));
 
     assert_eq!(stack.admin_delete(&format!("/teams/{team}"), &s.access_token).await.status(), 204);
     expect_api_error(stack.admin_get(&format!("/teams/{team}"), &s.access_token).await, 404).await;
     expect_api_error(stack.admin_delete(&format!("/teams/{team}"), &s.access_token).await, 404).await;
-    let u = body(stack.admin_get(&format!("/users/{}", member.user_id), &s.access_token).await, 200).await;
+    let u = json_of(stack.admin_get(&format!("/users/{}", member.user_id), &s.access_token).await, 200).await;
     assert_eq!(u["teams"], json!([]));
-    let list = body(stack.admin_get("/teams", &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get("/teams", &s.access_token).await, 200).await;
     assert_eq!(list["data"], json!([]));
 }
 
@@ -391,7 +379,7 @@ async fn members_are_added_listed_and_removed() {
     let m = stack.join(&s, "member", &[]).await;
     let path = format!("/teams/{team}/members/{}", m.user_id);
 
-    let added = body(stack.admin_post(&path, &s.access_token, &json!({"role": "lead"})).await, 201).await;
+    let added = json_of(stack.admin_post(&path, &s.access_token, &json!({"role": "lead"})).await, 201).await;
     let mut fields: Vec<&str> = added.as_object().unwrap().keys().map(String::as_str).collect();
     fields.sort();
     assert_eq!(fields, ["added_at", "email", "name", "org_role", "role", "user_id"]);
@@ -400,23 +388,23 @@ async fn members_are_added_listed_and_removed() {
     assert_eq!(added["role"], "lead");
     assert_eq!(added["org_role"], "member");
 
-    let t = body(stack.admin_get(&format!("/teams/{team}"), &s.access_token).await, 200).await;
+    let t = json_of(stack.admin_get(&format!("/teams/{team}"), &s.access_token).await, 200).await;
     assert_eq!(t["member_count"], 1);
-    let list = body(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 1);
     assert_eq!(list["data"][0]["role"], "lead");
     assert_eq!(list["next_cursor"], Value::Null);
 
     // Without a body: the default role, set on the member already there.
     let r = stack.http.post(format!("{}/api/v1{path}", stack.admin)).bearer_auth(&s.access_token).send().await.unwrap();
-    let again = body(r, 201).await;
+    let again = json_of(r, 201).await;
     assert_eq!(again["role"], "member");
-    let list = body(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 1);
 
     assert_eq!(stack.admin_delete(&path, &s.access_token).await.status(), 204);
     expect_api_error(stack.admin_delete(&path, &s.access_token).await, 404).await;
-    let list = body(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
     assert_eq!(list["data"], json!([]));
     // Still a member of the organization.
     assert_eq!(stack.admin_get(&format!("/users/{}", m.user_id), &s.access_token).await.status(), 200);
@@ -431,7 +419,7 @@ async fn add_member_with_an_invalid_role_or_body_is_400() {
     expect_field_error(stack.admin_post(&path, &s.access_token, &json!({"role": "boss"})).await, "role", "boss").await;
     let b = expect_api_error(stack.admin_post(&path, &s.access_token, &json!({"rank": "lead"})).await, 400).await;
     assert_eq!(b["error"]["code"], "validation_error");
-    let list = body(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
     assert_eq!(list["data"], json!([]));
 }
 
@@ -446,7 +434,7 @@ async fn add_member_of_another_org_is_404() {
         let b = expect_api_error(r, 404).await;
         assert_eq!(b["error"]["code"], "not_found");
     }
-    let list = body(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
     assert_eq!(list["data"], json!([]));
 }
 

@@ -4,21 +4,9 @@
 //! removal ending the removed member's access at once. All on the test binary's shared stack,
 //! each test with its own organization(s).
 
-use gw_tests::{expect_api_error, expect_unauthorized, Session, Stack};
+use gw_tests::{expect_api_error, expect_field_error, expect_unauthorized, json_of, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
-
-async fn body(resp: reqwest::Response, status: u16) -> Value {
-    assert_eq!(resp.status(), status);
-    resp.json().await.unwrap()
-}
-
-/// Asserts a 400 whose first field error names `field`.
-async fn expect_field_error(resp: reqwest::Response, field: &str, what: &str) {
-    let b = expect_api_error(resp, 400).await;
-    assert_eq!(b["error"]["code"], "validation_error", "{what}: {b}");
-    assert_eq!(b["error"]["fields"][0]["field"], field, "{what}: {b}");
-}
 
 async fn set_role(stack: &Stack, actor: &Session, user: Uuid, role: &str) -> reqwest::Response {
     stack.admin_patch(&format!("/users/{user}"), &actor.access_token, &json!({"role": role})).await
@@ -43,7 +31,7 @@ async fn members_are_listed_filtered_and_read_with_their_teams() {
     let team = stack.create_team(&s, "crew").await;
     let m = stack.join(&s, "member", &[team]).await;
 
-    let list = body(stack.admin_get("/users", &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get("/users", &s.access_token).await, 200).await;
     let data = list["data"].as_array().unwrap();
     assert_eq!(data.len(), 2);
     // Newest accounts first.
@@ -54,22 +42,22 @@ async fn members_are_listed_filtered_and_read_with_their_teams() {
     fields.sort();
     assert_eq!(fields, ["email", "id", "joined_at", "name", "role"]);
 
-    let members = body(stack.admin_get("/users?role=member", &s.access_token).await, 200).await;
+    let members = json_of(stack.admin_get("/users?role=member", &s.access_token).await, 200).await;
     assert_eq!(members["data"].as_array().unwrap().len(), 1);
     assert_eq!(members["data"][0]["email"], m.email);
-    let page = body(stack.admin_get("/users?limit=1", &s.access_token).await, 200).await;
+    let page = json_of(stack.admin_get("/users?limit=1", &s.access_token).await, 200).await;
     assert_eq!(page["data"].as_array().unwrap().len(), 1);
     let cursor = page["next_cursor"].as_str().unwrap();
-    let page = body(stack.admin_get(&format!("/users?limit=1&cursor={cursor}"), &s.access_token).await, 200).await;
+    let page = json_of(stack.admin_get(&format!("/users?limit=1&cursor={cursor}"), &s.access_token).await, 200).await;
     assert_eq!(page["data"][0]["id"], s.user_id.to_string());
     assert_eq!(page["next_cursor"], Value::Null);
 
-    let one = body(stack.admin_get(&format!("/users/{}", m.user_id), &s.access_token).await, 200).await;
+    let one = json_of(stack.admin_get(&format!("/users/{}", m.user_id), &s.access_token).await, 200).await;
     assert_eq!(one["role"], "member");
     assert_eq!(one["email"], m.email);
     assert_eq!(one["teams"], json!([team.to_string()]));
     // Every role may read the members.
-    let me = body(stack.admin_get(&format!("/users/{}", s.user_id), &m.access_token).await, 200).await;
+    let me = json_of(stack.admin_get(&format!("/users/{}", s.user_id), &m.access_token).await, 200).await;
     assert_eq!(me["teams"], json!([]));
 }
 
@@ -94,7 +82,7 @@ async fn another_orgs_user_is_404_like_a_missing_one() {
     }
     assert_eq!(bodies[0], bodies[1], "another org's user must look exactly like a missing one");
     // The other organization's owner is untouched.
-    let me = body(stack.admin_get(&format!("/users/{}", other.user_id), &other.access_token).await, 200).await;
+    let me = json_of(stack.admin_get(&format!("/users/{}", other.user_id), &other.access_token).await, 200).await;
     assert_eq!(me["role"], "owner");
 }
 
@@ -107,18 +95,18 @@ async fn admin_changes_a_members_role_and_a_demotion_ends_their_sessions() {
     let admin = stack.join(&s, "admin", &[]).await;
     let m = stack.join(&s, "member", &[]).await;
 
-    let u = body(set_role(&stack, &admin, m.user_id, "admin").await, 200).await;
+    let u = json_of(set_role(&stack, &admin, m.user_id, "admin").await, 200).await;
     assert_eq!(u["role"], "admin");
     assert_eq!(u["id"], m.user_id.to_string());
     // A promotion keeps the session.
     assert_eq!(stack.admin_get("/users", &m.access_token).await.status(), 200);
 
-    let u = body(set_role(&stack, &admin, m.user_id, "viewer").await, 200).await;
+    let u = json_of(set_role(&stack, &admin, m.user_id, "viewer").await, 200).await;
     assert_eq!(u["role"], "viewer");
     expect_unauthorized(stack.admin_get("/users", &m.access_token).await).await;
     expect_unauthorized(refresh(&stack, &m).await).await;
 
-    let events = body(
+    let events = json_of(
         stack.admin_get(&format!("/audit-events?resource_type=user&resource_id={}", m.user_id), &s.access_token).await,
         200,
     )
@@ -143,12 +131,12 @@ async fn only_owners_grant_change_or_remove_the_owner_role() {
     expect_api_error(set_role(&stack, &admin, s.user_id, "member").await, 403).await;
     expect_api_error(stack.admin_delete(&format!("/users/{}", s.user_id), &admin.access_token).await, 403).await;
 
-    let u = body(set_role(&stack, &s, m.user_id, "owner").await, 200).await;
+    let u = json_of(set_role(&stack, &s, m.user_id, "owner").await, 200).await;
     assert_eq!(u["role"], "owner");
     expect_api_error(set_role(&stack, &admin, m.user_id, "member").await, 403).await;
     expect_api_error(stack.admin_delete(&format!("/users/{}", m.user_id), &admin.access_token).await, 403).await;
     // An owner may demote another owner.
-    let u = body(set_role(&stack, &s, m.user_id, "admin").await, 200).await;
+    let u = json_of(set_role(&stack, &s, m.user_id, "admin").await, 200).await;
     assert_eq!(u["role"], "admin");
 }
 
@@ -159,7 +147,7 @@ async fn nobody_changes_their_own_role() {
     let admin = stack.join(&s, "admin", &[]).await;
     expect_api_error(set_role(&stack, &s, s.user_id, "admin").await, 403).await;
     expect_api_error(set_role(&stack, &admin, admin.user_id, "member").await, 403).await;
-    let me = body(stack.admin_get(&format!("/users/{}", s.user_id), &s.access_token).await, 200).await;
+    let me = json_of(stack.admin_get(&format!("/users/{}", s.user_id), &s.access_token).await, 200).await;
     assert_eq!(me["role"], "owner");
 }
 
@@ -186,7 +174,7 @@ async fn member_and_viewer_cannot_manage_users() {
         let r = stack.admin_delete(&format!("/users/{target}"), &actor.access_token).await;
         expect_api_error(r, 403).await;
     }
-    let list = body(stack.admin_get("/users", &s.access_token).await, 200).await;
+    let list = json_of(stack.admin_get("/users", &s.access_token).await, 200).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 3);
 }
 
@@ -205,7 +193,7 @@ async fn the_last_owner_cannot_leave() {
     assert_eq!(stack.admin_delete(&format!("/users/{}", s.user_id), &second.access_token).await.status(), 204);
     let r = stack.admin_delete(&format!("/users/{}", second.user_id), &second.access_token).await;
     assert_eq!(expect_api_error(r, 409).await["error"]["code"], "conflict");
-    let owners = body(stack.admin_get("/users?role=owner", &second.access_token).await, 200).await;
+    let owners = json_of(stack.admin_get("/users?role=owner", &second.access_token).await, 200).await;
     assert_eq!(owners["data"].as_array().unwrap().len(), 1);
 }
 
@@ -222,11 +210,11 @@ async fn a_removed_users_access_stops_at_once() {
     expect_unauthorized(stack.admin_get("/teams", &m.access_token).await).await;
     expect_unauthorized(refresh(&stack, &m).await).await;
     expect_api_error(stack.admin_get(&format!("/users/{}", m.user_id), &s.access_token).await, 404).await;
-    let members = body(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
+    let members = json_of(stack.admin_get(&format!("/teams/{team}/members"), &s.access_token).await, 200).await;
     assert_eq!(members["data"], json!([]));
     expect_api_error(stack.admin_delete(&format!("/users/{}", m.user_id), &s.access_token).await, 404).await;
 
-    let events = body(
+    let events = json_of(
         stack.admin_get(&format!("/audit-events?action=user.remove&resource_id={}", m.user_id), &s.access_token).await,
         200,
     )

@@ -25,18 +25,6 @@ fn streamed(model: &str, text: &str, knobs: Value) -> Value {
     json!({"model": model, "messages": user_message(text), "stream": true, "mock": knobs})
 }
 
-async fn post(stack: &Stack, key: &str, body: &Value, policy: Option<&str>) -> reqwest::Response {
-    let mut req = stack.http.post(format!("{}/v1/chat/completions", stack.proxy)).bearer_auth(key).json(body);
-    if let Some(p) = policy {
-        req = req.header("x-gw-policy", p);
-    }
-    req.send().await.expect("chat request")
-}
-
-fn request_id(resp: &reqwest::Response) -> Uuid {
-    header(resp, "x-gw-request-id").parse().expect("request id")
-}
-
 /// A key with a roomy daily budget, so its spend can be read back: (session, key, key id).
 async fn budgeted_key(stack: &Stack) -> (Session, String, String) {
     let s = stack.register().await;
@@ -86,7 +74,7 @@ async fn a_stream_the_client_leaves_is_billed_at_the_upstreams_usage() {
     let text = long_prompt(2000);
     let tag = unique_tag();
     let b = streamed("gpt-4o-mini", &text, json!({"tag": tag, "chunk_delay_ms": 100}));
-    let resp = post(&stack, &key, &b, None).await;
+    let resp = post_chat(&stack, &key, None, &b).await;
     assert_eq!(resp.status(), 200);
     let id = request_id(&resp);
     read_then_leave(resp, 3).await;
@@ -109,7 +97,7 @@ async fn a_left_stream_without_usage_is_billed_at_an_estimate() {
     let (s, key, key_id) = budgeted_key(&stack).await;
     let text = long_prompt(400);
     let b = streamed("gpt-4o-mini", &text, json!({"tag": unique_tag(), "chunk_delay_ms": 50, "no_usage": true}));
-    let resp = post(&stack, &key, &b, None).await;
+    let resp = post_chat(&stack, &key, None, &b).await;
     assert_eq!(resp.status(), 200);
     let id = request_id(&resp);
     read_then_leave(resp, 3).await;
@@ -129,7 +117,7 @@ async fn a_stream_that_breaks_after_content_is_billed_at_an_estimate() {
     let (s, key, _) = budgeted_key(&stack).await;
     for knob in ["truncate_stream", "error_mid_stream", "drop_connection"] {
         let b = streamed("gpt-4o-mini", "Break this stream please", json!({"tag": unique_tag(), knob: true}));
-        let resp = post(&stack, &key, &b, None).await;
+        let resp = post_chat(&stack, &key, None, &b).await;
         let id = request_id(&resp);
         let _ = resp.text().await;
         let row = row_of(s.org_id, id).await;
@@ -164,11 +152,11 @@ async fn blocked_plain_and_streamed(
     // content event of "FORBIDDEN ..." holds the whole value.
     let knobs = json!({"tag": unique_tag(), "reply": reply, "chunk_delay_ms": 20});
     let plain = json!({"model": "gpt-4o-mini", "messages": user_message(text), "mock": knobs});
-    let r = post(stack, key, &plain, Some("stop")).await;
+    let r = post_chat(stack, key, Some("stop"), &plain).await;
     let plain_id = request_id(&r);
     let e = expect_openai_error(r, 400).await;
     assert_eq!(e["error"]["code"], "content_policy_violation");
-    let r = post(stack, key, &streamed("gpt-4o-mini", text, knobs), Some("stop")).await;
+    let r = post_chat(stack, key, Some("stop"), &streamed("gpt-4o-mini", text, knobs)).await;
     let status = r.status().as_u16();
     let stream_id = request_id(&r);
     let body = r.text().await.unwrap();
@@ -257,7 +245,7 @@ async fn without_max_tokens_a_budget_overspends_by_at_most_one_requests_reservat
             "mock": {"tag": unique_tag(), "reply_words": words}});
         let mut answered = 0;
         for _ in 0..4 {
-            let r = post(&stack, &key, &b, None).await;
+            let r = post_chat(&stack, &key, None, &b).await;
             if r.status() == 429 {
                 let e = expect_openai_error(r, 429).await;
                 assert_eq!(e["error"]["code"], "budget_exceeded");
@@ -290,7 +278,7 @@ async fn without_a_catalog_maximum_the_upstream_gets_the_limit_the_budget_reserv
     // azure-test's upstream model (`my-gpt4o`) is not in the catalog.
     let tag = unique_tag();
     let b = json!({"model": "azure-test", "messages": user_message("hello"), "mock": {"tag": tag}});
-    assert_eq!(post(&stack, &key, &b, None).await.status(), 200);
+    assert_eq!(post_chat(&stack, &key, None, &b).await.status(), 200);
     let seen = stack.mock_stats_for(&tag).await;
     assert_eq!(seen["last_body"]["max_tokens"], 4096, "{}", seen["last_body"]);
 
@@ -298,6 +286,6 @@ async fn without_a_catalog_maximum_the_upstream_gets_the_limit_the_budget_reserv
     let (_, open, _) = stack.org_with_key().await;
     let tag = unique_tag();
     let b = json!({"model": "azure-test", "messages": user_message("hello"), "mock": {"tag": tag}});
-    assert_eq!(post(&stack, &open, &b, None).await.status(), 200);
+    assert_eq!(post_chat(&stack, &open, None, &b).await.status(), 200);
     assert_eq!(stack.mock_stats_for(&tag).await["last_body"]["max_tokens"], Value::Null);
 }

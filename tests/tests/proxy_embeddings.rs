@@ -7,7 +7,7 @@
 
 use std::str::FromStr;
 
-use gw_tests::{db, expect_openai_error, header, Stack, GW_HEADERS};
+use gw_tests::{db, expect_openai_error, header, request_id, Stack, GW_HEADERS};
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -30,10 +30,6 @@ fn dec(s: &str) -> Decimal {
 /// Exact cost of `tokens` prompt tokens at `price` USD per million.
 fn cost(tokens: u64, price: &str) -> Decimal {
     Decimal::from(tokens) * dec(price) / Decimal::from(1_000_000)
-}
-
-fn request_id(resp: &reqwest::Response) -> Uuid {
-    Uuid::parse_str(header(resp, "x-gw-request-id")).unwrap()
 }
 
 /// Standard base64 (with padding) decoded; panics on anything else.

@@ -14,14 +14,6 @@ const EMAIL: &str = "jane.roe@example.com";
 /// An organization policy scanning answers for PII (see [`with_output_policy`]).
 const OUT_POLICY: &str = "pii_out";
 
-async fn post(stack: &Stack, key: &str, policy: Option<&str>, body: &Value) -> reqwest::Response {
-    let mut req = stack.http.post(format!("{}/v1/chat/completions", stack.proxy)).bearer_auth(key).json(body);
-    if let Some(p) = policy {
-        req = req.header("x-gw-policy", p);
-    }
-    req.send().await.expect("chat request")
-}
-
 async fn embed(stack: &Stack, key: &str, policy: Option<&str>, body: &Value) -> reqwest::Response {
     let mut req = stack.http.post(format!("{}/v1/embeddings", stack.proxy)).bearer_auth(key).json(body);
     if let Some(p) = policy {
@@ -98,7 +90,7 @@ async fn refused_for_logprobs(extra: Value) {
     for (k, v) in extra.as_object().cloned().unwrap_or_default() {
         body[k] = v;
     }
-    let resp = post(&stack, &key, Some(OUT_POLICY), &body).await;
+    let resp = post_chat(&stack, &key, Some(OUT_POLICY), &body).await;
     let err = expect_openai_error(resp, 400).await;
     // Both tests below come through here: the same snapshot, twice.
     insta::allow_duplicates! {
@@ -133,7 +125,7 @@ async fn logprobs_pass_without_a_policy() {
     let tag = unique_tag();
     let mut body = chat("hello there", &tag);
     body["logprobs"] = json!(true);
-    let resp = post(&stack, &key, None, &body).await;
+    let resp = post_chat(&stack, &key, None, &body).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
     assert_eq!(stack.mock_stats_for(&tag).await["last_body"]["logprobs"], true);
 }
@@ -151,7 +143,7 @@ fn reply_with_logprobs(tag: &str) -> Value {
 async fn unasked_logprobs_of_a_plain_answer_are_dropped() {
     let stack = Stack::shared().await;
     let key = with_output_policy(&stack).await;
-    let resp = post(&stack, &key, Some(OUT_POLICY), &reply_with_logprobs(&unique_tag())).await;
+    let resp = post_chat(&stack, &key, Some(OUT_POLICY), &reply_with_logprobs(&unique_tag())).await;
     assert_eq!(resp.status(), 200);
     let raw = resp.text().await.expect("body");
     assert!(!raw.contains("jane.roe"), "{raw}");
@@ -165,7 +157,7 @@ async fn unasked_logprobs_of_a_stream_are_dropped() {
     let stack = Stack::shared().await;
     let key = with_output_policy(&stack).await;
     // One word a chunk: the address is one token of the chunk that carries it.
-    let resp = post(&stack, &key, Some(OUT_POLICY), &streamed(reply_with_logprobs(&unique_tag()), 0)).await;
+    let resp = post_chat(&stack, &key, Some(OUT_POLICY), &streamed(reply_with_logprobs(&unique_tag()), 0)).await;
     assert_eq!(resp.status(), 200);
     let raw = resp.text().await.expect("stream");
     assert!(!raw.contains("jane.roe"), "{raw}");
@@ -193,7 +185,7 @@ fn tool_call(tag: &str) -> Value {
 async fn tool_call_arguments_of_a_plain_answer_are_redacted() {
     let stack = Stack::shared().await;
     let key = with_output_policy(&stack).await;
-    let resp = post(&stack, &key, Some(OUT_POLICY), &tool_call(&unique_tag())).await;
+    let resp = post_chat(&stack, &key, Some(OUT_POLICY), &tool_call(&unique_tag())).await;
     assert_eq!(resp.status(), 200);
     let raw = resp.text().await.expect("body");
     assert!(!raw.contains("jane.roe"), "{raw}");
@@ -213,7 +205,7 @@ async fn tool_call_arguments_split_across_stream_deltas_are_redacted() {
     let stack = Stack::shared().await;
     let key = with_output_policy(&stack).await;
     // Three characters a delta: the address arrives in seven pieces.
-    let resp = post(&stack, &key, Some(OUT_POLICY), &streamed(tool_call(&unique_tag()), 3)).await;
+    let resp = post_chat(&stack, &key, Some(OUT_POLICY), &streamed(tool_call(&unique_tag()), 3)).await;
     assert_eq!(resp.status(), 200);
     let raw = resp.text().await.expect("stream");
     assert!(!raw.contains("jane.roe"), "{raw}");
@@ -240,7 +232,7 @@ fn refusal(tag: &str) -> Value {
 async fn a_plain_refusal_is_redacted() {
     let stack = Stack::shared().await;
     let key = with_output_policy(&stack).await;
-    let resp = post(&stack, &key, Some(OUT_POLICY), &refusal(&unique_tag())).await;
+    let resp = post_chat(&stack, &key, Some(OUT_POLICY), &refusal(&unique_tag())).await;
     assert_eq!(resp.status(), 200);
     let raw = resp.text().await.expect("body");
     assert!(!raw.contains("jane.roe"), "{raw}");
@@ -255,7 +247,7 @@ async fn a_plain_refusal_is_redacted() {
 async fn a_streamed_refusal_is_redacted() {
     let stack = Stack::shared().await;
     let key = with_output_policy(&stack).await;
-    let resp = post(&stack, &key, Some(OUT_POLICY), &streamed(refusal(&unique_tag()), 3)).await;
+    let resp = post_chat(&stack, &key, Some(OUT_POLICY), &streamed(refusal(&unique_tag()), 3)).await;
     assert_eq!(resp.status(), 200);
     let raw = resp.text().await.expect("stream");
     assert!(!raw.contains("jane.roe"), "{raw}");
@@ -272,7 +264,8 @@ async fn an_address_split_by_a_zero_width_space_is_redacted_before_the_upstream(
     let stack = Stack::shared().await;
     let (_, key, _) = stack.org_with_key().await;
     let tag = unique_tag();
-    let resp = post(&stack, &key, Some("pii_redact"), &chat("Write to jane\u{200B}.roe@example.com today", &tag)).await;
+    let resp =
+        post_chat(&stack, &key, Some("pii_redact"), &chat("Write to jane\u{200B}.roe@example.com today", &tag)).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
     assert_eq!(header(&resp, "x-gw-policy-action"), "redacted");
     let seen = stack.mock_stats_for(&tag).await;
@@ -298,7 +291,7 @@ async fn values_in_the_history_s_tool_calls_never_reach_the_upstream() {
         ],
         "mock": {"tag": tag},
     });
-    let resp = post(&stack, &key, Some("pii_redact"), &body).await;
+    let resp = post_chat(&stack, &key, Some("pii_redact"), &body).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
     let seen = stack.mock_stats_for(&tag).await;
     assert_eq!(seen["requests"], 1);

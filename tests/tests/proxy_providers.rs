@@ -12,10 +12,9 @@
 
 use std::str::FromStr;
 
-use gw_tests::{db, expect_openai_error, header, sse_data, user_message, Stack, StackOptions, GW_HEADERS};
+use gw_tests::{db, expect_openai_error, header, request_id, sse_data, user_message, Stack, StackOptions, GW_HEADERS};
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
-use uuid::Uuid;
 
 /// A model of the shared stack's config and what serves it.
 struct Served {
@@ -77,10 +76,6 @@ fn cost(prompt: u64, completion: u64, input_price: &str, output_price: &str) -> 
 
 fn words(text: &str) -> u64 {
     text.split_whitespace().count() as u64
-}
-
-fn request_id(resp: &reqwest::Response) -> Uuid {
-    Uuid::parse_str(header(resp, "x-gw-request-id")).unwrap()
 }
 
 fn tools() -> Value {

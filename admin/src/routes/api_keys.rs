@@ -10,7 +10,7 @@ use gw_shared::accounts::{issue_api_key, KeySpec, DEFAULT_PERMISSION, KNOWN_PERM
 use gw_shared::db::{api_keys, teams};
 use gw_shared::keys::KeyHash;
 use gw_shared::limits::settings::{Budget, RateLimits};
-use gw_shared::redis::{invalidate, publish, Invalidation};
+use gw_shared::redis::{publish, Invalidation};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
@@ -200,11 +200,7 @@ async fn require_key_access(
 
 async fn drop_cached(state: &AppState, id: Uuid, hash: Vec<u8>, what: &str) -> ApiResult<()> {
     let hash: KeyHash = hash.try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
-    // The change is committed; if this publish fails the proxies' cache TTL still ends the old
-    // copy's life, so it is logged rather than failing the request.
-    if let Err(e) = invalidate(&state.redis, &Invalidation::ApiKey(hash)).await {
-        log::warn!("could not publish the {what} of key {id}: {e}");
-    }
+    state.invalidate(&Invalidation::ApiKey(hash), format!("the {what} of key {id}")).await;
     Ok(())
 }
 

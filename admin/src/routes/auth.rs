@@ -13,13 +13,14 @@ use gw_shared::crypto::EncryptionKey;
 use gw_shared::db::{orgs, refresh_tokens, sessions, users};
 use gw_shared::ids::new_id;
 use gw_shared::keys::{hash_secret, MAX_BEARER_LEN};
-use gw_shared::password::{check_rules, dummy_hash, hash_password, verify_password, MAX_PASSWORD_LEN};
+use gw_shared::password::MAX_PASSWORD_LEN;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
+use crate::passwords::{hash_new_password, password_rules, verify};
 use crate::session::Session;
 use crate::state::AppState;
 use crate::tokens::{self, SessionRef, TokenResponse};
@@ -54,27 +55,6 @@ pub struct LoginBody {
 #[serde(deny_unknown_fields)]
 pub struct RefreshBody {
     refresh_token: String,
-}
-
-/// Hashes a new password on a hashing thread.
-pub async fn hash_new_password(state: &AppState, password: String) -> ApiResult<String> {
-    state.hash(move || hash_password(&password)).await?.map_err(ApiError::from)
-}
-
-/// Verifies a password on a hashing thread (against a dummy hash when there is none).
-pub async fn verify(state: &AppState, password: String, hash: Option<String>) -> ApiResult<bool> {
-    state
-        .hash(move || {
-            let hash = hash.unwrap_or_else(|| dummy_hash().to_string());
-            verify_password(&password, &hash)
-        })
-        .await
-}
-
-/// The password rules, as a field error.
-pub fn password_rules(password: &str, normalized_email: &str) -> ApiResult<()> {
-    let local = normalized_email.split('@').next().unwrap_or_default();
-    check_rules(password, local).map_err(|m| ApiError::field("password", m))
 }
 
 /// The answer to every sign-up when addresses are verified: the same for a new address and a

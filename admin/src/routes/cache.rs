@@ -10,7 +10,7 @@ use gw_shared::cache::embed;
 use gw_shared::cache::key::{model_prefix, model_tag, org_prefix};
 use gw_shared::cache::settings::{CacheSettings, TeamCacheSettings};
 use gw_shared::db::{cache as db_cache, teams};
-use gw_shared::redis::{invalidate, Invalidation};
+use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
@@ -66,12 +66,6 @@ async fn out(state: &AppState, org_id: Uuid) -> ApiResult<CacheOut> {
     })
 }
 
-async fn publish(state: &AppState, inv: Invalidation) {
-    if let Err(e) = invalidate(&state.redis, &inv).await {
-        log::warn!("could not publish a cache change: {e}");
-    }
-}
-
 /// The organization's cache settings and its teams' departures from them.
 #[utoipa::path(tag = "cache", responses((status = 200, body = CacheOut), Errors))]
 #[get("/organizations/current/cache")]
@@ -98,7 +92,7 @@ pub async fn put_cache(
     trail
         .record(&mut conn, Entry { action: "cache.update", resource_type: "cache", resource_id: None, detail })
         .await?;
-    publish(&state, Invalidation::CacheSettings { org_id: session.org_id }).await;
+    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
     Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
 }
 
@@ -133,7 +127,7 @@ pub async fn put_team_cache(
     let entry =
         Entry { action: "cache.team_update", resource_type: "team", resource_id: Some(team_id.to_string()), detail };
     trail.record(&mut conn, entry).await?;
-    publish(&state, Invalidation::CacheSettings { org_id: session.org_id }).await;
+    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
     Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
 }
 
@@ -159,7 +153,7 @@ pub async fn delete_team_cache(
         detail: json!({}),
     };
     Trail::of(&session, &req).record(&mut conn, entry).await?;
-    publish(&state, Invalidation::CacheSettings { org_id: session.org_id }).await;
+    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -207,7 +201,7 @@ pub async fn purge(
     };
     let l2_deleted = purge_redis(&state, &pattern).await?;
     // Then the proxies: an L2 hit taken before the delete may have filled an L1 copy.
-    publish(&state, Invalidation::CachePurge { org_id, model: tag }).await;
+    state.invalidate(&Invalidation::CachePurge { org_id, model: tag }, "a cache change").await;
     let entry = Entry {
         action: "cache.purge",
         resource_type: "cache",

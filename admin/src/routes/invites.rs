@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
-use crate::routes::auth::{hash_new_password, password_rules, verify};
+use crate::passwords::{hash_new_password, password_rules, verify};
 use crate::session::Session;
 use crate::state::AppState;
 use crate::tokens::{self, TokenResponse};

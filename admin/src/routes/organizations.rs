@@ -5,7 +5,7 @@ use actix_web::{get, patch, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use gw_shared::db::orgs;
 use gw_shared::limits::settings::{Budget, RateLimits};
-use gw_shared::redis::{invalidate, Invalidation};
+use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
@@ -160,11 +160,7 @@ pub async fn update(
     };
     trail::by(&mut conn, &session, &req, entry).await?;
     if limits_changed {
-        // Committed already: a failed publish is logged, and the proxies' cache TTL still ends
-        // the stale copy.
-        if let Err(e) = invalidate(&state.redis, &Invalidation::Org { org_id: org.id }).await {
-            log::warn!("could not publish the change of organization {}: {e}", org.id);
-        }
+        state.invalidate(&Invalidation::Org { org_id: org.id }, format!("the change of organization {}", org.id)).await;
     }
     Ok(HttpResponse::Ok().json(OrganizationOut::from(org)))
 }

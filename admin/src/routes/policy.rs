@@ -9,7 +9,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::db::policies::{self, VersionRow};
 use gw_shared::policy::builtin;
 use gw_shared::policy::spec::OrgPolicy;
-use gw_shared::redis::{invalidate, Invalidation};
+use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -17,6 +17,7 @@ use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
+use crate::org_policy::current;
 use crate::session::Session;
 use crate::state::AppState;
 use crate::trail::{Entry, Trail};
@@ -28,23 +29,6 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(apply_template)
         .service(versions)
         .service(revert);
-}
-
-/// The organization's document in force (an empty one when it never saved one) and its version.
-pub async fn current(conn: &mut AsyncPgConnection, org_id: Uuid) -> ApiResult<(i64, OrgPolicy)> {
-    match policies::current(conn, org_id).await? {
-        None => Ok((0, OrgPolicy::default())),
-        Some(s) => {
-            let doc = serde_json::from_value(s.document)
-                .map_err(|e| ApiError::Internal(format!("stored policy of org {org_id} does not parse: {e}")))?;
-            Ok((s.version, doc))
-        }
-    }
-}
-
-/// Names a team's default policies may use.
-pub async fn available(conn: &mut AsyncPgConnection, org_id: Uuid) -> ApiResult<Vec<String>> {
-    Ok(current(conn, org_id).await?.1.available())
 }
 
 #[derive(Serialize, ToSchema)]
@@ -142,12 +126,6 @@ async fn save(
     Ok(row)
 }
 
-async fn publish(state: &AppState, inv: Invalidation) {
-    if let Err(e) = invalidate(&state.redis, &inv).await {
-        log::warn!("could not publish a policy change: {e}");
-    }
-}
-
 /// Replace the organization's policy document (a new version).
 #[utoipa::path(tag = "policy", request_body(content = Object, description = "The policy document"),
     responses((status = 200, body = PolicyOut), Errors))]
@@ -162,7 +140,7 @@ pub async fn put_policy(
     let trail = Trail::of(&session, &req);
     let mut conn = state.conn().await?;
     conn.transaction(async |c| save(c, &trail, &doc, "update", true).await).await?;
-    publish(&state, Invalidation::Policy { org_id: session.org_id }).await;
+    state.invalidate(&Invalidation::Policy { org_id: session.org_id }, "a policy change").await;
     Ok(HttpResponse::Ok().json(out(&mut conn, session.org_id).await?))
 }
 
@@ -228,9 +206,9 @@ pub async fn apply_template(
         save(c, &trail, &doc, &source, false).await
     })
     .await?;
-    publish(&state, Invalidation::Policy { org_id }).await;
+    state.invalidate(&Invalidation::Policy { org_id }, "a policy change").await;
     if let Some(team_id) = team {
-        publish(&state, Invalidation::Team { org_id, team_id }).await;
+        state.invalidate(&Invalidation::Team { org_id, team_id }, "a policy change").await;
     }
     Ok(HttpResponse::Ok().json(out(&mut conn, org_id).await?))
 }
@@ -367,9 +345,9 @@ pub async fn revert(
         Ok(())
     })
     .await?;
-    publish(&state, Invalidation::Policy { org_id }).await;
+    state.invalidate(&Invalidation::Policy { org_id }, "a policy change").await;
     if let Some(team_id) = b.team_id {
-        publish(&state, Invalidation::Team { org_id, team_id }).await;
+        state.invalidate(&Invalidation::Team { org_id, team_id }, "a policy change").await;
     }
     Ok(HttpResponse::Ok().json(out(&mut conn, org_id).await?))
 }

@@ -11,7 +11,7 @@ use diesel_async::AsyncPgConnection;
 use gw_shared::crypto::Keyring;
 use gw_shared::db::provider_keys::{self, NewKey, ProviderKey};
 use gw_shared::ids::new_id;
-use gw_shared::redis::{invalidate, Invalidation};
+use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
@@ -134,12 +134,10 @@ fn secret(value: &str) -> ApiResult<String> {
     validate::secret("secret", value)
 }
 
-/// Drops the proxies' copies of an organization's keys. The change is committed: if this fails,
-/// the proxies' cache TTL still ends the old value's life, so it is logged, not returned.
+/// Drops the proxies' copies of an organization's keys.
 async fn invalidate_org(state: &AppState, org_id: Uuid, what: &str, id: Uuid) {
-    if let Err(e) = invalidate(&state.redis, &Invalidation::ProviderKeys { org_id }).await {
-        log::warn!("could not publish the {what} of provider key {id} in org {org_id}: {e}");
-    }
+    let inv = Invalidation::ProviderKeys { org_id };
+    state.invalidate(&inv, format!("the {what} of provider key {id} in org {org_id}")).await;
 }
 
 /// Why a change to a key of this org found no live key: 409 when it exists but is revoked, 404

@@ -31,7 +31,7 @@ use uuid::Uuid;
 
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::oidc;
-use crate::routes::sso_connections::{keyring, plan_required, redirect_uri};
+use crate::sso_config::{keyring, plan_required, redirect_uri};
 use crate::state::AppState;
 use crate::tokens::{self, TokenResponse};
 use crate::{throttle, trail, validate};

@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
-use gw_shared::crypto::Keyring;
 use gw_shared::db::sso::{self as sso_db, Change, Connection, NewConnection};
 use gw_shared::db::{orgs, teams};
 use gw_shared::ids::new_id;
@@ -26,6 +25,7 @@ use uuid::Uuid;
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
 use crate::session::Session;
+use crate::sso_config::{keyring, plan_required, redirect_uri};
 use crate::state::AppState;
 use crate::trail::{self, Entry};
 use crate::validate;
@@ -127,11 +127,6 @@ pub struct ConnectionOut {
     updated_at: DateTime<Utc>,
 }
 
-/// Where identity providers send users back: `{admin.public_url}/api/v1/auth/sso/callback`.
-pub fn redirect_uri(state: &AppState) -> String {
-    format!("{}/api/v1/auth/sso/callback", state.cfg.admin.public_base())
-}
-
 fn out(state: &AppState, c: Connection) -> ConnectionOut {
     let role_mapping =
         sso::role_mapping_from_json(&c.role_mapping).into_iter().map(|(g, r)| (g, r.as_str().to_string())).collect();
@@ -152,19 +147,6 @@ fn out(state: &AppState, c: Connection) -> ConnectionOut {
         created_at: c.created_at,
         updated_at: c.updated_at,
     }
-}
-
-/// The master keyring; without it no client secret can be sealed or opened.
-pub fn keyring(state: &AppState) -> ApiResult<&Keyring> {
-    state.cfg.secrets.keyring.as_ref().ok_or_else(|| {
-        log::error!("SSO needs GW_ENCRYPTION_KEY, which is not set");
-        ApiError::Unavailable("SSO connections need GW_ENCRYPTION_KEY".into())
-    })
-}
-
-/// 402 for an organization whose plan does not include SSO.
-pub fn plan_required(plan: &str) -> ApiError {
-    ApiError::PlanRequired(format!("SSO needs the growth or enterprise plan; this organization is on {plan}"))
 }
 
 async fn require_plan(conn: &mut AsyncPgConnection, org_id: Uuid) -> ApiResult<()> {

@@ -31,7 +31,8 @@ pub fn credential_header(
     Ok((name, value))
 }
 
-fn bearer(call_key: Option<&str>) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, AdapterError> {
+/// The key as OpenAI's APIs take it: `Authorization: Bearer`, marked sensitive.
+pub fn bearer(call_key: Option<&str>) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, AdapterError> {
     call_key.map(|k| credential_header(http::header::AUTHORIZATION, format!("Bearer {k}"))).into_iter().collect()
 }
 

@@ -120,6 +120,24 @@ pub struct ReportRequest {
 /// round trips down, and `has_more` carries anything beyond.
 const PAGE_LIMIT: &str = "31";
 
+/// The headers that carry an admin key as the dialect's report APIs want it, built by the
+/// provider's own adapter: OpenAI a bearer token, Anthropic `x-api-key` with its API version.
+/// The key's header value is marked sensitive, so no debug output shows it.
+pub fn credential_headers(
+    dialect: Dialect,
+    key: &str,
+) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, ReconcileError> {
+    let headers = match dialect {
+        Dialect::OpenAi => crate::providers::openai::bearer(Some(key)),
+        Dialect::Anthropic => crate::providers::anthropic::credentials(Some(key), None),
+    };
+    headers.map_err(|_| {
+        ReconcileError::InvalidRequest(
+            "the admin key cannot be sent in an HTTP header: use printable ASCII only".into(),
+        )
+    })
+}
+
 /// The usage and cost report URLs (first pages) covering the UTC days `start..=end_inclusive`.
 /// `base_url` is the provider's API root including the version, e.g. `https://api.openai.com/v1`.
 pub fn report_requests(

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::PolicyQuery;
+use super::policy::PolicyQuery;
 use crate::error::{ApiResult, Errors};
 use crate::session::Session;
 use crate::state::AppState;

@@ -23,7 +23,8 @@ use serde_json::{json, Value};
 use utoipa::IntoParams;
 use uuid::Uuid;
 
-use super::{csv_field, period, stamp, Format};
+use super::export::{csv_field, stamp, Format};
+use super::period::period;
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::session::Session;
 use crate::state::AppState;

@@ -4,14 +4,12 @@
 //! /analytics/reconcile` and `GET /analytics/reconcile/{run_id}` read runs back. Tenants are
 //! charged from gw's log while the provider bills from its own meters: requests that never
 //! reached the log, a price table that lags the provider's, or the key used outside gw show up
-//! only here. Building the report URLs, reading pages and comparing are `gw_shared::reconcile`;
-//! this module fetches and stores.
+//! only here. Building the report URLs, reading pages and comparing are `gw_shared::reconcile`,
+//! the calls `crate::reports`; this module validates, stores and answers.
 //!
 //! The provider's admin key (sent with the request, else the organization's provider key) goes to
 //! the provider and nowhere else: not into the run, the trail or the log. A failed fetch names the
 //! provider, the report and at most a status, never the provider's response body.
-
-use std::time::Duration;
 
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
@@ -20,15 +18,15 @@ use gw_shared::config::ProviderConfig;
 use gw_shared::db::provider_keys;
 use gw_shared::db::reconcile_runs::{self, Run, RunSummary};
 use gw_shared::ids::new_id;
-use gw_shared::reconcile::{self as rec, Dialect, Discrepancy, Ledger, ReportKind, ReportRequest};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use gw_shared::reconcile::{self as rec, Dialect, Discrepancy, Ledger};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use crate::error::{ApiError, ApiResult, ErrorBody, ErrorDetail, Errors};
+use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
+use crate::reports::ReportClient;
 use crate::session::Session;
 use crate::state::AppState;
 use crate::trail::{Entry, Trail};
@@ -38,16 +36,6 @@ use crate::validate;
 const MAX_DAYS: i64 = 93;
 /// The provider kinds with usage and cost report APIs (`Dialect::from_kind`), for messages.
 const SUPPORTED_KINDS: &str = "openai, anthropic";
-/// Pages one report may take. 93 days need 3 pages of 31; a provider still paging after 100 is
-/// looping, and stopping quietly would drop the rest of its report.
-const MAX_PAGES: usize = 100;
-/// One report call, body included.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Largest report page read; 31 days of a few hundred models stay far below it.
-const MAX_PAGE_BYTES: usize = 16 * 1024 * 1024;
-/// The API version Anthropic's usage and cost reports are documented under.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// A run to make.
 #[derive(Deserialize, ToSchema)]
@@ -199,10 +187,7 @@ pub struct ReconcileListQuery {
 /// Compare a provider's own usage and cost reports for a period with what gw logged of the
 /// requests it answered for this organization, per model and UTC day, and keep the run.
 #[utoipa::path(operation_id = "reconcile_spend", tag = "analytics", request_body = ReconcileRequest,
-    responses((status = 201, body = ReconcileRun),
-        (status = 502, body = ErrorBody, description = "The provider's report could not be read: unreachable, \
-            an error status (named in the message), or a page that is not a report. Nothing was stored."),
-        Errors))]
+    responses((status = 201, body = ReconcileRun), Errors))]
 #[post("/analytics/reconcile")]
 pub async fn create_run(
     state: web::Data<AppState>,
@@ -224,16 +209,13 @@ pub async fn create_run(
         Some(k) => (validate::secret("admin_key", k)?, "admin_key"),
         None => (org_key(&state, session.org_id, &provider.name).await?, "provider_key"),
     };
-    let client = client(credential_headers(dialect, &key)?)?;
+    let client = ReportClient::new(dialect, &key)?;
 
-    let mut reported = match fetch(&client, dialect, &requests, &provider.name).await {
-        Ok(ledger) => ledger,
-        Err(BadGateway(message)) => {
-            log::warn!("reconcile of org {} with provider {} failed: {message}", session.org_id, provider.name);
-            state.metrics.reconcile_runs.with_label_values(&["failed"]).inc();
-            return Ok(bad_gateway(message));
-        }
-    };
+    // A failed read stores nothing: the 502 names the provider, the report and at most a status.
+    let mut reported = client.ledger(&requests, &provider.name).await.inspect_err(|e| {
+        log::warn!("reconcile of org {} with provider {} failed: {e}", session.org_id, provider.name);
+        state.metrics.reconcile_runs.with_label_values(&["failed"]).inc();
+    })?;
     // The log side covers exactly these days; a bucket outside them is not the run's.
     reported.retain(|(_, day), _| (start..=end).contains(day));
 
@@ -386,118 +368,6 @@ async fn org_key(state: &AppState, org_id: Uuid, provider: &str) -> ApiResult<St
     Ok(sealed.open(ring, org_id)?)
 }
 
-/// The headers that carry the key as the dialect wants it: OpenAI a bearer token, Anthropic
-/// `x-api-key` with a version. Marked sensitive so that no debug output shows them.
-fn credential_headers(dialect: Dialect, key: &str) -> ApiResult<HeaderMap> {
-    let sensitive = |v: String| {
-        let mut value = HeaderValue::from_str(&v).map_err(|_| {
-            ApiError::Validation("the admin key cannot be sent in an HTTP header: use printable ASCII only".into())
-        })?;
-        value.set_sensitive(true);
-        Ok::<_, ApiError>(value)
-    };
-    let mut headers = HeaderMap::new();
-    match dialect {
-        Dialect::OpenAi => {
-            headers.insert(AUTHORIZATION, sensitive(format!("Bearer {key}"))?);
-        }
-        Dialect::Anthropic => {
-            headers.insert(HeaderName::from_static("x-api-key"), sensitive(key.to_string())?);
-            headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(ANTHROPIC_VERSION));
-        }
-    }
-    Ok(headers)
-}
-
-/// A client for one run, its credential in every request.
-fn client(headers: HeaderMap) -> ApiResult<reqwest::Client> {
-    reqwest::Client::builder()
-        // reqwest drops `Authorization` on a redirect to another host but keeps `x-api-key`: no
-        // redirect may take the key anywhere the config did not name.
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CALL_TIMEOUT)
-        .default_headers(headers)
-        .build()
-        .map_err(|e| ApiError::Internal(format!("cannot build the report client: {}", e.without_url())))
-}
-
-/// Why a provider's report could not be read: a message naming the provider, the report and at
-/// most a status.
-struct BadGateway(String);
-
-/// 502 in the body every `/api/v1` error has. `ApiError` has no variant for a failed upstream,
-/// which no other operation of this API calls.
-fn bad_gateway(message: String) -> HttpResponse {
-    HttpResponse::BadGateway()
-        .json(ErrorBody { error: ErrorDetail { code: "bad_gateway".into(), message, fields: Vec::new() } })
-}
-
-/// Every page of every report, summed into one ledger.
-async fn fetch(
-    client: &reqwest::Client,
-    dialect: Dialect,
-    requests: &[ReportRequest],
-    provider: &str,
-) -> Result<Ledger, BadGateway> {
-    let mut ledger = Ledger::new();
-    for r in requests {
-        let report = match r.kind {
-            ReportKind::Usage => "usage",
-            ReportKind::Cost => "cost",
-        };
-        let fail = |why: String| BadGateway(format!("provider {provider:?}, {report} report: {why}"));
-        let mut url = r.url.clone();
-        let mut pages = 0;
-        loop {
-            if pages == MAX_PAGES {
-                return Err(fail(format!("more than {MAX_PAGES} pages")));
-            }
-            pages += 1;
-            let body = page(client, url).await.map_err(fail)?;
-            match rec::parse_page(dialect, r.kind, &body, &mut ledger).map_err(|e| fail(e.to_string()))? {
-                Some(cursor) => url = rec::next_page_url(&r.url, dialect, &cursor),
-                None => break,
-            }
-        }
-    }
-    Ok(ledger)
-}
-
-/// One page as JSON; the error says what went wrong without quoting the answer.
-async fn page(client: &reqwest::Client, url: reqwest::Url) -> Result<Value, String> {
-    let mut resp = client.get(url).send().await.map_err(transport)?;
-    let status = resp.status();
-    if !status.is_success() {
-        return Err(format!("answered HTTP {}", status.as_u16()));
-    }
-    let too_large = || format!("a page is larger than {MAX_PAGE_BYTES} bytes");
-    if resp.content_length().is_some_and(|n| n > MAX_PAGE_BYTES as u64) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
-        if body.len() + chunk.len() > MAX_PAGE_BYTES {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    serde_json::from_slice(&body).map_err(|_| "a page is not JSON".to_string())
-}
-
-fn transport(e: reqwest::Error) -> String {
-    // Without the URL: a base URL may carry credentials in its user info.
-    let what = if e.is_timeout() {
-        format!("timed out after {} s", CALL_TIMEOUT.as_secs())
-    } else if e.is_connect() {
-        "could not connect".into()
-    } else {
-        "the request failed".into()
-    };
-    log::warn!("a provider report request failed: {}", e.without_url());
-    what
-}
-
 fn usage_rows(ledger: &Ledger) -> Vec<ReconcileUsage> {
     ledger
         .iter()
@@ -549,19 +419,5 @@ mod tests {
         assert_eq!(field_of(period("2026-03-11", None, today)), "start");
         assert_eq!(field_of(period("10/03/2026", None, today)), "start");
         assert_eq!(field_of(period("2026-03-01", Some("2026-02-30"), today)), "end");
-    }
-
-    #[test]
-    fn credentials_go_in_the_dialects_headers_and_are_never_echoed() {
-        let h = credential_headers(Dialect::OpenAi, "sk-admin").unwrap();
-        assert_eq!(h[AUTHORIZATION], "Bearer sk-admin");
-        assert!(h[AUTHORIZATION].is_sensitive());
-        let h = credential_headers(Dialect::Anthropic, "sk-ant-admin").unwrap();
-        assert_eq!(h["x-api-key"], "sk-ant-admin");
-        assert!(h["x-api-key"].is_sensitive());
-        assert_eq!(h["anthropic-version"], ANTHROPIC_VERSION);
-        assert!(h.get(AUTHORIZATION).is_none());
-        let e = credential_headers(Dialect::OpenAi, "sk-hidden\n").unwrap_err();
-        assert!(!e.to_string().contains("hidden"), "{e}");
     }
 }

@@ -15,7 +15,7 @@ use gw_shared::db::teams::{self, NewTeam, Team, TeamChange, TeamMember, TEAM_ROL
 use gw_shared::db::users;
 use gw_shared::ids::new_id;
 use gw_shared::keys::KeyHash;
-use gw_shared::redis::{invalidate, Invalidation};
+use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -163,14 +163,6 @@ fn name_taken() -> ApiError {
     ApiError::Conflict("a team of this organization already has this name".into())
 }
 
-/// Tells the proxies to forget their copy of a team (committed already: a failed publish is
-/// logged, and the proxies' cache TTL still ends the stale copy).
-async fn publish_team(state: &AppState, org_id: Uuid, team_id: Uuid) {
-    if let Err(e) = invalidate(&state.redis, &Invalidation::Team { org_id, team_id }).await {
-        log::warn!("could not publish the change of team {team_id}: {e}");
-    }
-}
-
 /// Tells the proxies to forget a revoked key.
 async fn publish_key(state: &AppState, id: Uuid, hash: Vec<u8>) {
     let hash: KeyHash = match hash.try_into() {
@@ -180,9 +172,7 @@ async fn publish_key(state: &AppState, id: Uuid, hash: Vec<u8>) {
             return;
         }
     };
-    if let Err(e) = invalidate(&state.redis, &Invalidation::ApiKey(hash)).await {
-        log::warn!("could not publish the revocation of key {id}: {e}");
-    }
+    state.invalidate(&Invalidation::ApiKey(hash), format!("the revocation of key {id}")).await;
 }
 
 /// List the organization's teams, newest first.
@@ -223,7 +213,7 @@ pub async fn create_team(
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let mut conn = state.conn().await?;
-    let available = crate::routes::policy::available(&mut conn, session.org_id).await?;
+    let available = crate::org_policy::available(&mut conn, session.org_id).await?;
     let new = NewTeam {
         id: new_id(),
         org_id: session.org_id,
@@ -289,7 +279,7 @@ pub async fn update_team(
     let b = body.into_inner();
     let mut conn = state.conn().await?;
     let available = match b.default_policies {
-        Some(_) => crate::routes::policy::available(&mut conn, session.org_id).await?,
+        Some(_) => crate::org_policy::available(&mut conn, session.org_id).await?,
         None => vec![],
     };
     let change = TeamChange {
@@ -328,7 +318,7 @@ pub async fn update_team(
     let org_id = session.org_id;
     let (team, n) =
         conn.transaction(async |conn| update_tx(conn, &trail, org_id, team_id, &change, &changed).await).await?;
-    publish_team(&state, org_id, team_id).await;
+    state.invalidate(&Invalidation::Team { org_id, team_id }, format!("the change of team {team_id}")).await;
     Ok(HttpResponse::Ok().json(TeamOut::new(team, n)))
 }
 
@@ -379,7 +369,7 @@ pub async fn delete_team(
     for (id, hash) in revoked {
         publish_key(&state, id, hash).await;
     }
-    publish_team(&state, org_id, team_id).await;
+    state.invalidate(&Invalidation::Team { org_id, team_id }, format!("the change of team {team_id}")).await;
     Ok(HttpResponse::NoContent().finish())
 }
 

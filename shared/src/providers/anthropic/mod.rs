@@ -38,20 +38,27 @@ const MIN_THINKING_BUDGET: u64 = 1024;
 
 pub struct AnthropicAdapter;
 
+/// The headers every Anthropic API call carries: the key (if any) as `x-api-key`, marked
+/// sensitive, and the `anthropic-version` (default [`DEFAULT_VERSION`]).
+pub fn credentials(
+    key: Option<&str>,
+    version: Option<&str>,
+) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, AdapterError> {
+    let mut headers = Vec::with_capacity(2);
+    if let Some(key) = key {
+        headers.push(super::openai::credential_header(http::HeaderName::from_static("x-api-key"), key.to_string())?);
+    }
+    let version = http::HeaderValue::try_from(version.unwrap_or(DEFAULT_VERSION))
+        .map_err(|_| AdapterError::config("the provider's api_version is not a valid header value"))?;
+    headers.push((http::HeaderName::from_static("anthropic-version"), version));
+    Ok(headers)
+}
+
 impl Adapter for AnthropicAdapter {
     fn build(&self, call: &Call<'_>) -> Result<Exchange, AdapterError> {
         let body = to_anthropic(call.request, call.upstream_model)?;
         let body = serde_json::to_vec(&body).map_err(AdapterError::config)?;
-        let mut headers = Vec::with_capacity(2);
-        if let Some(key) = call.api_key {
-            let value = http::HeaderValue::try_from(key)
-                .map_err(|_| AdapterError::config("the provider key is not a valid header value"))?;
-            headers.push((http::HeaderName::from_static("x-api-key"), value));
-        }
-        let version = call.options.api_version.as_deref().unwrap_or(DEFAULT_VERSION);
-        let version = http::HeaderValue::try_from(version)
-            .map_err(|_| AdapterError::config("the provider's api_version is not a valid header value"))?;
-        headers.push((http::HeaderName::from_static("anthropic-version"), version));
+        let headers = credentials(call.api_key, call.options.api_version.as_deref())?;
         Ok(Exchange::Http(UpstreamRequest {
             path: format!("{}{MESSAGES_PATH}", call.base_path),
             headers,
