@@ -1,5 +1,5 @@
 //! gw-proxy: the data plane. One Pingora server answering `/v1`, plus the audit flusher, the
-//! invalidation listener and a Prometheus endpoint. A library so an embedder (or a test) can
+//! invalidation listener and the operations listener (`/metrics`, `/healthz`, `/readyz`). A library so an embedder (or a test) can
 //! run it with provider adapters of its own: `run(config, registry)`.
 
 mod audit_flusher;
@@ -15,6 +15,7 @@ mod limiter;
 mod logline;
 mod lookup;
 mod metrics;
+mod ops;
 mod pipeline;
 mod priority;
 mod response_cache;

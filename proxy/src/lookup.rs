@@ -1,5 +1,6 @@
-//! The one cached-lookup-with-invalidation mechanism of the data plane: keys and teams now,
-//! policies, budgets, routes and provider keys as they arrive.
+//! The one cached-lookup-with-invalidation mechanism of the data plane. Every cached source
+//! (API keys, teams, organizations, policy documents, provider keys, cache settings: see
+//! `crate::sources`) goes through it.
 //!
 //! Tiers: the in-process cache (moka), then the shared Redis copy, then Postgres. A request
 //! never queries Postgres for something the process read within `fresh_for`; unknown keys are
@@ -176,6 +177,14 @@ impl<S: Source> Lookup<S> {
             metrics,
             log: RateLimitedLog::new(module_path!(), Duration::from_secs(5)),
         }
+    }
+
+    /// Whether the in-process tier holds a value (not only remembered unknowns): what it can
+    /// still serve while both stores are down.
+    pub async fn holds_any(&self) -> bool {
+        // An entry is listed once moka has admitted it, which its pending tasks do.
+        self.cache.run_pending_tasks().await;
+        self.cache.iter().any(|(_, slot)| slot.value.is_some())
     }
 
     fn fresh(&self, slot: &Slot<S::Value>) -> bool {

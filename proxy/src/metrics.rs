@@ -1,8 +1,5 @@
-//! Prometheus metrics of the proxy, created once at start-up, and the `/metrics` endpoint.
+//! Prometheus metrics of the proxy, created once at start-up (served by `crate::ops`).
 
-use async_trait::async_trait;
-use pingora::apps::http_app::ServeHttp;
-use pingora::protocols::http::ServerSession;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
@@ -248,28 +245,14 @@ impl Metrics {
     }
 }
 
-/// Serves the registry in the Prometheus text format on the metrics listener.
-pub struct MetricsApp(pub std::sync::Arc<Metrics>);
-
-#[async_trait]
-impl ServeHttp for MetricsApp {
-    async fn response(&self, _session: &mut ServerSession) -> http::Response<Vec<u8>> {
+impl Metrics {
+    /// The registry in the Prometheus text format: status, body and content type.
+    pub fn render(&self) -> (u16, Vec<u8>, String) {
         let encoder = TextEncoder::new();
         let mut buf = Vec::new();
-        let status = match encoder.encode(&self.0.registry.gather(), &mut buf) {
-            Ok(()) => 200,
-            Err(e) => {
-                buf = format!("metrics encoding failed: {e}\n").into_bytes();
-                500
-            }
-        };
-        let mut resp = http::Response::new(buf);
-        *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-        if let Ok(v) = http::HeaderValue::from_str(encoder.format_type()) {
-            resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
+        match encoder.encode(&self.registry.gather(), &mut buf) {
+            Ok(()) => (200, buf, encoder.format_type().to_string()),
+            Err(e) => (500, format!("metrics encoding failed: {e}\n").into_bytes(), "text/plain".into()),
         }
-        let len = resp.body().len();
-        resp.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
-        resp
     }
 }

@@ -20,7 +20,8 @@ use crate::invalidation::{Caches, InvalidationListener};
 use crate::limiter::{Limiter, LimiterConfig, LimiterService};
 use crate::logline::RateLimitedLog;
 use crate::lookup::{Lookup, LookupConfig};
-use crate::metrics::{Metrics, MetricsApp};
+use crate::metrics::Metrics;
+use crate::ops::OpsApp;
 use crate::response_cache::{CacheConfig, CacheWriter, ResponseCache};
 use crate::sources::{
     compiled_cache, CacheSettingsSource, KeySource, Lookups, OrgSource, PolicySource, ProviderKeySource, TeamSource,
@@ -57,7 +58,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         policies: Lookup::new(PolicySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
         compiled: compiled_cache(p.policy_cache_max_bytes),
         cache_settings: Lookup::new(CacheSettingsSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
-        provider_keys: Lookup::new(ProviderKeySource { db: db.clone() }, redis, lookups, metrics.clone()),
+        provider_keys: Lookup::new(ProviderKeySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
     });
     let outbox = Arc::new(Outbox::new(db.clone(), metrics.clone()));
     let limiter = Arc::new(Limiter::new(
@@ -161,14 +162,21 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         "invalidation-listener",
         InvalidationListener {
             redis_url: cfg.redis.url.clone(),
-            caches: Caches { lookups, responses: responses.clone() },
+            caches: Caches { lookups: lookups.clone(), responses: responses.clone() },
         },
     ));
     server.add_service(background_service("health-checks", health));
     server.add_service(background_service("cache-writer", CacheWriter(responses)));
     server.add_service(background_service("limiter", LimiterService(limiter)));
     server.add_service(background_service("events-outbox", OutboxWriter(outbox)));
-    let mut metrics_svc = Service::new("metrics".into(), MetricsApp(metrics));
+    let ops = OpsApp {
+        metrics,
+        db: db.clone(),
+        redis,
+        lookups: lookups.clone(),
+        store_timeout: Duration::from_millis(p.store_timeout_ms),
+    };
+    let mut metrics_svc = Service::new("metrics".into(), ops);
     metrics_svc.add_tcp(&p.metrics_listen);
     metrics_svc.threads = Some(1);
     server.add_service(metrics_svc);

@@ -873,8 +873,10 @@ pub async fn post_chat(stack: &Stack, key: &str, policy: Option<&str>, body: &Va
 
 /// The response's JSON body, after asserting its status.
 pub async fn json_of(resp: reqwest::Response, status: u16) -> Value {
-    assert_eq!(resp.status(), status);
-    resp.json().await.expect("JSON body")
+    let got = resp.status();
+    let text = resp.text().await.expect("body");
+    assert_eq!(got, status, "{text}");
+    serde_json::from_str(&text).expect("JSON body")
 }
 
 /// Asserts an `/api/v1` 400 `validation_error` whose first field error names `field` (`what`

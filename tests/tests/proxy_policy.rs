@@ -275,7 +275,15 @@ async fn a_broken_stored_policy_fails_closed() {
     let resp = post_chat(&stack, &key, None, &chat("hi", &unique_tag())).await;
     let err = expect_openai_error(resp, 503).await;
     assert_eq!(err["error"]["code"], "guardrail_failed");
-    let metrics = stack.http.get(&stack.proxy_metrics).send().await.expect("metrics").text().await.expect("text");
+    let metrics = stack
+        .http
+        .get(format!("{}/metrics", stack.proxy_metrics))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
     assert!(metrics.contains("gw_policy_guardrail_errors_total{guardrail=\"policy\"}"), "no failure metric");
 }
 

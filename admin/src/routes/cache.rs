@@ -1,10 +1,13 @@
 //! The response cache's settings and purge. The organization chooses which tiers are on, the
 //! TTL and the semantic threshold; a team may depart from any of them (absent fields inherit).
+//! `GET` answers the settings with the read-only `teams` and `semantic` beside them, and that body
+//! can be sent back: `PUT` replaces the settings (absent fields take their defaults), `PATCH`
+//! changes only the fields it names; `teams` and `semantic`, if sent, must be as `GET` said.
 //! Every change commits, then goes to the proxies on the invalidation channel. A purge deletes
 //! the organization's semantic entries and Redis entries (all, or one model's) and tells every
 //! proxy to drop its in-process copies.
 
-use actix_web::{delete, get, post, put, web, HttpRequest, HttpResponse};
+use actix_web::{delete, get, patch, post, put, web, HttpRequest, HttpResponse};
 use deadpool_redis::redis;
 use gw_shared::cache::embed;
 use gw_shared::cache::key::{model_prefix, model_tag, org_prefix};
@@ -12,7 +15,7 @@ use gw_shared::cache::settings::{CacheSettings, TeamCacheSettings};
 use gw_shared::db::{cache as db_cache, teams};
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
@@ -24,7 +27,13 @@ use crate::trail::{Entry, Trail};
 use crate::validate;
 
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(get_cache).service(put_cache).service(put_team_cache).service(delete_team_cache).service(purge);
+    cfg.service(get_cache)
+        .service(put_cache)
+        .service(patch_cache)
+        .service(put_team_cache)
+        .service(patch_team_cache)
+        .service(delete_team_cache)
+        .service(purge);
 }
 
 /// Longest model name a purge may name.
@@ -32,24 +41,41 @@ const MAX_MODEL_CHARS: usize = 256;
 /// Redis keys asked for per SCAN step of a purge.
 const SCAN_COUNT: usize = 1000;
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, PartialEq, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TeamCacheOut {
     team_id: Uuid,
     settings: TeamCacheSettings,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, PartialEq, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SemanticInfo {
     /// The embedding model prompts are compared with.
-    embedder: &'static str,
+    embedder: String,
     dimensions: usize,
 }
 
+/// The settings (as `CacheSettings`, listed here so the document can describe the whole body)
+/// and their read-only context.
 #[derive(Serialize, ToSchema)]
 pub struct CacheOut {
+    /// In-process tier (per proxy replica).
+    l1: bool,
+    /// Redis tier (shared by every replica).
+    l2: bool,
+    /// Semantic tier.
+    l3: bool,
+    /// How long a new entry lives, in seconds.
+    ttl_seconds: u32,
+    /// Cosine similarity an L3 neighbour needs to answer.
+    similarity_threshold: f32,
+    #[serde(skip)]
     settings: CacheSettings,
-    /// Teams that depart from the organization's settings.
+    /// Teams that depart from the organization's settings (read-only here: `PUT`/`PATCH
+    /// /teams/{team_id}/cache`).
     teams: Vec<TeamCacheOut>,
+    /// Read-only.
     semantic: SemanticInfo,
 }
 
@@ -60,9 +86,14 @@ async fn out(state: &AppState, org_id: Uuid) -> ApiResult<CacheOut> {
         s.teams.into_iter().map(|(team_id, settings)| TeamCacheOut { team_id, settings }).collect();
     teams.sort_by_key(|t| t.team_id);
     Ok(CacheOut {
+        l1: s.org.l1,
+        l2: s.org.l2,
+        l3: s.org.l3,
+        ttl_seconds: s.org.ttl_seconds,
+        similarity_threshold: s.org.similarity_threshold,
         settings: s.org,
         teams,
-        semantic: SemanticInfo { embedder: embed::LOCAL_MODEL, dimensions: embed::DIMENSIONS },
+        semantic: SemanticInfo { embedder: embed::LOCAL_MODEL.to_string(), dimensions: embed::DIMENSIONS },
     })
 }
 
@@ -73,26 +104,103 @@ pub async fn get_cache(state: web::Data<AppState>, session: Session) -> ApiResul
     Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
 }
 
-/// Replace the organization's cache settings (absent fields take their defaults).
+/// The settings a `PUT` (`merge_into: None`) or `PATCH` (the current settings) body asks for. The
+/// read-only `teams` and `semantic` may come back as `GET` gave them, and only so.
+fn org_settings(body: Value, current: &CacheOut, merge_into: Option<&CacheSettings>) -> ApiResult<CacheSettings> {
+    let Value::Object(mut fields) = body else {
+        return Err(ApiError::Validation("the body must be a JSON object".into()));
+    };
+    if let Some(teams) = fields.remove("teams") {
+        let same = serde_json::from_value::<Vec<TeamCacheOut>>(teams).is_ok_and(|t| t == current.teams);
+        if !same {
+            return Err(ApiError::field(
+                "teams",
+                "is read-only here; change a team's settings with PUT or PATCH /teams/{team_id}/cache",
+            ));
+        }
+    }
+    if let Some(semantic) = fields.remove("semantic") {
+        if serde_json::from_value::<SemanticInfo>(semantic).ok().as_ref() != Some(&current.semantic) {
+            return Err(ApiError::field("semantic", "is read-only"));
+        }
+    }
+    let settings: CacheSettings = merged(fields, merge_into)?;
+    settings.validate().map_err(|p| ApiError::field(p.field, p.message))?;
+    Ok(settings)
+}
+
+/// `fields` over `base` (serialized), read as `T`; a field that does not read is named.
+fn merged<T: Serialize + serde::de::DeserializeOwned>(fields: Map<String, Value>, base: Option<&T>) -> ApiResult<T> {
+    let mut doc = match base.map(serde_json::to_value).transpose() {
+        Ok(Some(Value::Object(m))) => m,
+        Ok(_) => Map::new(),
+        Err(e) => return Err(ApiError::Internal(format!("cannot encode cache settings: {e}"))),
+    };
+    // Each field alone first, so the error names it (serde's own names only the first problem,
+    // without a field for a wrong type).
+    for (key, value) in &fields {
+        if value.is_null() && base.is_some() {
+            continue;
+        }
+        let alone = Value::Object(Map::from_iter([(key.clone(), value.clone())]));
+        if let Err(e) = serde_json::from_value::<T>(alone) {
+            let message = e.to_string();
+            let message = if message.starts_with("unknown field") { "unknown field".to_string() } else { message };
+            return Err(ApiError::field(key.clone(), message));
+        }
+    }
+    for (key, value) in fields {
+        if value.is_null() && base.is_some() {
+            // `null` in a PATCH: back to inheriting (a team) or the default (the organization).
+            doc.remove(&key);
+        } else {
+            doc.insert(key, value);
+        }
+    }
+    serde_json::from_value(Value::Object(doc)).map_err(|e| ApiError::Validation(format!("invalid cache settings: {e}")))
+}
+
+/// Stores the organization's settings, records the change and tells the proxies.
+async fn store_org(state: &AppState, session: &Session, req: &HttpRequest, settings: &CacheSettings) -> ApiResult<()> {
+    let trail = Trail::of(session, req);
+    let mut conn = state.conn().await?;
+    db_cache::put_org(&mut conn, session.org_id, settings).await?;
+    let detail = serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.to_string()))?;
+    trail
+        .record(&mut conn, Entry { action: "cache.update", resource_type: "cache", resource_id: None, detail })
+        .await?;
+    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
+    Ok(())
+}
+
+/// Replace the organization's cache settings (absent fields take their defaults). A `GET` body
+/// may be sent back as it is.
 #[utoipa::path(tag = "cache", request_body = CacheSettings, responses((status = 200, body = CacheOut), Errors))]
 #[put("/organizations/current/cache")]
 pub async fn put_cache(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: crate::body::Json<serde_json::Value>,
+    body: crate::body::Json<Value>,
 ) -> ApiResult<HttpResponse> {
-    let settings: CacheSettings = serde_json::from_value(body.into_inner())
-        .map_err(|e| ApiError::Validation(format!("invalid cache settings: {e}")))?;
-    settings.validate().map_err(|p| ApiError::field(p.field, p.message))?;
-    let trail = Trail::of(&session, &req);
-    let mut conn = state.conn().await?;
-    db_cache::put_org(&mut conn, session.org_id, &settings).await?;
-    let detail = serde_json::to_value(&settings).map_err(|e| ApiError::Internal(e.to_string()))?;
-    trail
-        .record(&mut conn, Entry { action: "cache.update", resource_type: "cache", resource_id: None, detail })
-        .await?;
-    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
+    let current = out(&state, session.org_id).await?;
+    let settings = org_settings(body.into_inner(), &current, None)?;
+    store_org(&state, &session, &req, &settings).await?;
+    Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
+}
+
+/// Change the fields of the organization's cache settings the body names; the others stay.
+#[utoipa::path(tag = "cache", request_body = CacheSettings, responses((status = 200, body = CacheOut), Errors))]
+#[patch("/organizations/current/cache")]
+pub async fn patch_cache(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: crate::body::Json<Value>,
+) -> ApiResult<HttpResponse> {
+    let current = out(&state, session.org_id).await?;
+    let settings = org_settings(body.into_inner(), &current, Some(&current.settings))?;
+    store_org(&state, &session, &req, &settings).await?;
     Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
 }
 
@@ -101,6 +209,35 @@ async fn team_of_org(state: &AppState, org_id: Uuid, team_id: Uuid) -> ApiResult
     if !teams::exists_in_org(&mut conn, org_id, team_id).await? {
         return Err(ApiError::NotFound("team"));
     }
+    Ok(())
+}
+
+/// A team's departures as a body asks for them, over `base` for a `PATCH`.
+fn team_settings(body: Value, base: Option<&TeamCacheSettings>) -> ApiResult<TeamCacheSettings> {
+    let Value::Object(fields) = body else {
+        return Err(ApiError::Validation("the body must be a JSON object".into()));
+    };
+    let settings: TeamCacheSettings = merged(fields, base)?;
+    settings.validate().map_err(|p| ApiError::field(p.field, p.message))?;
+    Ok(settings)
+}
+
+/// Stores a team's departures, records the change and tells the proxies.
+async fn store_team(
+    state: &AppState,
+    session: &Session,
+    req: &HttpRequest,
+    team_id: Uuid,
+    settings: &TeamCacheSettings,
+) -> ApiResult<()> {
+    let trail = Trail::of(session, req);
+    let mut conn = state.conn().await?;
+    db_cache::put_team(&mut conn, session.org_id, team_id, settings).await?;
+    let detail = serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let entry =
+        Entry { action: "cache.team_update", resource_type: "team", resource_id: Some(team_id.to_string()), detail };
+    trail.record(&mut conn, entry).await?;
+    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
     Ok(())
 }
 
@@ -113,21 +250,32 @@ pub async fn put_team_cache(
     session: Session,
     req: HttpRequest,
     path: web::Path<Uuid>,
-    body: crate::body::Json<serde_json::Value>,
+    body: crate::body::Json<Value>,
 ) -> ApiResult<HttpResponse> {
     let team_id = path.into_inner();
-    let settings: TeamCacheSettings = serde_json::from_value(body.into_inner())
-        .map_err(|e| ApiError::Validation(format!("invalid cache settings: {e}")))?;
-    settings.validate().map_err(|p| ApiError::field(p.field, p.message))?;
+    let settings = team_settings(body.into_inner(), None)?;
     team_of_org(&state, session.org_id, team_id).await?;
-    let trail = Trail::of(&session, &req);
-    let mut conn = state.conn().await?;
-    db_cache::put_team(&mut conn, session.org_id, team_id, &settings).await?;
-    let detail = serde_json::to_value(&settings).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let entry =
-        Entry { action: "cache.team_update", resource_type: "team", resource_id: Some(team_id.to_string()), detail };
-    trail.record(&mut conn, entry).await?;
-    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
+    store_team(&state, &session, &req, team_id, &settings).await?;
+    Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
+}
+
+/// Change the team's departures the body names (`null`: inherit again); the others stay.
+#[utoipa::path(tag = "cache", request_body = TeamCacheSettings, params(("team_id" = Uuid, Path)),
+    responses((status = 200, body = CacheOut), Errors))]
+#[patch("/teams/{team_id}/cache")]
+pub async fn patch_team_cache(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    path: web::Path<Uuid>,
+    body: crate::body::Json<Value>,
+) -> ApiResult<HttpResponse> {
+    let team_id = path.into_inner();
+    team_of_org(&state, session.org_id, team_id).await?;
+    let current = out(&state, session.org_id).await?;
+    let base = current.teams.into_iter().find(|t| t.team_id == team_id).map(|t| t.settings).unwrap_or_default();
+    let settings = team_settings(body.into_inner(), Some(&base))?;
+    store_team(&state, &session, &req, team_id, &settings).await?;
     Ok(HttpResponse::Ok().json(out(&state, session.org_id).await?))
 }
 

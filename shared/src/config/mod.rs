@@ -240,7 +240,8 @@ impl Default for ProxyConfig {
 pub struct ProviderConfig {
     pub name: String,
     /// The adapter serving this provider, by its registry name: `mock` (in-process, no key, no
-    /// network) or `openai` (any OpenAI-compatible HTTP API), or one registered by an embedder.
+    /// network), `openai` (any OpenAI-compatible HTTP API), `azure`, `anthropic`, `gemini`,
+    /// `bedrock`, or one registered by an embedder (`gw_proxy::run`).
     pub kind: String,
     /// e.g. `https://api.openai.com/v1`; required for HTTP providers.
     #[serde(default)]
