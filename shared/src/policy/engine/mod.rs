@@ -57,28 +57,7 @@ enum Check {
     },
 }
 
-/// What a compiled custom pattern is counted as holding: its program and its share of the lazy
-/// DFA's cache grow with the pattern, and `regex` does not report them.
-fn pattern_weight(pattern_len: usize) -> usize {
-    16 * 1024 + 64 * pattern_len
-}
-
 impl Check {
-    /// Bytes the check holds, estimated (see [`PolicySet::weight`]).
-    fn weight(&self) -> usize {
-        let strings = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
-        std::mem::size_of::<Check>()
-            + match self {
-                Check::Topic { matcher, names, .. } => matcher.memory_usage() + strings(names),
-                Check::Models(models) => strings(models),
-                Check::Regex { rules, .. } => {
-                    rules.iter().map(|r| pattern_weight(r.re.as_str().len()) + r.name.len() + r.label.len()).sum()
-                }
-                Check::Broken { why, .. } => why.len(),
-                Check::Pii { .. } | Check::Injection { .. } | Check::MaxTokens(_) => 0,
-            }
-    }
-
     fn kind(&self) -> &'static str {
         match self {
             Check::Pii { .. } => "pii_redact",
@@ -108,11 +87,6 @@ impl CompiledPolicy {
     pub fn compile(def: &PolicyDef) -> Self {
         let checks = def.guardrails.iter().map(compile_check).collect();
         Self { name: def.name.as_str().into(), on_error: def.on_error, checks }
-    }
-
-    /// Bytes the policy holds, estimated.
-    pub fn weight(&self) -> usize {
-        64 + self.name.len() + self.checks.iter().map(Check::weight).sum::<usize>()
     }
 
     fn broken(name: &str, why: String) -> Self {
@@ -253,17 +227,6 @@ impl PolicySet {
             own,
             available: doc.available(),
         }
-    }
-
-    /// Bytes the set holds, estimated from what each check compiled to (phrase automata report
-    /// their own size; a custom pattern counts 16 KiB plus 64 bytes per byte of pattern): what
-    /// bounds the proxy's cache of compiled sets.
-    pub fn weight(&self) -> usize {
-        let names = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
-        256 + names(&self.defaults)
-            + names(&self.mandatory)
-            + names(&self.available)
-            + self.own.iter().map(|(k, p)| k.len() + 48 + p.weight()).sum::<usize>()
     }
 
     /// A document that no longer parses: every request of the organization fails closed.
@@ -613,5 +576,6 @@ fn stronger(a: Option<Action>, b: Action) -> Action {
 mod output;
 #[cfg(test)]
 mod tests;
+mod weight;
 
 pub use output::{OutSpan, OutputBlocked, OutputGuard};
