@@ -49,6 +49,7 @@ pub const MATRIX: &[Rule] = &[
     rule("POST", "/api/v1/auth/login", Public),
     rule("POST", "/api/v1/auth/refresh", Public),
     rule("POST", "/api/v1/auth/logout", VIEWER),
+    rule("GET", "/api/v1/auth/me", VIEWER),
     rule("POST", "/api/v1/auth/sso/initiate", Public),
     rule("GET", "/api/v1/auth/sso/callback", Public),
     rule("POST", "/api/v1/auth/invites/accept", Public),

@@ -211,7 +211,10 @@ fn serve() -> Result<(), BoxError> {
                 .app_data(web::QueryConfig::default().error_handler(|e, _| query_error(e).into()))
                 .app_data(
                     web::PathConfig::default()
-                        .error_handler(|e, _| ApiError::Validation(format!("invalid path parameter: {e}")).into()),
+                        // Every path parameter is an id; serde's message would describe the UUID parser.
+                        .error_handler(|_, _| {
+                            ApiError::Validation("invalid path parameter: expected an id (a UUID)".into()).into()
+                        }),
                 )
                 .wrap(actix_web::middleware::from_fn(authz::authorize))
                 .wrap(actix_web::middleware::NormalizePath::trim())

@@ -233,6 +233,7 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/auth/sso/callback"), Public),
         (("POST", "/api/v1/auth/invites/accept"), Public),
         (("POST", "/api/v1/auth/logout"), OwnScope(None)),
+        (("GET", "/api/v1/auth/me"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current/limits"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current/policy"), List),

@@ -43,10 +43,18 @@ async fn create_returns_the_secret_once_and_stores_only_its_hash() {
     let body: Value = resp.json().await.unwrap();
     let mut fields: Vec<&str> = body.as_object().unwrap().keys().map(String::as_str).collect();
     fields.sort();
-    assert_eq!(
-        fields,
-        ["created_at", "expires_at", "id", "key", "key_prefix", "models", "name", "permissions", "team_id", "warning"]
-    );
+    // Every field GET answers, plus the secret and its warning.
+    let id = body["id"].as_str().unwrap();
+    let mut got: Value = stack.admin_get(&format!("/api-keys/{id}"), &s.access_token).await.json().await.unwrap();
+    let mut created = body.clone();
+    for k in ["key", "warning"] {
+        created.as_object_mut().unwrap().remove(k);
+    }
+    // `last_used_at` may have moved on between the two; nothing used the key.
+    got.as_object_mut().unwrap().remove("last_used_at");
+    created.as_object_mut().unwrap().remove("last_used_at");
+    assert_eq!(created, got);
+    assert!(fields.contains(&"key") && fields.contains(&"warning") && fields.contains(&"status"), "{fields:?}");
     let key = body["key"].as_str().unwrap();
     assert!(key.starts_with("sk_live_") && key.len() >= 8 + 22, "{key}");
     assert!(key.starts_with(body["key_prefix"].as_str().unwrap()));
@@ -57,6 +65,7 @@ async fn create_returns_the_secret_once_and_stores_only_its_hash() {
         ".key" => "[secret]",
         ".key_prefix" => "[prefix]",
         ".created_at" => "[timestamp]",
+        ".created_by" => "[uuid]",
     });
 
     let id = Uuid::parse_str(body["id"].as_str().unwrap()).unwrap();

@@ -487,3 +487,60 @@ async fn ended_sessions_and_their_refresh_tokens_are_pruned() {
     // The live session of the same user is untouched.
     assert_eq!(shared.admin_get("/organizations/current", &s.access_token).await.status(), 200);
 }
+
+// ---- GET /auth/me ----
+
+#[tokio::test]
+async fn me_says_who_the_session_is() {
+    let stack = Stack::shared().await;
+    let owner = stack.register().await;
+    let team = stack.create_team(&owner, "me team").await;
+    let member = stack.join(&owner, "member", &[team]).await;
+    let r = stack.admin_get("/auth/me", &member.access_token).await;
+    assert_eq!(r.status(), 200);
+    let me: Value = r.json().await.unwrap();
+    assert_eq!(me["user"]["id"], member.user_id.to_string());
+    assert_eq!(me["user"]["email"], member.email.as_str());
+    assert_eq!(me["organization"]["id"], owner.org_id.to_string());
+    assert_eq!(me["role"], "member");
+    assert_eq!(me["team_ids"], serde_json::json!([team]));
+    insta::assert_json_snapshot!(me, {
+        ".user.id" => "[id]", ".user.email" => "[email]", ".user.name" => "[name]",
+        ".organization.id" => "[id]", ".organization.name" => "[name]", ".team_ids[]" => "[id]",
+        ".session_id" => "[id]"
+    }, @r#"
+    {
+      "organization": {
+        "id": "[id]",
+        "name": "[name]",
+        "plan": "free"
+      },
+      "role": "member",
+      "session_id": "[id]",
+      "team_ids": [
+        "[id]"
+      ],
+      "user": {
+        "email": "[email]",
+        "id": "[id]",
+        "name": "[name]"
+      }
+    }
+    "#);
+}
+
+#[tokio::test]
+async fn a_path_id_that_is_not_a_uuid_is_400_without_the_parsers_words() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let b = expect_api_error(stack.admin_get("/users/me", &s.access_token).await, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [],
+        "message": "invalid path parameter: expected an id (a UUID)"
+      }
+    }
+    "#);
+}

@@ -133,6 +133,29 @@ async fn only_an_owner_invites_owners() {
     assert_eq!(invite(&stack, &s, json!({"email": new_email(), "role": "owner"})).await.status(), 201);
 }
 
+#[tokio::test]
+async fn a_new_invite_to_a_pending_address_replaces_the_old_one() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let email = new_email();
+    let first = json_of(invite(&stack, &s, json!({"email": email, "role": "viewer"})).await, 201).await;
+    // The same address, written differently: one pending invite per address.
+    let again = json!({"email": email.to_uppercase(), "role": "admin"});
+    let second = json_of(invite(&stack, &s, again).await, 201).await;
+    let list = json_of(stack.admin_get("/invites", &s.access_token).await, 200).await;
+    let pending: Vec<&Value> = list["data"].as_array().unwrap().iter().filter(|i| i["status"] == "pending").collect();
+    assert_eq!(pending.len(), 1, "{list}");
+    assert_eq!(pending[0]["id"], second["id"]);
+    assert_eq!(pending[0]["role"], "admin");
+    let old = list["data"].as_array().unwrap().iter().find(|i| i["id"] == first["id"]).unwrap();
+    assert_eq!(old["status"], "revoked");
+    // The first token no longer works; the second does.
+    let r = accept(&stack, new_account(first["token"].as_str().unwrap())).await;
+    expect_api_error(r, 400).await;
+    let r = accept(&stack, new_account(second["token"].as_str().unwrap())).await;
+    assert_eq!(r.status(), 201);
+}
+
 // ---- POST /auth/invites/accept ----
 
 #[tokio::test]

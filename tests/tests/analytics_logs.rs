@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, TimeDelta, Utc};
 use gw_tests::{db, expect_api_error, header, user_message, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -348,7 +348,17 @@ async fn the_overview_adds_up_rolled_hours_and_recent_rows() {
 
     let by_team = get_json(&stack, &s, &format!("/analytics/overview?from={from}&group_by=team")).await;
     let teams = by_team["groups"].as_array().unwrap();
-    assert_eq!(teams.iter().find(|g| g["key"] == team.to_string()).unwrap()["requests"], 40);
+    let ops = teams.iter().find(|g| g["key"] == team.to_string()).unwrap();
+    assert_eq!((ops["requests"].as_i64(), ops["name"].as_str()), (Some(40), Some("ops")));
+    let by_provider = get_json(&stack, &s, &format!("/analytics/overview?from={from}&group_by=provider")).await;
+    let providers = by_provider["groups"].as_array().unwrap();
+    let mock = providers.iter().find(|g| g["key"] == "mock").unwrap();
+    assert_eq!((mock["requests"].as_i64(), mock["name"].as_str()), (Some(54), Some("mock")), "{by_provider}");
+    // The calendar month so far: from its first instant, UTC; this hour's requests are in it.
+    let month = get_json(&stack, &s, "/analytics/overview?period=month").await;
+    let first = now.date_naive().with_day(1).unwrap().and_hms_opt(0, 0, 0).unwrap().and_utc();
+    assert_eq!(month["from"].as_str().unwrap().parse::<DateTime<Utc>>().unwrap(), first);
+    assert!(month["requests"].as_i64().unwrap() >= 3, "{month}");
     let by_day = get_json(&stack, &s, &format!("/analytics/overview?from={from}&group_by=day")).await;
     let days: i64 = by_day["groups"].as_array().unwrap().iter().map(|g| g["requests"].as_i64().unwrap()).sum();
     assert_eq!(days, 54);

@@ -240,11 +240,16 @@ async fn every_response_carries_the_tightest_windows() {
 async fn a_request_larger_than_the_token_limit_is_refused_as_such() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let (key, _) = key_with(&stack, &s, json!({"rate_limits": {"tpm": 40}})).await;
+    let (key, key_id) = key_with(&stack, &s, json!({"rate_limits": {"tpm": 40}})).await;
     let e = expect_openai_error(stack.chat(&key, body("too big")).await, 429).await;
     assert_eq!(e["error"]["code"], "rate_limit_exceeded");
     assert_eq!(e["error"]["type"], "tokens");
-    assert!(e["error"]["message"].as_str().unwrap().contains("Request too large"), "{e}");
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(message.contains("Request too large"), "{e}");
+    // The key is named as its owner knows it: its name and the prefix the console shows.
+    let prefix = &key[..gw_shared::keys::DISPLAY_PREFIX_LEN];
+    assert!(message.contains(&format!("API key 'limited' ({prefix}...)")), "{e}");
+    assert!(!message.contains(&key_id), "{e}");
 }
 
 #[tokio::test]

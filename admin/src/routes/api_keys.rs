@@ -79,17 +79,11 @@ pub struct UpdateApiKey {
 
 #[derive(Serialize, ToSchema)]
 pub struct CreatedApiKey {
-    id: Uuid,
-    name: String,
+    /// Every field `GET /api-keys/{key_id}` answers.
+    #[serde(flatten)]
+    api_key: ApiKeyOut,
     /// The secret: shown here once, never again.
     key: String,
-    key_prefix: String,
-    permissions: Vec<String>,
-    team_id: Option<Uuid>,
-    created_at: DateTime<Utc>,
-    expires_at: Option<DateTime<Utc>>,
-    /// The model allow-list; null: every model.
-    models: Option<Vec<String>>,
     warning: &'static str,
 }
 
@@ -266,18 +260,7 @@ pub async fn create(
     if let Err(e) = publish(&state.redis, &Invalidation::ApiKey(gw_shared::keys::hash_secret(&secret))).await {
         log::warn!("could not publish creation of key {}: {e}", row.id);
     }
-    Ok(HttpResponse::Created().json(CreatedApiKey {
-        id: row.id,
-        name: row.name,
-        key: secret,
-        key_prefix: row.key_prefix,
-        permissions: row.permissions,
-        team_id: row.team_id,
-        created_at: row.created_at,
-        expires_at: row.expires_at,
-        models: row.allowed_models,
-        warning: WARNING,
-    }))
+    Ok(HttpResponse::Created().json(CreatedApiKey { api_key: ApiKeyOut::from(row), key: secret, warning: WARNING }))
 }
 
 /// List the organization's API keys, newest first.

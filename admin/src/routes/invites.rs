@@ -244,8 +244,25 @@ pub async fn create_invite(
     }))
 }
 
+/// Creates the invite, replacing any pending one to the same address (revoked, with its own trail
+/// entry): one pending invite per address, the latest role and teams.
 async fn create_tx(conn: &mut AsyncPgConnection, trail: &Trail, new: &NewInvite<'_>) -> ApiResult<Invite> {
-    let invite = invites::insert(conn, new).await?;
+    for replaced in invites::revoke_pending_to(conn, new.org_id, new.email_normalized).await? {
+        let entry = Entry {
+            action: "invite.revoke",
+            resource_type: "invite",
+            resource_id: Some(replaced.to_string()),
+            detail: json!({"reason": "replaced by a new invite to the same address"}),
+        };
+        trail.record(conn, entry).await?;
+    }
+    let invite = invites::insert(conn, new).await.map_err(|e| {
+        if crate::error::is_unique_violation(&e) {
+            ApiError::Conflict("another invite to this address was created at the same time; retry".into())
+        } else {
+            ApiError::from(e)
+        }
+    })?;
     let entry = Entry {
         action: "invite.create",
         resource_type: "invite",

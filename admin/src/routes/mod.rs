@@ -15,6 +15,7 @@ pub mod cache;
 pub mod health;
 pub mod invites;
 pub mod limits;
+pub mod me;
 pub mod organizations;
 pub mod policy;
 pub mod provider_keys;
@@ -29,6 +30,7 @@ pub fn api(cfg: &mut ServiceConfig) {
         utoipa_actix_web::scope("/api/v1")
             .service(crate::openapi::serve)
             .configure(auth::routes)
+            .configure(me::routes)
             .configure(sso::routes)
             .configure(organizations::routes)
             .configure(policy::routes)

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use gw_shared::limits::estimate::{self, Estimate};
-use gw_shared::limits::plan::{Ask, Plan, Scope};
+use gw_shared::limits::plan::{Ask, Plan, Scope, ScopeNames};
 use gw_shared::limits::settings::ScopeLimits;
 use gw_shared::openai::ChatRequest;
 use serde_json::Value;
@@ -67,7 +67,11 @@ pub async fn run(gw: &Gateway, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let plan = Plan::build(key.org_id, ctx.request_id, &scopes, &ask, lease, ctx.created_at);
     let admitted = gw.limiter.admit(plan).await;
     ctx.limits = Some(admitted.admission.state(&admitted.plan));
-    if let Some(refusal) = admitted.admission.refusal(&admitted.plan) {
+    let names = ScopeNames {
+        team: team.as_deref().map(|t| t.name.as_str()).filter(|n| !n.is_empty()),
+        key: Some((key.name.as_str(), key.key_prefix.as_str())).filter(|(n, p)| !n.is_empty() && !p.is_empty()),
+    };
+    if let Some(refusal) = admitted.admission.refusal(&admitted.plan, &names) {
         return Err(ProxyError::LimitExceeded(Box::new(refusal)));
     }
     ctx.admitted = Some(admitted);

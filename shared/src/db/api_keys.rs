@@ -169,6 +169,12 @@ pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Res
 pub struct KeyAuth {
     pub id: Uuid,
     pub org_id: Uuid,
+    /// The key's name and prefix, for messages that name it (a Redis copy written before these
+    /// fields existed decodes with empty ones, and messages fall back to the id).
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub key_prefix: String,
     pub team_id: Option<Uuid>,
     pub permissions: Vec<String>,
     pub expires_at: Option<DateTime<Utc>>,

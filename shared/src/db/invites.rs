@@ -171,6 +171,26 @@ pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Res
     Ok(n == 1)
 }
 
+/// Revokes every invite of `org_id` to `email_normalized` not yet accepted nor revoked; returns
+/// their ids (a new invite to the address replaces them).
+pub async fn revoke_pending_to(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    email_normalized: &str,
+) -> Result<Vec<Uuid>> {
+    Ok(diesel::update(
+        invites::table
+            .filter(invites::org_id.eq(org_id))
+            .filter(invites::email_normalized.eq(email_normalized))
+            .filter(invites::accepted_at.is_null())
+            .filter(invites::revoked_at.is_null()),
+    )
+    .set(invites::revoked_at.eq(Utc::now()))
+    .returning(invites::id)
+    .get_results(conn)
+    .await?)
+}
+
 /// Marks an invite accepted by `user_id`; `false` when it was already accepted or revoked.
 pub async fn mark_accepted(conn: &mut AsyncPgConnection, id: Uuid, user_id: Uuid) -> Result<bool> {
     let n = diesel::update(

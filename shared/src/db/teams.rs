@@ -94,6 +94,9 @@ pub async fn is_member(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid
 pub struct LiveTeam {
     pub org_id: Uuid,
     pub team_id: Uuid,
+    /// For messages that name the team (empty in a Redis copy written before it existed).
+    #[serde(default)]
+    pub name: String,
     /// Models the team may use; `None`: every model.
     #[serde(default)]
     pub allowed_models: Option<Vec<String>>,
@@ -111,13 +114,14 @@ pub async fn live(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid) -> 
         .filter(teams::org_id.eq(org_id))
         .filter(teams::id.eq(team_id))
         .filter(teams::deleted_at.is_null())
-        .select((teams::allowed_models, (teams::budget, teams::rate_limits), teams::default_policies))
-        .first::<(Option<Vec<String>>, ScopeLimits, Vec<String>)>(conn)
+        .select((teams::name, teams::allowed_models, (teams::budget, teams::rate_limits), teams::default_policies))
+        .first::<(String, Option<Vec<String>>, ScopeLimits, Vec<String>)>(conn)
         .await
         .optional()?;
-    Ok(row.map(|(allowed_models, limits, default_policies)| LiveTeam {
+    Ok(row.map(|(name, allowed_models, limits, default_policies)| LiveTeam {
         org_id,
         team_id,
+        name,
         allowed_models,
         limits,
         default_policies,
@@ -428,6 +432,21 @@ pub async fn revoke_keys_of_team(
     .returning((api_keys::id, api_keys::key_hash))
     .get_results(conn)
     .await?)
+}
+
+/// The names of `ids` among the organization's teams, deleted ones included (their spend is still
+/// reported).
+pub async fn names(conn: &mut AsyncPgConnection, org_id: Uuid, ids: &[Uuid]) -> Result<HashMap<Uuid, String>> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows: Vec<(Uuid, String)> = teams::table
+        .filter(teams::org_id.eq(org_id))
+        .filter(teams::id.eq_any(ids))
+        .select((teams::id, teams::name))
+        .load(conn)
+        .await?;
+    Ok(rows.into_iter().collect())
 }
 
 #[cfg(test)]

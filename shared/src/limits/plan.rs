@@ -42,14 +42,26 @@ impl Scope {
         }
     }
 
-    /// How a refusal names it.
-    pub fn describe(&self) -> String {
-        match self {
-            Scope::Org => "this organization".into(),
-            Scope::Team(id) => format!("team {id}"),
-            Scope::Key(id) => format!("API key {id}"),
+    /// How a refusal names it: by the names the caller knows (`names`), the id only when the
+    /// name is not known.
+    pub fn describe(&self, names: &ScopeNames<'_>) -> String {
+        match (self, names) {
+            (Scope::Org, _) => "this organization".into(),
+            (Scope::Team(_), ScopeNames { team: Some(name), .. }) => format!("team '{name}'"),
+            (Scope::Team(id), _) => format!("team {id}"),
+            (Scope::Key(_), ScopeNames { key: Some((name, prefix)), .. }) => format!("API key '{name}' ({prefix}...)"),
+            (Scope::Key(id), _) => format!("API key {id}"),
         }
     }
+}
+
+/// The names of the request's team and key, for refusal messages (a key by its name and the
+/// prefix its owner sees in the console, never its id alone).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScopeNames<'a> {
+    pub team: Option<&'a str>,
+    /// The key's name and prefix.
+    pub key: Option<(&'a str, &'a str)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,7 +285,7 @@ impl Admission {
     }
 
     /// The refusal, when there is one.
-    pub fn refusal(&self, plan: &Plan) -> Option<Refusal> {
+    pub fn refusal(&self, plan: &Plan, names: &ScopeNames<'_>) -> Option<Refusal> {
         let i = self.refused?;
         let (check, outcome) = (plan.checks.get(i)?, self.outcomes.get(i)?);
         Some(match (check, outcome) {
@@ -288,12 +300,12 @@ impl Admission {
                     format!(
                         "Request too large for {}{model}: it may use {amount} tokens, more than the limit of {limit} \
                          tokens per minute. Lower max_tokens or shorten the prompt.",
-                        scope.describe()
+                        scope.describe(names)
                     )
                 } else {
                     format!(
                         "Rate limit reached for {}{model} on {what}: limit {limit}, used {used}. Retry in {}.",
-                        scope.describe(),
+                        scope.describe(names),
                         human(retry)
                     )
                 };
@@ -308,7 +320,7 @@ impl Admission {
                 error_type: "requests",
                 message: format!(
                     "Rate limit reached for {}: at most {limit} requests in flight at once. Retry shortly.",
-                    scope.describe()
+                    scope.describe(names)
                 ),
                 retry_after: Duration::from_secs(1),
             },
@@ -325,7 +337,7 @@ impl Admission {
                     error_type: "insufficient_quota",
                     message: format!(
                         "Budget exceeded for {}: {} of its {} budget is spent. {resets}",
-                        b.scope.describe(),
+                        b.scope.describe(names),
                         usd(*spent),
                         match b.period {
                             Period::Total => format!("{} total", usd(b.limit_nanos)),
@@ -482,12 +494,20 @@ mod tests {
         let s = a.state(&p);
         assert_eq!(s.requests.map(|w| (w.limit, w.remaining)), Some((3, 1)));
         assert_eq!(s.tokens.map(|w| (w.limit, w.remaining)), Some((1000, 900)));
-        assert!(a.refusal(&p).is_none());
+        assert!(a.refusal(&p, &ScopeNames::default()).is_none());
         let refused = Admission { refused: Some(2), ..a };
-        let r = refused.refusal(&p).unwrap();
+        let r = refused.refusal(&p, &ScopeNames::default()).unwrap();
         assert!(!r.budget);
         assert_eq!(r.retry_after, Duration::from_secs(5));
         assert!(r.message.contains("requests per minute"), "{}", r.message);
+        assert!(r.message.contains(&format!("API key {}", Uuid::nil())), "{}", r.message);
+        let names = ScopeNames { team: None, key: Some(("ci bot", "gw_live_ab12")) };
+        let named = refused.refusal(&p, &names).unwrap();
+        assert!(
+            named.message.starts_with("Rate limit reached for API key 'ci bot' (gw_live_ab12...)"),
+            "{}",
+            named.message
+        );
         assert_eq!(refused.state(&p).requests.map(|w| w.remaining), Some(2));
     }
 
@@ -502,9 +522,11 @@ mod tests {
                 Outcome::Budget { limit_nanos: 10_000_000_000, spent: 10_000_000_001, reserved: 0 },
             ],
         };
-        let r = a.refusal(&p).unwrap();
+        let r = a.refusal(&p, &ScopeNames::default()).unwrap();
         assert!(r.budget);
         assert!(r.message.contains("2026-12-01T00:00:00Z"), "{}", r.message);
+        let named = a.refusal(&p, &ScopeNames { team: Some("search"), key: None }).unwrap();
+        assert!(named.message.starts_with("Budget exceeded for team 'search':"), "{}", named.message);
         assert_eq!(r.retry_after.as_secs(), (7 * 24 + 14) * 3600);
         let s = p.settlement(&Admission { refused: None, ..a }, 50, 123);
         assert!(matches!(&s.ops[..], [SettleOp::Budget { actual_nanos: 123, .. }]));

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use actix_web::{get, web, HttpResponse};
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Datelike, NaiveTime, TimeDelta, Utc};
 use gw_shared::analytics::{latency_bounds_ms, quantile};
 use gw_shared::db::rollups::{self, floor_hour, Rollup};
 use serde::{Deserialize, Serialize};
@@ -25,7 +25,8 @@ const DEFAULT_DAYS: i64 = 7;
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct OverviewQuery {
-    /// The period ending now: `Nh` or `Nd` (`24h`, `7d`, `30d`). Not with `from`/`start`.
+    /// The period ending now: `Nh` or `Nd` (`24h`, `7d`, `30d`), or the calendar period so far
+    /// (UTC): `day`, `week` (from Monday) or `month`. Not with `from`/`start`.
     period: Option<String>,
     /// Start, inclusive: an RFC 3339 time or a date. Default: 7 days before the end.
     from: Option<String>,
@@ -36,7 +37,7 @@ pub struct OverviewQuery {
     /// Same as `to`.
     end: Option<String>,
     team_id: Option<Uuid>,
-    /// `team`, `model` or `day` (UTC): adds `groups`.
+    /// `team`, `model`, `provider` or `day` (UTC): adds `groups`.
     group_by: Option<String>,
 }
 
@@ -44,11 +45,24 @@ pub struct OverviewQuery {
 enum GroupBy {
     Team,
     Model,
+    Provider,
     Day,
 }
 
+/// The start of the calendar period `p` (`day`, `week`, `month`) that holds `now`, in UTC.
+fn calendar_start(p: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let today = now.date_naive();
+    let day = match p {
+        "day" => today,
+        "week" => today - TimeDelta::days(i64::from(today.weekday().num_days_from_monday())),
+        "month" => today.with_day(1)?,
+        _ => return None,
+    };
+    Some(day.and_time(NaiveTime::MIN).and_utc())
+}
+
 fn period_span(p: &str) -> ApiResult<TimeDelta> {
-    let bad = || ApiError::field("period", "must be a number of hours or days, like 24h or 30d");
+    let bad = || ApiError::field("period", "must be day, week, month, or a number of hours or days, like 24h or 30d");
     let (n, unit) = p.split_at(p.len().saturating_sub(1));
     let n: i64 = n.parse().map_err(|_| bad())?;
     let span = match unit {
@@ -77,6 +91,10 @@ impl OverviewQuery {
             if start.is_some() || end.is_some() {
                 return Err(ApiError::field("period", "give a period or a start and end, not both"));
             }
+            if let Some(start) = calendar_start(p, now) {
+                // The first instant of a period: a window that is not empty.
+                return Ok((start, now.max(start + TimeDelta::seconds(1))));
+            }
             return Ok((now - period_span(p)?, now));
         }
         period(("start", start), ("end", end), DEFAULT_DAYS, now)
@@ -87,8 +105,9 @@ impl OverviewQuery {
             None => None,
             Some("team") => Some(GroupBy::Team),
             Some("model") => Some(GroupBy::Model),
+            Some("provider") => Some(GroupBy::Provider),
             Some("day") => Some(GroupBy::Day),
-            Some(_) => return Err(ApiError::field("group_by", "must be team, model or day")),
+            Some(_) => return Err(ApiError::field("group_by", "must be team, model, provider or day")),
         })
     }
 }
@@ -135,9 +154,11 @@ pub struct Figures {
 
 #[derive(Serialize, ToSchema)]
 pub struct Group {
-    /// The team id, the model, or the day (`YYYY-MM-DD`); null for requests without a team or
-    /// model.
+    /// The team id, the model, the provider or the day (`YYYY-MM-DD`); null for requests without
+    /// a team, model or provider.
     key: Option<String>,
+    /// What the group is called: the team's name (deleted teams keep theirs), else as `key`.
+    name: Option<String>,
     #[serde(flatten)]
     figures: Figures,
 }
@@ -244,17 +265,64 @@ pub async fn overview(
             let key = match g {
                 GroupBy::Team => r.team_id.map(|t| t.to_string()),
                 GroupBy::Model => r.model.clone(),
+                GroupBy::Provider => r.provider.clone(),
                 GroupBy::Day => Some(r.hour.format("%Y-%m-%d").to_string()),
             };
             groups.entry(key).or_default().add(r);
         }
     }
+    let team_names = match group_by {
+        Some(GroupBy::Team) => {
+            let ids: Vec<Uuid> = rows.iter().filter_map(|r| r.team_id).collect();
+            gw_shared::db::teams::names(&mut conn, session.org_id, &ids).await?
+        }
+        _ => Default::default(),
+    };
     let groups = group_by.map(|g| {
         let mut list: Vec<(Option<String>, Rollup)> = groups.into_iter().collect();
         if g != GroupBy::Day {
             list.sort_by(|a, b| b.1.cost_usd.cmp(&a.1.cost_usd).then(b.1.requests.cmp(&a.1.requests)));
         }
-        list.into_iter().map(|(key, r)| Group { key, figures: figures(&r, &bounds) }).collect()
+        list.into_iter()
+            .map(|(key, r)| {
+                let name = match g {
+                    GroupBy::Team => {
+                        key.as_deref().and_then(|k| k.parse::<Uuid>().ok()).and_then(|t| team_names.get(&t).cloned())
+                    }
+                    _ => key.clone(),
+                };
+                Group { key, name, figures: figures(&r, &bounds) }
+            })
+            .collect()
     });
     Ok(HttpResponse::Ok().json(Overview { from, to, figures: figures(&total, &bounds), groups }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn calendar_periods_start_at_their_first_utc_instant() {
+        let now = at("2026-11-27T15:04:05Z");
+        assert_eq!(calendar_start("day", now), Some(at("2026-11-27T00:00:00Z")));
+        // 2026-11-27 is a Friday; weeks start on Monday.
+        assert_eq!(calendar_start("week", now), Some(at("2026-11-23T00:00:00Z")));
+        assert_eq!(calendar_start("month", now), Some(at("2026-11-01T00:00:00Z")));
+        assert_eq!(calendar_start("7d", now), None);
+        let q = OverviewQuery {
+            period: Some("month".into()),
+            from: None,
+            start: None,
+            to: None,
+            end: None,
+            team_id: None,
+            group_by: None,
+        };
+        assert_eq!(q.bounds(now).unwrap(), (at("2026-11-01T00:00:00Z"), now));
+    }
 }

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS invites_one_pending;
