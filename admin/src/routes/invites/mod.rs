@@ -8,10 +8,9 @@ use actix_web::{delete, get, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::db::invites::{self, Invite, NewInvite, Status};
-use gw_shared::db::{orgs, teams, users};
+use gw_shared::db::{teams, users};
 use gw_shared::ids::new_id;
-use gw_shared::keys::{hash_secret, MAX_BEARER_LEN};
-use gw_shared::password::MAX_PASSWORD_LEN;
+use gw_shared::keys::hash_secret;
 use gw_shared::roles::Role;
 use rand::distributions::Alphanumeric;
 use rand::rngs::OsRng;
@@ -22,15 +21,15 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
-use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
+use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
-use crate::passwords::{hash_new_password, password_rules, verify};
 use crate::session::Session;
 use crate::state::AppState;
-use crate::tokens::{self, TokenResponse};
+use crate::trail::Entry;
 use crate::trail::Trail;
-use crate::trail::{self, Entry};
-use crate::{throttle, validate};
+use crate::validate;
+
+mod accept;
 
 /// Every invite token starts with this.
 pub const INVITE_TOKEN_PREFIX: &str = "inv_";
@@ -44,7 +43,7 @@ const WARNING: &str = "Send this token to the invitee now: it is shown only once
                        It works once, until expires_at.";
 
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(list_invites).service(create_invite).service(revoke_invite).service(accept_invite);
+    cfg.service(list_invites).service(create_invite).service(revoke_invite).service(accept::accept_invite);
 }
 
 fn new_token() -> String {
@@ -117,20 +116,6 @@ pub struct CreateInviteBody {
     /// 1 to 720; default `admin.invite_ttl_secs` (7 days).
     #[serde(default)]
     expires_in_hours: Option<i64>,
-}
-
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AcceptBody {
-    /// The invite token (`inv_…`).
-    token: String,
-    /// Required when the address has no account yet: the new account's name.
-    #[serde(default)]
-    name: Option<String>,
-    /// A new account's password (12 to 1024 characters, at least 5 different ones, not a
-    /// well-known password), or the existing account's password.
-    #[serde(default)]
-    password: Option<String>,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -314,163 +299,6 @@ async fn revoke_tx(conn: &mut AsyncPgConnection, trail: &Trail, org_id: Uuid, in
         detail: json!({"email": invite.email, "role": invite.role}),
     };
     trail.record(conn, entry).await
-}
-
-fn invalid_token() -> ApiError {
-    ApiError::field("token", "this invite is invalid, expired, revoked or already used")
-}
-
-/// What acceptance does for the account, decided (and the password hashed or verified) before
-/// the transaction, without holding a database connection.
-enum Account {
-    /// No account has the address: create one.
-    New { name: String, password_hash: String },
-    /// The account with the address, its password verified.
-    Existing(Uuid),
-}
-
-/// Accept an invite: creates the account (with `name` and `password`) when the address has
-/// none, or signs in the existing one (with its `password`); joins the organization with the
-/// invite's role and its teams that are still live; returns a session.
-#[utoipa::path(tag = "auth", security(()), request_body = AcceptBody,
-    responses((status = 201, description = "Joined and signed in", body = TokenResponse), Errors))]
-#[post("/auth/invites/accept")]
-pub async fn accept_invite(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    body: crate::body::Json<AcceptBody>,
-) -> ApiResult<HttpResponse> {
-    throttle::attempt(&state, &req, "invite").await?;
-    let b = body.into_inner();
-    if b.token.is_empty() || b.token.len() > MAX_BEARER_LEN {
-        return Err(invalid_token());
-    }
-    let hash = hash_secret(&b.token);
-    // The connection goes back to the pool before the slow hash.
-    let (invite, existing) = {
-        let mut conn = state.conn().await?;
-        let invite = invites::find_by_hash(&mut conn, &hash).await?.ok_or_else(invalid_token)?;
-        if invite.status(Utc::now()) != Status::Pending {
-            return Err(invalid_token());
-        }
-        let existing = users::find_by_email(&mut conn, &invite.email_normalized).await?;
-        (invite, existing)
-    };
-    let account = match existing {
-        None => {
-            let name = match b.name.as_deref() {
-                Some(n) => validate::text("name", n, 200)?,
-                None => return Err(ApiError::field("name", "is required to create your account")),
-            };
-            let Some(password) = b.password else {
-                return Err(ApiError::field("password", "is required to create your account"));
-            };
-            password_rules(&password, &invite.email_normalized)?;
-            let password_hash = hash_new_password(&state, password).await?;
-            Account::New { name, password_hash }
-        }
-        Some(user) => {
-            let Some(password) = b.password else {
-                return Err(ApiError::field("password", "is required: this address has an account; give its password"));
-            };
-            let invalid = || ApiError::Unauthorized("invalid email or password".into());
-            if password.len() > MAX_PASSWORD_LEN {
-                return Err(invalid());
-            }
-            throttle::account_attempt(&state, &invite.email_normalized).await?;
-            if !verify(&state, password, user.password_hash.clone()).await? {
-                return Err(invalid());
-            }
-            throttle::account_succeeded(&state, &invite.email_normalized).await;
-            Account::Existing(user.id)
-        }
-    };
-    let request_id = trail::request_id(&req);
-    let state_ref = state.get_ref();
-    let mut conn = state.conn().await?;
-    let tokens =
-        conn.transaction(async |conn| accept_tx(state_ref, conn, &hash, &account, request_id.as_deref()).await).await?;
-    log::info!("invite {} accepted by user {}", invite.id, tokens.user.id);
-    Ok(HttpResponse::Created().json(tokens))
-}
-
-async fn accept_tx(
-    state: &AppState,
-    conn: &mut AsyncPgConnection,
-    hash: &[u8],
-    account: &Account,
-    request_id: Option<&str>,
-) -> ApiResult<TokenResponse> {
-    // Locked: of two acceptances at once, one wins and the other sees the invite used.
-    let invite = invites::find_by_hash_for_update(conn, hash).await?.ok_or_else(invalid_token)?;
-    if invite.status(Utc::now()) != Status::Pending {
-        return Err(invalid_token());
-    }
-    // An invite is only as good as its inviter's standing now: one removed or demoted since
-    // (or who left) cannot bring anyone in through invites made before.
-    let inviter = match invite.invited_by {
-        Some(by) => users::membership(conn, invite.org_id, by).await?.and_then(|m| m.role.parse::<Role>().ok()),
-        None => None,
-    };
-    let needed = if invite.role == Role::Owner.as_str() { Role::Owner } else { Role::Admin };
-    if inviter.is_none_or(|r| r < needed) {
-        return Err(invalid_token());
-    }
-    let raced =
-        || ApiError::Conflict("the account of this address changed while accepting; accept the invite again".into());
-    let existing = users::find_by_email(conn, &invite.email_normalized).await?;
-    let (user, new_user) = match (account, existing) {
-        (Account::New { name, password_hash }, None) => {
-            let new = users::NewUser {
-                id: new_id(),
-                email: &invite.email,
-                email_normalized: &invite.email_normalized,
-                name,
-                password_hash: Some(password_hash.as_str()),
-            };
-            match users::insert(conn, &new).await {
-                Ok(u) => (u, true),
-                Err(e) if is_unique_violation(&e) => return Err(raced()),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        (Account::Existing(id), Some(user)) if user.id == *id => (user, false),
-        _ => return Err(raced()),
-    };
-    let role = match users::membership(conn, invite.org_id, user.id).await? {
-        // Already a member (joined another way meanwhile): the role stays as it is.
-        Some(m) => m.role,
-        None => {
-            users::add_membership(conn, invite.org_id, user.id, &invite.role).await?;
-            invite.role.clone()
-        }
-    };
-    let mut joined: Vec<Uuid> = Vec::with_capacity(invite.team_ids.len());
-    for team in &invite.team_ids {
-        // A team deleted since the invite was sent is skipped.
-        if teams::exists_in_org(conn, invite.org_id, *team).await? {
-            teams::ensure_member(conn, invite.org_id, *team, user.id).await?;
-            joined.push(*team);
-        }
-    }
-    if !invites::mark_accepted(conn, invite.id, user.id).await? {
-        return Err(invalid_token());
-    }
-    let trail = Trail {
-        org_id: invite.org_id,
-        actor_user_id: Some(user.id),
-        actor_role: Some(role.clone()),
-        request_id: request_id.map(str::to_string),
-    };
-    let entry = Entry {
-        action: "invite.accept",
-        resource_type: "invite",
-        resource_id: Some(invite.id.to_string()),
-        detail: json!({"user_id": user.id, "new_account": new_user, "role": role, "team_ids": joined}),
-    };
-    trail.record(conn, entry).await?;
-    let org = orgs::find(conn, invite.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
-    tokens::open_session(state, conn, &user, &org, &role, "invite").await
 }
 
 #[cfg(test)]
