@@ -802,6 +802,11 @@ pub fn session_token(user: Uuid, org: Uuid, sid: Uuid, role: &str, ttl_secs: i64
     gw_shared::jwt::issue_access_token(JWT_SECRET, user, org, sid, role, ttl_secs).expect("issue access token").0
 }
 
+/// A chat request body for the built-in `mock-model` with one user message.
+pub fn mock_chat(text: &str) -> Value {
+    json!({"model": "mock-model", "messages": user_message(text)})
+}
+
 /// `[{"role": "user", "content": text}]`.
 pub fn user_message(text: &str) -> Value {
     json!([{"role": "user", "content": text}])
@@ -891,6 +896,43 @@ pub async fn expect_field_error(resp: reqwest::Response, field: &str, what: &str
 /// The request id gw gave a `/v1` answer (`x-gw-request-id`).
 pub fn request_id(resp: &reqwest::Response) -> Uuid {
     header(resp, "x-gw-request-id").parse().expect("request id")
+}
+
+/// A time as a query parameter takes it: RFC 3339 with microseconds, `+` escaped.
+pub fn query_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true).replace('+', "%2B")
+}
+
+impl Stack {
+    /// Sends a chat request for `mock-model` with `text`; asserts 200 and returns its request id.
+    pub async fn chat_request_id(&self, key: &str, text: &str) -> Uuid {
+        let r = self.chat(key, json!({"model": "mock-model", "messages": user_message(text)})).await;
+        assert_eq!(r.status(), 200);
+        request_id(&r)
+    }
+
+    /// `GET /analytics/logs/{id}`, waiting (up to 2 s) for the row the proxy writes behind.
+    pub async fn log_entry(&self, s: &Session, id: Uuid) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let r = self.admin_get(&format!("/analytics/logs/{id}"), &s.access_token).await;
+            if r.status() == 200 {
+                return r.json().await.expect("log entry JSON");
+            }
+            assert_eq!(r.status(), 404);
+            assert!(Instant::now() < deadline, "log {id} not readable within 2 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `GET {admin}/api/v1{path}` as `s`, asserting 200; the JSON body.
+    pub async fn get_ok(&self, s: &Session, path: &str) -> Value {
+        let r = self.admin_get(path, &s.access_token).await;
+        let status = r.status();
+        let text = r.text().await.expect("body");
+        assert_eq!(status, 200, "{path}: {text}");
+        serde_json::from_str(&text).expect("JSON body")
+    }
 }
 
 /// Database access for checking what the services wrote.

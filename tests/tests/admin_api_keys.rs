@@ -9,13 +9,9 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use gw_shared::db::schema::api_keys;
-use gw_tests::{db, expect_api_error, expect_unauthorized, header, Session, Stack};
+use gw_tests::{db, expect_api_error, expect_unauthorized, header, mock_chat, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
-
-fn chat_body() -> Value {
-    json!({"model": "mock-model", "messages": [{"role": "user", "content": "hi"}]})
-}
 
 fn keys_url(stack: &Stack) -> String {
     format!("{}/api/v1/api-keys", stack.admin)
@@ -300,12 +296,12 @@ async fn revoked_key_stops_working_within_a_second() {
     let stack = Stack::shared().await;
     let (s, key, id) = stack.org_with_key().await;
     // Warm the proxy's key cache: from here only the invalidation message can end the key fast.
-    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+    assert_eq!(stack.chat(&key, mock_chat("hi")).await.status(), 200);
     let r = stack.admin_delete(&format!("/api-keys/{id}"), &s.access_token).await;
     assert_eq!(r.status(), 204);
     let revoked_at = Instant::now();
     loop {
-        let r = stack.chat(&key, chat_body()).await;
+        let r = stack.chat(&key, mock_chat("hi")).await;
         if r.status() == 401 {
             let b: Value = r.json().await.unwrap();
             assert_eq!(b["error"]["code"], "revoked_api_key");
@@ -335,7 +331,7 @@ async fn revoke_with_an_api_key_is_401() {
     let (_, key, id) = stack.org_with_key().await;
     let b = expect_unauthorized(stack.admin_delete(&format!("/api-keys/{id}"), &key).await).await;
     assert!(b["error"]["message"].as_str().unwrap().contains("API keys are not accepted"));
-    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+    assert_eq!(stack.chat(&key, mock_chat("hi")).await.status(), 200);
 }
 
 #[tokio::test]
@@ -346,7 +342,7 @@ async fn revoke_as_member_is_403() {
         expect_api_error(stack.admin_delete(&format!("/api-keys/{id}"), &member_token(&stack, &s).await).await, 403)
             .await;
     assert_eq!(b["error"]["code"], "forbidden");
-    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+    assert_eq!(stack.chat(&key, mock_chat("hi")).await.status(), 200);
 }
 
 #[tokio::test]
@@ -358,7 +354,7 @@ async fn revoke_of_another_tenants_key_is_404() {
     let body = expect_api_error(r, 404).await;
     assert_eq!(body["error"]["code"], "not_found");
     // A's key still works.
-    assert_eq!(stack.chat(&key_a, chat_body()).await.status(), 200);
+    assert_eq!(stack.chat(&key_a, mock_chat("hi")).await.status(), 200);
 }
 
 #[tokio::test]
@@ -492,7 +488,7 @@ async fn scoped_keys_reach_only_their_endpoints() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let (chat_only, _) = key_with(&stack, &s, json!({"name": "chat", "permissions": ["proxy:chat"]})).await;
-    assert_eq!(stack.chat(&chat_only, chat_body()).await.status(), 200);
+    assert_eq!(stack.chat(&chat_only, mock_chat("hi")).await.status(), 200);
     for r in [embeddings(&stack, &chat_only).await, models(&stack, &chat_only).await] {
         let b = r.json::<Value>().await.unwrap();
         assert_eq!(b["error"]["code"], "insufficient_permissions", "{b}");
@@ -501,7 +497,7 @@ async fn scoped_keys_reach_only_their_endpoints() {
         key_with(&stack, &s, json!({"name": "read", "permissions": ["proxy:models", "proxy:embeddings"]})).await;
     assert_eq!(models(&stack, &read).await.status(), 200);
     assert_eq!(embeddings(&stack, &read).await.status(), 200);
-    assert_eq!(stack.chat(&read, chat_body()).await.status(), 403);
+    assert_eq!(stack.chat(&read, mock_chat("hi")).await.status(), 403);
     let (all, _) = key_with(&stack, &s, json!({"name": "all"})).await;
     assert_eq!(models(&stack, &all).await.status(), 200);
     assert_eq!(embeddings(&stack, &all).await.status(), 200);
@@ -527,13 +523,13 @@ async fn narrowing_a_keys_models_reaches_the_proxy_at_once() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let (key, id) = key_with(&stack, &s, json!({"name": "narrow"})).await;
-    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+    assert_eq!(stack.chat(&key, mock_chat("hi")).await.status(), 200);
     let r = stack.admin_patch(&format!("/api-keys/{id}"), &s.access_token, &json!({"models": ["gpt-4o-mini"]})).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["models"], json!(["gpt-4o-mini"]));
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let r = stack.chat(&key, chat_body()).await;
+        let r = stack.chat(&key, mock_chat("hi")).await;
         if r.status() == 404 {
             break;
         }
@@ -550,12 +546,12 @@ async fn an_expiry_set_later_is_enforced_by_the_proxy() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let (key, id) = key_with(&stack, &s, json!({"name": "expiring"})).await;
-    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+    assert_eq!(stack.chat(&key, mock_chat("hi")).await.status(), 200);
     let soon = chrono::Utc::now() + chrono::Duration::seconds(2);
     let r = stack.admin_patch(&format!("/api-keys/{id}"), &s.access_token, &json!({"expires_at": soon})).await;
     assert_eq!(r.status(), 200);
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let r = stack.chat(&key, chat_body()).await;
+    let r = stack.chat(&key, mock_chat("hi")).await;
     assert_eq!(r.status(), 401);
     let b: Value = r.json().await.unwrap();
     assert!(b["error"]["message"].as_str().unwrap().contains("expired"), "{b}");

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use gw_tests::{expect_api_error, expect_field_error, json_of, user_message, Session, Stack};
+use gw_tests::{expect_api_error, expect_field_error, json_of, mock_chat, user_message, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -17,10 +17,6 @@ async fn create(stack: &Stack, s: &Session, body_json: Value) -> Value {
 async fn trail(stack: &Stack, s: &Session, query: &str) -> Vec<Value> {
     let page = json_of(stack.admin_get(&format!("/audit-events{query}"), &s.access_token).await, 200).await;
     page["data"].as_array().unwrap().clone()
-}
-
-fn chat_body() -> Value {
-    json!({"model": "mock-model", "messages": user_message("hi")})
 }
 
 // ---- POST /teams, GET /teams/{id} ----
@@ -125,6 +121,13 @@ async fn create_with_invalid_fields_names_the_field() {
     }
     let list = json_of(stack.admin_get("/teams", &s.access_token).await, 200).await;
     assert_eq!(list["data"], json!([]), "an invalid create left a team behind");
+    // A budget that names no period is monthly.
+    let team = json_of(
+        stack.admin_post("/teams", &s.access_token, &json!({"name": "monthly", "budget": {"amount_usd": 5}})).await,
+        201,
+    )
+    .await;
+    assert_eq!(team["budget"]["period"], "month");
 }
 
 #[tokio::test]
@@ -321,19 +324,19 @@ async fn delete_with_live_keys_is_409_until_revoke_keys_revokes_them() {
     let created = json_of(stack.create_key(&s, json!({"name": "team key", "team_id": team})).await, 201).await;
     let key = created["key"].as_str().unwrap().to_string();
     // Warm the proxy's key cache: from here only the invalidation message can end the key fast.
-    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200);
+    assert_eq!(stack.chat(&key, mock_chat("hi")).await.status(), 200);
 
     let b = expect_api_error(stack.admin_delete(&format!("/teams/{team}"), &s.access_token).await, 409).await;
     assert_eq!(b["error"]["code"], "conflict");
     assert!(b["error"]["message"].as_str().unwrap().contains("1 live API key"), "{b}");
     assert_eq!(stack.admin_get(&format!("/teams/{team}"), &s.access_token).await.status(), 200);
-    assert_eq!(stack.chat(&key, chat_body()).await.status(), 200, "a refused delete must not touch the keys");
+    assert_eq!(stack.chat(&key, mock_chat("hi")).await.status(), 200, "a refused delete must not touch the keys");
 
     let r = stack.admin_delete(&format!("/teams/{team}?revoke_keys=true"), &s.access_token).await;
     assert_eq!(r.status(), 204);
     let deleted_at = Instant::now();
     loop {
-        let r = stack.chat(&key, chat_body()).await;
+        let r = stack.chat(&key, mock_chat("hi")).await;
         if r.status() == 401 {
             break;
         }

@@ -37,15 +37,7 @@ fn streamed(mut body: Value, chunk_chars: usize) -> Value {
 async fn with_output_policy(stack: &Stack) -> String {
     let (s, key, _) = stack.org_with_key().await;
     let doc = json!({"policies": [{"name": OUT_POLICY, "guardrails": [{"type": "pii_redact", "output": true}]}]});
-    let resp = stack
-        .http
-        .put(format!("{}/api/v1/organizations/current/policy", stack.admin))
-        .bearer_auth(&s.access_token)
-        .json(&doc)
-        .send()
-        .await
-        .expect("put policy");
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
+    json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
     key
 }
 

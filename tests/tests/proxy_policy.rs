@@ -20,16 +20,7 @@ fn chat(text: &str, tag: &str) -> Value {
 }
 
 async fn put_policy(stack: &Stack, s: &Session, doc: Value) -> Value {
-    let resp = stack
-        .http
-        .put(format!("{}/api/v1/organizations/current/policy", stack.admin))
-        .bearer_auth(&s.access_token)
-        .json(&doc)
-        .send()
-        .await
-        .expect("put policy");
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
-    resp.json().await.expect("policy body")
+    json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await
 }
 
 #[tokio::test]

@@ -26,13 +26,20 @@ fn default_true() -> bool {
     true
 }
 
+/// A budget that names no period is a monthly one, as providers bill.
+fn default_period() -> String {
+    "month".into()
+}
+
 /// A spending limit: US dollars per period.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     /// US dollars per period: more than 0, at most 1e9.
     pub amount_usd: f64,
-    /// `day`, `week` (ISO, from Monday), `month` or `total`; periods roll over at UTC midnight.
+    /// `day`, `week` (ISO, from Monday), `month` (default) or `total`; periods roll over at UTC
+    /// midnight.
+    #[serde(default = "default_period")]
     pub period: String,
     /// Percentages of `amount_usd` at which a `budget.threshold_crossed` event is written, once
     /// per threshold per period: each 1 to 100, ascending, no repeats. Default `[50, 80, 95, 100]`.
@@ -221,6 +228,8 @@ mod tests {
         assert_eq!(b.alert_thresholds, [50, 80, 95, 100]);
         assert!(b.hard_limit);
         assert_eq!(b.limit_nanos(), 100_000_000_000);
+        let monthly: Budget = serde_json::from_value(json!({"amount_usd": 100.0})).unwrap();
+        assert_eq!(monthly, b);
         for (bad, field) in [
             (json!({"amount_usd": 0.0, "period": "month"}), "budget.amount_usd"),
             (json!({"amount_usd": 2e9, "period": "month"}), "budget.amount_usd"),
