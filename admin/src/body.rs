@@ -1,6 +1,7 @@
-//! The JSON body extractor of `/api/v1`: like `web::Json` (same size limit and error handler),
-//! but the body must be a JSON object. serde would otherwise read a struct from a JSON array
-//! by position (`["name"]` creating a team), which no client means.
+//! The request extractors of `/api/v1`. `Json`: like `web::Json` (same size limit and error
+//! handler), but the body must be a JSON object (serde would otherwise read a struct from a JSON
+//! array by position, `["name"]` creating a team, which no client means). `Query`: like
+//! `web::Query`. Both name every field at fault (`crate::decode`).
 
 use std::ops::Deref;
 
@@ -56,10 +57,34 @@ impl<T: DeserializeOwned + 'static> FromRequest for Json<T> {
             if let Some(path) = nul_at(&value, "") {
                 return Err(ApiError::field(path, "must not contain NUL characters").into());
             }
-            serde_json::from_value(value)
-                .map(Json)
-                .map_err(|e| ApiError::Validation(format!("invalid JSON body: {e}")).into())
+            crate::decode::json(value).map(Json).map_err(Into::into)
         })
+    }
+}
+
+/// A query string read into `T`; problems are 400s naming each parameter at fault.
+pub struct Query<T>(pub T);
+
+impl<T> Query<T> {
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> Deref for Query<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: DeserializeOwned + 'static> FromRequest for Query<T> {
+    type Error = actix_web::Error;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(crate::decode::query(req.query_string()).map(Query).map_err(Into::into))
     }
 }
 

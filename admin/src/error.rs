@@ -16,6 +16,9 @@ pub enum ApiError {
     /// One request field is invalid.
     #[error("{field}: {message}")]
     Field { field: String, message: String },
+    /// Several request fields are invalid (never empty).
+    #[error("{}", fields_text(.0))]
+    Fields(Vec<FieldError>),
     #[error("{0}")]
     Unauthorized(String),
     #[error("{0}")]
@@ -62,10 +65,14 @@ pub struct ErrorDetail {
     pub fields: Vec<FieldError>,
 }
 
-#[derive(Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct FieldError {
     pub field: String,
     pub message: String,
+}
+
+fn fields_text(fields: &[FieldError]) -> String {
+    fields.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; ")
 }
 
 impl ApiError {
@@ -77,7 +84,7 @@ impl ApiError {
 impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
-            ApiError::Validation(_) | ApiError::Field { .. } => "validation_error",
+            ApiError::Validation(_) | ApiError::Field { .. } | ApiError::Fields(_) => "validation_error",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
@@ -96,7 +103,7 @@ impl ApiError {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            ApiError::Validation(_) | ApiError::Field { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Validation(_) | ApiError::Field { .. } | ApiError::Fields(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -133,6 +140,7 @@ impl ResponseError for ApiError {
             ApiError::Field { field, message } => {
                 (format!("{field}: {message}"), vec![FieldError { field: field.clone(), message: message.clone() }])
             }
+            ApiError::Fields(fields) => (fields_text(fields), fields.clone()),
             other => (other.to_string(), Vec::new()),
         };
         resp.json(ErrorBody { error: ErrorDetail { code: self.code().to_string(), message, fields } })

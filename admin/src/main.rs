@@ -14,6 +14,7 @@
 mod authz;
 mod body;
 mod bootstrap;
+mod decode;
 mod error;
 mod hashing;
 mod jobs;
@@ -23,9 +24,11 @@ mod openapi;
 mod org_policy;
 mod pagination;
 mod passwords;
+mod period;
 mod reports;
 mod routes;
 mod session;
+mod spend;
 mod sso_config;
 mod state;
 mod throttle;
@@ -208,7 +211,6 @@ fn serve() -> Result<(), BoxError> {
                 .app_data(
                     web::JsonConfig::default().limit(body_limit).error_handler(move |e, _| json_error(e, body_limit)),
                 )
-                .app_data(web::QueryConfig::default().error_handler(|e, _| query_error(e).into()))
                 .app_data(
                     web::PathConfig::default()
                         // Every path parameter is an id; serde's message would describe the UUID parser.
@@ -258,11 +260,4 @@ fn serve() -> Result<(), BoxError> {
         server.run().await
     })?;
     Ok(())
-}
-
-/// Query-string errors name the parameter when serde says which one.
-fn query_error(e: actix_web::error::QueryPayloadError) -> ApiError {
-    let text = e.to_string();
-    let detail = text.strip_prefix("Query deserialize error: ").unwrap_or(&text).to_string();
-    ApiError::Validation(format!("invalid query string: {detail}"))
 }

@@ -16,6 +16,7 @@ pub mod ids;
 pub mod jwt;
 pub mod keys;
 pub mod limits;
+pub mod money;
 pub mod openai;
 pub mod password;
 pub mod policy;

@@ -899,6 +899,21 @@ pub fn request_id(resp: &reqwest::Response) -> Uuid {
 }
 
 /// A time as a query parameter takes it: RFC 3339 with microseconds, `+` escaped.
+/// A decimal from its text.
+pub fn dec(s: &str) -> rust_decimal::Decimal {
+    s.parse().unwrap_or_else(|e| panic!("{s:?} is not a decimal: {e}"))
+}
+
+/// A money field of an answer: a decimal string (`/api/v1` never answers money as a float).
+pub fn usd(v: &Value) -> rust_decimal::Decimal {
+    dec(v.as_str().unwrap_or_else(|| panic!("money must be a decimal string, got {v}")))
+}
+
+/// The exact cost of `tokens` at `price` US dollars per million.
+pub fn per_million(tokens: u64, price: &str) -> rust_decimal::Decimal {
+    rust_decimal::Decimal::from(tokens) * dec(price) / rust_decimal::Decimal::from(1_000_000)
+}
+
 pub fn query_time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true).replace('+', "%2B")
 }

@@ -310,7 +310,7 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         // B reconciles its own spend (no key of its own: refused without touching A's).
         (
             ("POST", "/api/v1/analytics/reconcile"),
-            ForeignReference(json!({"provider": "upstream", "start": "2026-01-01"})),
+            ForeignReference(json!({"provider": "upstream", "from": "2026-01-01"})),
         ),
     ])
 }

@@ -62,6 +62,7 @@ async fn create_returns_the_secret_once_and_stores_only_its_hash() {
         ".key_prefix" => "[prefix]",
         ".created_at" => "[timestamp]",
         ".created_by" => "[uuid]",
+        ".spend.period_start" => "[timestamp]",
     });
 
     let id = Uuid::parse_str(body["id"].as_str().unwrap()).unwrap();
@@ -203,6 +204,7 @@ async fn list_shows_keys_without_their_secret() {
         ".data[].key_prefix" => "[prefix]",
         ".data[].created_by" => "[uuid]",
         ".data[].created_at" => "[timestamp]",
+        ".data[].spend.period_start" => "[timestamp]",
     });
 }
 

@@ -100,16 +100,16 @@ async fn a_schema_error_names_its_field() {
         "fields": [
           {
             "field": "l1",
-            "message": "invalid type: string \"yes\", expected a boolean"
+            "message": "must be a boolean, not string"
           }
         ],
-        "message": "l1: invalid type: string \"yes\", expected a boolean"
+        "message": "l1: must be a boolean, not string"
       }
     }
     "#);
     let b =
         expect_field_error(stack.admin_put(ORG, &s.access_token, &json!({"l4": true})).await, "l4", "unknown").await;
-    assert_eq!(b["error"]["fields"][0]["message"], "unknown field");
+    assert_eq!(b["error"]["fields"][0]["message"], "is not a known field");
     let team = stack.create_team(&s, "typed team").await;
     let path = format!("/teams/{team}/cache");
     expect_field_error(

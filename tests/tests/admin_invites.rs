@@ -43,9 +43,13 @@ async fn create_returns_the_token_once_and_stores_only_its_hash() {
     let s = stack.register().await;
     let team = stack.create_team(&s, "crew").await;
     let email = new_email();
-    let r =
-        invite(&stack, &s, json!({"email": email, "role": "admin", "team_ids": [team, team], "expires_in_hours": 24}))
-            .await;
+    let expires_at = (chrono::Utc::now() + chrono::TimeDelta::hours(24)).to_rfc3339();
+    let r = invite(
+        &stack,
+        &s,
+        json!({"email": email, "role": "admin", "team_ids": [team, team], "expires_at": expires_at}),
+    )
+    .await;
     let created = json_of(r, 201).await;
     let mut fields: Vec<&str> = created.as_object().unwrap().keys().map(String::as_str).collect();
     fields.sort();
@@ -89,8 +93,12 @@ async fn create_with_invalid_fields_names_the_field() {
         (json!({"email": new_email(), "role": "boss"}), "role"),
         (json!({"email": new_email(), "team_ids": [Uuid::now_v7()]}), "team_ids"),
         (json!({"email": new_email(), "team_ids": [theirs]}), "team_ids"),
-        (json!({"email": new_email(), "expires_in_hours": 0}), "expires_in_hours"),
-        (json!({"email": new_email(), "expires_in_hours": 721}), "expires_in_hours"),
+        (json!({"email": new_email(), "expires_at": chrono::Utc::now().to_rfc3339()}), "expires_at"),
+        (
+            json!({"email": new_email(), "expires_at": (chrono::Utc::now() + chrono::TimeDelta::days(31)).to_rfc3339()}),
+            "expires_at",
+        ),
+        (json!({"email": new_email(), "expires_at": "next week"}), "expires_at"),
     ];
     for (bad, field) in cases {
         expect_field_error(invite(&stack, &s, bad.clone()).await, field, &bad.to_string()).await;
@@ -343,8 +351,8 @@ async fn invite_writes_appear_in_the_audit_trail() {
         assert!(!text.contains(token), "the trail holds an invite token");
     }
 
-    let r = stack.admin_get("/audit-events?since=yesterday", &s.access_token).await;
-    expect_field_error(r, "since", "since=yesterday").await;
+    let r = stack.admin_get("/audit-events?from=yesterday", &s.access_token).await;
+    expect_field_error(r, "from", "from=yesterday").await;
     let r = stack.admin_get("/invites?status=open", &s.access_token).await;
     expect_field_error(r, "status", "status=open").await;
 }

@@ -33,7 +33,8 @@ async fn limit_settings_are_validated_and_removable() {
         .unwrap();
     assert_eq!(v["budget"]["alert_thresholds"], json!([50, 80, 95, 100]));
     let v: Value = stack.admin_get(&format!("/api-keys/{key_id}/limits"), &s.access_token).await.json().await.unwrap();
-    assert_eq!(v["budget"]["spent_usd"], 0.0);
+    assert_eq!((&v["budget"]["spend_usd"], &v["budget"]["amount_usd"]), (&json!("0"), &json!("5")));
+    assert_eq!((&v["spend"]["period"], &v["spend"]["spend_usd"]), (&json!("week"), &json!("0")));
     assert!(v["budget"]["period_id"].as_str().unwrap().contains("-W"));
     let v: Value = stack
         .admin_patch(&format!("/api-keys/{key_id}"), &s.access_token, &json!({"budget": null}))

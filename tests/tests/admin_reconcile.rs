@@ -130,13 +130,13 @@ async fn a_provider_that_agrees_with_the_log_matches() {
         assert_eq!(r.routing[0]["credential"], "organization", "the request went out with the org's key");
     }
 
-    let run = reconciled(&stack, &s, json!({"provider": "upstream", "start": today()})).await;
+    let run = reconciled(&stack, &s, json!({"provider": "upstream", "from": today()})).await;
     assert_eq!(run["matched"], true, "{run}");
     assert_eq!(run["discrepancies"], json!([]));
     assert_eq!(run["logged"], json!([logged_entry(&rows, OPENAI_MODEL)]));
     assert_eq!(run["reported"], run["logged"], "OpenAI counts requests too");
     assert_eq!(run["provider"], "upstream");
-    assert_eq!((&run["start"], &run["end"]), (&json!(today()), &json!(today())));
+    assert_eq!((&run["from"], &run["to"]), (&json!(today()), &json!(days_from_today(0, 1))));
     assert_eq!(run["created_by"], s.user_id.to_string());
 
     // Read back whole, and stored for this organization.
@@ -173,7 +173,7 @@ async fn an_admin_key_in_the_request_is_used_and_stored_nowhere() {
     // Without a live provider key, the run can only have used the key sent with it.
     assert_eq!(stack.admin_delete(&format!("/provider-keys/{key_id}"), &s.access_token).await.status(), 204);
 
-    let run = reconciled(&stack, &s, json!({"provider": "upstream", "start": today(), "admin_key": secret})).await;
+    let run = reconciled(&stack, &s, json!({"provider": "upstream", "from": today(), "admin_key": secret})).await;
     assert_eq!(run["matched"], true, "{run}");
     assert_eq!(run["reported"], json!([logged_entry(&rows, OPENAI_MODEL)]));
 
@@ -199,7 +199,8 @@ async fn anthropic_reports_are_reconciled_without_request_counts() {
         assert_eq!(r.routing[0]["credential"], "organization");
     }
 
-    let run = reconciled(&stack, &s, json!({"provider": "anthropic", "start": today(), "end": today()})).await;
+    let run =
+        reconciled(&stack, &s, json!({"provider": "anthropic", "from": today(), "to": days_from_today(0, 1)})).await;
     assert_eq!(run["matched"], true, "{run}");
     let logged = logged_entry(&rows, ANTHROPIC_MODEL);
     assert_eq!(run["logged"], json!([logged]));
@@ -209,7 +210,7 @@ async fn anthropic_reports_are_reconciled_without_request_counts() {
     assert_eq!(run["reported"], json!([reported]));
 
     adjust(&stack, json!({"credential": secret, "model": ANTHROPIC_MODEL, "day": today(), "input_tokens": 7})).await;
-    let run = reconciled(&stack, &s, json!({"provider": "anthropic", "start": today()})).await;
+    let run = reconciled(&stack, &s, json!({"provider": "anthropic", "from": today()})).await;
     assert_eq!(run["matched"], false);
     let input = logged["input_tokens"].as_i64().unwrap();
     assert_eq!(
@@ -229,7 +230,7 @@ async fn tokens_the_provider_counts_beyond_the_log_are_one_discrepancy() {
     let rows = chats(&stack, &s, &key, "gpt-4o-mini", 1, 1).await;
     adjust(&stack, json!({"credential": secret, "model": OPENAI_MODEL, "day": today(), "input_tokens": 7})).await;
 
-    let run = reconciled(&stack, &s, json!({"provider": "upstream", "start": today()})).await;
+    let run = reconciled(&stack, &s, json!({"provider": "upstream", "from": today()})).await;
     assert_eq!(run["matched"], false);
     let logged = logged_entry(&rows, OPENAI_MODEL);
     assert_eq!(run["logged"], json!([logged]));
@@ -254,7 +255,7 @@ async fn a_cost_the_provider_charges_beyond_the_log_is_one_exact_discrepancy() {
     let rows = chats(&stack, &s, &key, "gpt-4o-mini", 2, 1).await;
     adjust(&stack, json!({"credential": secret, "model": OPENAI_MODEL, "day": today(), "cost": "0.0000001"})).await;
 
-    let run = reconciled(&stack, &s, json!({"provider": "upstream", "start": today()})).await;
+    let run = reconciled(&stack, &s, json!({"provider": "upstream", "from": today()})).await;
     assert_eq!(run["matched"], false);
     let logged: Decimal = rows.iter().map(|r| r.cost_usd).sum();
     let reported = logged + Decimal::from_str("0.0000001").unwrap();
@@ -274,12 +275,11 @@ async fn a_quarter_is_read_across_report_pages() {
     let (s, _, _) = stack.org_with_key().await;
     // 93 days: three pages of 31 per report. A credential nobody used reports nothing, as the
     // organization's empty log does.
-    let body =
-        json!({"provider": "upstream", "start": days_from_today(92, 0), "end": today(), "admin_key": new_secret()});
+    let body = json!({"provider": "upstream", "from": days_from_today(92, 0), "to": days_from_today(0, 1), "admin_key": new_secret()});
     let run = reconciled(&stack, &s, body).await;
     assert_eq!(run["matched"], true, "{run}");
     assert_eq!((&run["logged"], &run["reported"]), (&json!([]), &json!([])));
-    assert_eq!(run["start"], days_from_today(92, 0));
+    assert_eq!(run["from"], days_from_today(92, 0));
 }
 
 #[tokio::test]
@@ -289,7 +289,7 @@ async fn runs_are_listed_newest_first_in_pages() {
     let mut ids = Vec::new();
     for _ in 0..2 {
         let run =
-            reconciled(&stack, &s, json!({"provider": "upstream", "start": today(), "admin_key": new_secret()})).await;
+            reconciled(&stack, &s, json!({"provider": "upstream", "from": today(), "admin_key": new_secret()})).await;
         ids.push(run["id"].as_str().unwrap().to_string());
     }
 
@@ -321,7 +321,7 @@ async fn an_unknown_provider_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let b =
-        expect_field_error(reconcile(&stack, &s, json!({"provider": "nope", "start": today()})).await, "provider", "")
+        expect_field_error(reconcile(&stack, &s, json!({"provider": "nope", "from": today()})).await, "provider", "")
             .await;
     let message = b["error"]["message"].as_str().unwrap();
     assert!(message.contains("upstream") && message.contains("anthropic"), "names those that can: {message}");
@@ -331,48 +331,45 @@ async fn an_unknown_provider_is_400() {
 async fn a_provider_kind_without_usage_reports_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let r = reconcile(&stack, &s, json!({"provider": "gemini", "start": today(), "admin_key": new_secret()})).await;
+    let r = reconcile(&stack, &s, json!({"provider": "gemini", "from": today(), "admin_key": new_secret()})).await;
     let b = expect_field_error(r, "provider", "").await;
     let message = b["error"]["message"].as_str().unwrap();
     assert!(message.contains("gemini") && message.contains("openai, anthropic"), "{message}");
 }
 
 #[tokio::test]
-async fn an_end_before_the_start_is_400() {
+async fn a_to_not_after_from_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let body =
-        json!({"provider": "upstream", "start": today(), "end": days_from_today(1, 0), "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "end", "").await;
+    let body = json!({"provider": "upstream", "from": today(), "to": today(), "admin_key": new_secret()});
+    expect_field_error(reconcile(&stack, &s, body).await, "to", "").await;
 }
 
 #[tokio::test]
 async fn a_period_over_93_days_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let body =
-        json!({"provider": "upstream", "start": days_from_today(93, 0), "end": today(), "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "end", "").await;
+    let body = json!({"provider": "upstream", "from": days_from_today(93, 0), "to": days_from_today(0, 1), "admin_key": new_secret()});
+    expect_field_error(reconcile(&stack, &s, body).await, "to", "").await;
 }
 
 #[tokio::test]
 async fn a_period_ending_after_today_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let body =
-        json!({"provider": "upstream", "start": today(), "end": days_from_today(0, 1), "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "end", "").await;
-    let body = json!({"provider": "upstream", "start": days_from_today(0, 1), "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "start", "").await;
+    let body = json!({"provider": "upstream", "from": today(), "to": days_from_today(0, 2), "admin_key": new_secret()});
+    expect_field_error(reconcile(&stack, &s, body).await, "to", "").await;
+    let body = json!({"provider": "upstream", "from": days_from_today(0, 1), "admin_key": new_secret()});
+    expect_field_error(reconcile(&stack, &s, body).await, "from", "").await;
 }
 
 #[tokio::test]
 async fn a_malformed_body_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let body = json!({"provider": "upstream", "start": "01/02/2026", "admin_key": new_secret()});
-    expect_field_error(reconcile(&stack, &s, body).await, "start", "").await;
-    let body = json!({"provider": "upstream", "start": today(), "secret": new_secret()});
+    let body = json!({"provider": "upstream", "from": "01/02/2026", "admin_key": new_secret()});
+    expect_field_error(reconcile(&stack, &s, body).await, "from", "").await;
+    let body = json!({"provider": "upstream", "from": today(), "secret": new_secret()});
     let b = expect_api_error(reconcile(&stack, &s, body).await, 400).await;
     assert_eq!(b["error"]["code"], "validation_error");
 }
@@ -381,7 +378,7 @@ async fn a_malformed_body_is_400() {
 async fn without_an_admin_key_or_a_provider_key_is_400() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let b = expect_api_error(reconcile(&stack, &s, json!({"provider": "upstream", "start": today()})).await, 400).await;
+    let b = expect_api_error(reconcile(&stack, &s, json!({"provider": "upstream", "from": today()})).await, 400).await;
     assert_eq!(b["error"]["code"], "validation_error");
     assert_eq!(b["error"]["message"], "no admin key: pass admin_key or add a provider key for upstream");
 }
@@ -392,7 +389,7 @@ async fn an_unreachable_provider_is_502_and_nothing_is_stored() {
     let s = stack.register().await;
     let secret = new_secret();
     // Provider `dead` is of kind openai at an address where nothing listens.
-    let r = reconcile(&stack, &s, json!({"provider": "dead", "start": today(), "admin_key": secret})).await;
+    let r = reconcile(&stack, &s, json!({"provider": "dead", "from": today(), "admin_key": secret})).await;
     let b = expect_api_error(r, 502).await;
     assert_eq!(b["error"]["code"], "bad_gateway");
     let message = b["error"]["message"].as_str().unwrap();
@@ -407,7 +404,7 @@ async fn an_unreachable_provider_is_502_and_nothing_is_stored() {
 async fn members_and_viewers_are_403() {
     let stack = Stack::shared().await;
     let owner = stack.register().await;
-    let body = json!({"provider": "upstream", "start": today(), "admin_key": new_secret()});
+    let body = json!({"provider": "upstream", "from": today(), "admin_key": new_secret()});
     let run = reconciled(&stack, &owner, body.clone()).await;
     let id = run["id"].as_str().unwrap();
     for role in ["member", "viewer"] {
@@ -430,7 +427,7 @@ async fn without_a_session_is_401() {
     let r = stack
         .http
         .post(format!("{}/api/v1/analytics/reconcile", stack.admin))
-        .json(&json!({"provider": "upstream", "start": today()}))
+        .json(&json!({"provider": "upstream", "from": today()}))
         .send()
         .await
         .unwrap();
@@ -445,7 +442,7 @@ async fn another_organizations_run_is_404() {
     let mine = stack.register().await;
     let theirs = stack.register().await;
     let run =
-        reconciled(&stack, &theirs, json!({"provider": "upstream", "start": today(), "admin_key": new_secret()})).await;
+        reconciled(&stack, &theirs, json!({"provider": "upstream", "from": today(), "admin_key": new_secret()})).await;
     let id = run["id"].as_str().unwrap();
 
     let b =

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use gw_tests::{expect_api_error, expect_field_error, json_of, mock_chat, user_message, Session, Stack};
+use gw_tests::{dec, expect_api_error, expect_field_error, json_of, mock_chat, usd, user_message, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -54,6 +54,7 @@ async fn create_returns_the_team_with_its_settings() {
             "models",
             "name",
             "rate_limits",
+            "spend",
             "updated_at"
         ]
     );
@@ -63,7 +64,7 @@ async fn create_returns_the_team_with_its_settings() {
     assert_eq!(t["default_policies"], json!(["pii_redact"]));
     assert_eq!(
         t["budget"],
-        json!({"amount_usd": 500.0, "period": "month", "alert_thresholds": [50, 80, 95, 100], "hard_limit": true})
+        json!({"amount_usd": "500", "period": "month", "alert_thresholds": [50, 80, 95, 100], "hard_limit": true})
     );
     assert_eq!(t["rate_limits"], json!({"rpm": 600, "tpm": null, "max_concurrent": null}));
     assert_eq!(t["models"], json!(["mock-model", "claude"]));
@@ -128,6 +129,36 @@ async fn create_with_invalid_fields_names_the_field() {
     )
     .await;
     assert_eq!(team["budget"]["period"], "month");
+}
+
+#[tokio::test]
+async fn a_body_with_several_faults_names_each_field() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let bad = json!({"name": 5, "colour": "blue", "budget": {"amount_usd": "lots", "period": "month"}});
+    let b = expect_api_error(stack.admin_post("/teams", &s.access_token, &bad).await, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "budget.amount_usd",
+            "message": "must be a decimal amount of US dollars, like \"12.50\""
+          },
+          {
+            "field": "colour",
+            "message": "is not a known field"
+          },
+          {
+            "field": "name",
+            "message": "must be a string, not integer"
+          }
+        ],
+        "message": "budget.amount_usd: must be a decimal amount of US dollars, like \"12.50\"; colour: is not a known field; name: must be a string, not integer"
+      }
+    }
+    "#);
 }
 
 #[tokio::test]
@@ -221,6 +252,50 @@ async fn update_changes_settings_and_null_clears_them() {
 
     let got = json_of(stack.admin_get(&format!("/teams/{id}"), &s.access_token).await, 200).await;
     assert_eq!(got, u2);
+}
+
+#[tokio::test]
+async fn teams_and_keys_show_their_spend_without_a_budget() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let team = stack.create_team(&s, "spenders").await;
+    let created = json_of(stack.create_key(&s, json!({"name": "spending key", "team_id": team})).await, 201).await;
+    let (key, key_id) = (created["key"].as_str().unwrap(), created["id"].as_str().unwrap());
+    // Nothing yet, in the calendar month: no budget names another period.
+    assert_eq!(created["spend"]["spend_usd"], "0");
+    assert_eq!(created["spend"]["period"], "month");
+    let body = json!({"model": "gpt-4o-mini", "messages": user_message("what does this cost")});
+    let r = stack.chat(key, body).await;
+    assert_eq!(r.status(), 200);
+    let cost = dec(gw_tests::header(&r, "x-gw-cost-usd"));
+    assert!(cost > dec("0"), "a priced model costs something: {cost}");
+    stack.log_entry(&s, gw_tests::request_id(&r)).await;
+    let t = json_of(stack.admin_get(&format!("/teams/{team}"), &s.access_token).await, 200).await;
+    assert_eq!(t["budget"], Value::Null);
+    assert_eq!(usd(&t["spend"]["spend_usd"]), cost, "{t}");
+    let month_start = t["spend"]["period_start"].as_str().unwrap();
+    assert!(month_start.ends_with("-01T00:00:00Z"), "{month_start}");
+    let listed = json_of(stack.admin_get("/teams", &s.access_token).await, 200).await;
+    assert_eq!(listed["data"][0]["spend"], t["spend"]);
+    let k = json_of(stack.admin_get(&format!("/api-keys/{key_id}"), &s.access_token).await, 200).await;
+    assert_eq!(usd(&k["spend"]["spend_usd"]), cost);
+    let keys = stack.list_keys(&s.access_token, "").await;
+    assert_eq!(keys["data"][0]["spend"], k["spend"]);
+    let limits = json_of(stack.admin_get(&format!("/teams/{team}/limits"), &s.access_token).await, 200).await;
+    assert_eq!((&limits["budget"], &limits["spend"]), (&Value::Null, &t["spend"]));
+    let org = json_of(stack.admin_get("/organizations/current/limits", &s.access_token).await, 200).await;
+    assert_eq!(usd(&org["spend"]["spend_usd"]), cost);
+    // A daily budget puts the spend in its day.
+    let r = stack
+        .admin_patch(
+            &format!("/teams/{team}"),
+            &s.access_token,
+            &json!({"budget": {"amount_usd": "1", "period": "day"}}),
+        )
+        .await;
+    let t = json_of(r, 200).await;
+    assert_eq!((&t["spend"]["period"], &t["budget"]["amount_usd"]), (&json!("day"), &json!("1")));
+    assert_eq!(usd(&t["spend"]["spend_usd"]), cost);
 }
 
 #[tokio::test]

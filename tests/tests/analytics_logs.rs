@@ -119,6 +119,7 @@ async fn logs_filter_and_paginate() {
     assert_eq!(bypass["data"].as_array().unwrap().len(), 9);
     let unacted = stack.get_ok(&s, "/analytics/logs?policy_action=none&limit=200").await;
     assert_eq!(unacted["data"].as_array().unwrap().len(), 9);
+    assert!(unacted["data"].as_array().unwrap().iter().all(|r| r["policy_action"] == "none"), "{unacted}");
     let blocked = stack.get_ok(&s, "/analytics/logs?policy_action=blocked").await;
     assert_eq!(blocked["data"].as_array().unwrap().len(), 0);
     let future = query_time(Utc::now() + TimeDelta::hours(1));

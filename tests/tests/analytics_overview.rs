@@ -1,5 +1,5 @@
-//! `GET /analytics/overview`: rolled-up hours and recent rows add up, grouped by team, model,
-//! provider or day, over explicit or calendar periods; bad periods are refused.
+//! `GET /analytics/overview`: rolled-up hours and recent rows add up, grouped by team, key,
+//! model, provider or day, over explicit or calendar periods; bad periods are refused.
 
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,7 @@ fn past_row(
 #[tokio::test]
 async fn the_overview_adds_up_rolled_hours_and_recent_rows() {
     let stack = Stack::shared().await;
-    let (s, key, _) = stack.org_with_key().await;
+    let (s, key, key_id) = stack.org_with_key().await;
     let team = stack.create_team(&s, "ops").await;
     let now = Utc::now();
     let three_hours_ago = now - TimeDelta::hours(3);
@@ -99,6 +99,14 @@ async fn the_overview_adds_up_rolled_hours_and_recent_rows() {
     let teams = by_team["groups"].as_array().unwrap();
     let ops = teams.iter().find(|g| g["key"] == team.to_string()).unwrap();
     assert_eq!((ops["requests"].as_i64(), ops["name"].as_str()), (Some(40), Some("ops")));
+    let by_key = stack.get_ok(&s, &format!("/analytics/overview?from={from}&group_by=key")).await;
+    let keys = by_key["groups"].as_array().unwrap();
+    let ours = keys.iter().find(|g| g["key"] == key_id.as_str()).unwrap();
+    assert_eq!((ours["requests"].as_i64(), ours["name"].as_str()), (Some(3), Some("test key")), "{by_key}");
+    let keyless = keys.iter().find(|g| g["key"].is_null()).unwrap();
+    assert_eq!((keyless["requests"].as_i64(), &keyless["name"]), (Some(51), &Value::Null));
+    let one_key = stack.get_ok(&s, &format!("/analytics/overview?from={from}&key_id={key_id}")).await;
+    assert_eq!(one_key["requests"], 3);
     let by_provider = stack.get_ok(&s, &format!("/analytics/overview?from={from}&group_by=provider")).await;
     let providers = by_provider["groups"].as_array().unwrap();
     let mock = providers.iter().find(|g| g["key"] == "mock").unwrap();
@@ -128,9 +136,9 @@ async fn overview_refuses_bad_periods() {
         ("period=7w", "period"),
         ("period=0d", "period"),
         ("period=400d", "period"),
-        ("period=7d&start=2026-01-01", "period"),
-        ("from=2026-01-01&start=2026-01-01", "start"),
-        ("start=2026-01-05&end=2026-01-01", "end"),
+        ("period=7d&from=2026-01-01", "period"),
+        ("from=2026-01-05&to=2026-01-01", "to"),
+        ("start=2026-01-01", "start"),
         ("group_by=colour", "group_by"),
     ] {
         let r = stack.admin_get(&format!("/analytics/overview?{query}"), &s.access_token).await;

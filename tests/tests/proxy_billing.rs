@@ -45,9 +45,9 @@ async fn budget_spend_reaches(stack: &Stack, s: &Session, key_id: &str, spent: D
     loop {
         let v: Value =
             stack.admin_get(&format!("/api-keys/{key_id}/limits"), &s.access_token).await.json().await.unwrap();
-        let now = v["budget"]["spent_usd"].as_f64().unwrap_or(0.0);
-        let want: f64 = spent.try_into().unwrap();
-        if (now - want).abs() < 2e-9 {
+        let now = usd(&v["budget"]["spend_usd"]);
+        let want = spent;
+        if (now - want).abs() < dec("0.000000002") {
             return;
         }
         assert!(Instant::now() < deadline, "budget spend {now}, the audit row says {want}");

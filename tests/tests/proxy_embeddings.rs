@@ -5,9 +5,7 @@
 //!
 //! All on the test binary's shared stack, each test with its own organization.
 
-use std::str::FromStr;
-
-use gw_tests::{db, expect_openai_error, header, request_id, Stack, GW_HEADERS};
+use gw_tests::{db, dec, expect_openai_error, header, per_million, request_id, Stack, GW_HEADERS};
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -23,13 +21,9 @@ async fn embed(stack: &Stack, key: &str, body: Value) -> reqwest::Response {
     stack.http.post(embeddings_url(stack)).bearer_auth(key).json(&body).send().await.unwrap()
 }
 
-fn dec(s: &str) -> Decimal {
-    Decimal::from_str(s).unwrap()
-}
-
 /// Exact cost of `tokens` prompt tokens at `price` USD per million.
 fn cost(tokens: u64, price: &str) -> Decimal {
-    Decimal::from(tokens) * dec(price) / Decimal::from(1_000_000)
+    per_million(tokens, price)
 }
 
 /// Standard base64 (with padding) decoded; panics on anything else.

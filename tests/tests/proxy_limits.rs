@@ -168,11 +168,10 @@ async fn a_team_budget_overshoots_by_at_most_one_request_across_three_replicas()
     let v: Value = stack.admin_get(&format!("/teams/{team}/limits"), &s.access_token).await.json().await.unwrap();
     let b = &v["budget"];
     assert_eq!(v["scope"], "team");
-    let redis_spent = b["spent_usd"].as_f64().unwrap();
+    let redis_spent = usd(&b["spend_usd"]).to_f64().unwrap();
     let requests = statuses.iter().filter(|s| **s == 200).count() as f64;
     assert!((redis_spent - spent).abs() <= requests * 1e-9 + 1e-12, "redis {redis_spent} vs audit {spent}");
-    assert_eq!(b["reserved_usd"], 0.0);
-    assert_eq!(b["remaining_usd"], 0.0);
+    assert_eq!((&b["reserved_usd"], &b["remaining_usd"]), (&json!("0"), &json!("0")));
     assert!(b["percent_used"].as_f64().unwrap() >= 100.0);
 
     // Exactly one event per threshold, and one budget.exceeded, for all three replicas.
@@ -197,8 +196,8 @@ async fn a_team_budget_overshoots_by_at_most_one_request_across_three_replicas()
     let p = &exceeded[0].payload;
     assert_eq!(p["team_id"], team.to_string());
     assert_eq!(p["scope"], "team");
-    assert_eq!(p["limit_usd"], budget_usd);
-    assert!(p["spent_usd"].as_f64().unwrap() >= budget_usd);
+    assert_eq!(usd(&p["limit_usd"]).to_f64(), Some(budget_usd));
+    assert!(usd(&p["spend_usd"]).to_f64().unwrap() >= budget_usd);
     assert!(p["percent_used"].as_f64().unwrap() >= 100.0);
 }
 
@@ -362,7 +361,7 @@ async fn a_redis_outage_fails_no_request_and_shared_limiting_resumes() {
     loop {
         let v: Value =
             stack.admin_get(&format!("/api-keys/{key_id}/limits"), &s.access_token).await.json().await.unwrap();
-        let spent = v["budget"]["spent_usd"].as_f64().unwrap_or(0.0);
+        let spent = usd(&v["budget"]["spend_usd"]).to_f64().unwrap_or(0.0);
         if spent + 1e-9 * during as f64 >= outage_cost {
             break;
         }

@@ -10,9 +10,10 @@
 //! run stacks of their own. The rest share the test binary's stack, each test with its own
 //! organization.
 
-use std::str::FromStr;
-
-use gw_tests::{db, expect_openai_error, header, request_id, sse_data, user_message, Stack, StackOptions, GW_HEADERS};
+use gw_tests::{
+    db, dec, expect_openai_error, header, per_million, request_id, sse_data, user_message, Stack, StackOptions,
+    GW_HEADERS,
+};
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 
@@ -64,14 +65,9 @@ const WEATHER: &str = "What's the weather in Paris?";
 /// What the client's tool answers.
 const TOOL_RESULT: &str = "sunny, 21C";
 
-fn dec(s: &str) -> Decimal {
-    Decimal::from_str(s).unwrap()
-}
-
 /// Exact cost of `prompt` and `completion` tokens at per-million-token prices.
 fn cost(prompt: u64, completion: u64, input_price: &str, output_price: &str) -> Decimal {
-    (Decimal::from(prompt) * dec(input_price) + Decimal::from(completion) * dec(output_price))
-        / Decimal::from(1_000_000)
+    per_million(prompt, input_price) + per_million(completion, output_price)
 }
 
 fn words(text: &str) -> u64 {

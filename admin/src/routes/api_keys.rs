@@ -7,10 +7,11 @@ use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncConnection;
 use gw_shared::accounts::{issue_api_key, KeySpec, DEFAULT_PERMISSION, KNOWN_PERMISSIONS};
+use gw_shared::db::rollups::Owner;
 use gw_shared::db::{api_keys, teams};
 use gw_shared::keys::KeyHash;
 use gw_shared::limits::settings::{Budget, RateLimits};
-use gw_shared::redis::{publish, Invalidation};
+use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
@@ -20,6 +21,7 @@ use uuid::Uuid;
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
 use crate::session::Session;
+use crate::spend::{self, PeriodSpend};
 use crate::state::AppState;
 use crate::trail::{self, Entry, Trail};
 use crate::validate;
@@ -108,10 +110,12 @@ pub struct ApiKeyOut {
     rate_limits: Option<RateLimits>,
     /// `active`, `expired` or `revoked`.
     status: &'static str,
+    /// The key's spend in its budget's current period, or this calendar month without one.
+    spend: PeriodSpend,
 }
 
-impl From<api_keys::ApiKey> for ApiKeyOut {
-    fn from(k: api_keys::ApiKey) -> Self {
+impl ApiKeyOut {
+    fn new(k: api_keys::ApiKey, spend: PeriodSpend) -> Self {
         let status = if k.revoked_at.is_some() {
             "revoked"
         } else if k.expires_at.is_some_and(|t| t <= Utc::now()) {
@@ -134,6 +138,7 @@ impl From<api_keys::ApiKey> for ApiKeyOut {
             budget: k.budget.and_then(|v| serde_json::from_value(v).ok()),
             rate_limits: k.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
             status,
+            spend,
         }
     }
 }
@@ -257,16 +262,24 @@ pub async fn create(
         .await?;
     log::info!("api key {} ({}) created in org {}", row.id, row.key_prefix, row.org_id);
     // Proxies may remember this hash as unknown (someone tried it before it existed).
-    if let Err(e) = publish(&state.redis, &Invalidation::ApiKey(gw_shared::keys::hash_secret(&secret))).await {
-        log::warn!("could not publish creation of key {}: {e}", row.id);
-    }
-    Ok(HttpResponse::Created().json(CreatedApiKey { api_key: ApiKeyOut::from(row), key: secret, warning: WARNING }))
+    let hash = gw_shared::keys::hash_secret(&secret);
+    state.invalidate(&Invalidation::ApiKey(hash), format_args!("the creation of key {}", row.id)).await;
+    let spend = spend::none(row.budget.as_ref());
+    Ok(HttpResponse::Created().json(CreatedApiKey {
+        api_key: ApiKeyOut::new(row, spend),
+        key: secret,
+        warning: WARNING,
+    }))
 }
 
 /// List the organization's API keys, newest first.
 #[utoipa::path(operation_id = "list_api_keys", tag = "api-keys", params(ApiKeyQuery), responses((status = 200, body = Page<ApiKeyOut>), Errors))]
 #[get("/api-keys")]
-pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<ApiKeyQuery>) -> ApiResult<HttpResponse> {
+pub async fn list(
+    state: web::Data<AppState>,
+    session: Session,
+    q: crate::body::Query<ApiKeyQuery>,
+) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let limit = pagination::limit(q.limit)?;
     let status = match q.status.as_deref() {
@@ -280,7 +293,17 @@ pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<Ap
     let filter = api_keys::Filter { team_id: q.team_id, created_by: q.created_by, status, name };
     let mut conn = state.conn().await?;
     let rows = api_keys::list(&mut conn, session.org_id, &filter, q.cursor, limit + 1).await?;
-    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |k| k.id, ApiKeyOut::from)))
+    let owners: Vec<_> = rows.iter().map(|k| (k.id, spend::period_of(k.budget.as_ref()))).collect();
+    let mut spends = spend::current(&mut conn, session.org_id, Owner::Key, &owners).await?;
+    Ok(HttpResponse::Ok().json(Page::from_rows(
+        rows,
+        limit,
+        |k| k.id,
+        |k| {
+            let s = spends.remove(&k.id).unwrap_or_else(|| spend::none(k.budget.as_ref()));
+            ApiKeyOut::new(k, s)
+        },
+    )))
 }
 
 /// One API key (never its secret).
@@ -290,7 +313,8 @@ pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<Ap
 pub async fn get_one(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
     let mut conn = state.conn().await?;
     let key = api_keys::find(&mut conn, session.org_id, id.into_inner()).await?.ok_or(ApiError::NotFound("api key"))?;
-    Ok(HttpResponse::Ok().json(ApiKeyOut::from(key)))
+    let s = spend::of_one(&mut conn, session.org_id, Owner::Key, key.id, key.budget.as_ref()).await?;
+    Ok(HttpResponse::Ok().json(ApiKeyOut::new(key, s)))
 }
 
 /// Update a live key's name, expiry or model allow-list.
@@ -346,7 +370,8 @@ pub async fn update(
     };
     trail::by(&mut conn, &session, &req, entry).await?;
     drop_cached(&state, id, hash, "update").await?;
-    Ok(HttpResponse::Ok().json(ApiKeyOut::from(row)))
+    let s = spend::of_one(&mut conn, session.org_id, Owner::Key, row.id, row.budget.as_ref()).await?;
+    Ok(HttpResponse::Ok().json(ApiKeyOut::new(row, s)))
 }
 
 /// Revoke a key: the proxies refuse it within a second. Revoking again is a no-op.

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
+use crate::period::instant;
 use crate::session::Session;
 use crate::state::AppState;
 use crate::validate;
@@ -69,20 +70,14 @@ pub struct ListQuery {
     action: Option<String>,
     resource_type: Option<String>,
     resource_id: Option<String>,
-    /// Events at or after this time (RFC 3339).
-    since: Option<String>,
-    /// Events before this time (RFC 3339).
-    until: Option<String>,
+    /// Events at or after this time: an RFC 3339 time or a date (midnight UTC).
+    from: Option<String>,
+    /// Events before this time: an RFC 3339 time or a date.
+    to: Option<String>,
 }
 
 fn time(field: &str, value: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
-    value
-        .map(|v| {
-            DateTime::parse_from_rfc3339(v.trim())
-                .map(|t| t.with_timezone(&Utc))
-                .map_err(|_| ApiError::field(field, "must be an RFC 3339 time, e.g. 2026-01-31T12:00:00Z"))
-        })
-        .transpose()
+    value.map(|v| instant(field, v)).transpose()
 }
 
 /// The organization's admin audit trail, newest first.
@@ -91,15 +86,15 @@ fn time(field: &str, value: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
 pub async fn list_audit_events(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<ListQuery>,
+    q: crate::body::Query<ListQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let limit = pagination::limit(q.limit)?;
-    let since = time("since", q.since.as_deref())?;
-    let until = time("until", q.until.as_deref())?;
+    let since = time("from", q.from.as_deref())?;
+    let until = time("to", q.to.as_deref())?;
     if let (Some(s), Some(u)) = (since, until) {
         if u <= s {
-            return Err(ApiError::field("until", "must be after since"));
+            return Err(ApiError::field("to", "must be after from"));
         }
     }
     let filter = Filter {
@@ -121,11 +116,12 @@ mod tests {
 
     #[test]
     fn times_are_rfc3339() {
-        assert!(time("since", Some("2026-01-31T12:00:00Z")).unwrap().is_some());
-        assert!(time("since", Some("2026-01-31T12:00:00+02:00")).unwrap().is_some());
-        assert!(time("since", None).unwrap().is_none());
-        match time("until", Some("yesterday")) {
-            Err(ApiError::Field { field, .. }) => assert_eq!(field, "until"),
+        assert!(time("from", Some("2026-01-31T12:00:00Z")).unwrap().is_some());
+        assert!(time("from", Some("2026-01-31T12:00:00+02:00")).unwrap().is_some());
+        assert!(time("from", Some("2026-01-31")).unwrap().is_some());
+        assert!(time("from", None).unwrap().is_none());
+        match time("to", Some("yesterday")) {
+            Err(ApiError::Field { field, .. }) => assert_eq!(field, "to"),
             other => panic!("{other:?}"),
         }
     }

@@ -136,19 +136,6 @@ fn merged<T: Serialize + serde::de::DeserializeOwned>(fields: Map<String, Value>
         Ok(_) => Map::new(),
         Err(e) => return Err(ApiError::Internal(format!("cannot encode cache settings: {e}"))),
     };
-    // Each field alone first, so the error names it (serde's own names only the first problem,
-    // without a field for a wrong type).
-    for (key, value) in &fields {
-        if value.is_null() && base.is_some() {
-            continue;
-        }
-        let alone = Value::Object(Map::from_iter([(key.clone(), value.clone())]));
-        if let Err(e) = serde_json::from_value::<T>(alone) {
-            let message = e.to_string();
-            let message = if message.starts_with("unknown field") { "unknown field".to_string() } else { message };
-            return Err(ApiError::field(key.clone(), message));
-        }
-    }
     for (key, value) in fields {
         if value.is_null() && base.is_some() {
             // `null` in a PATCH: back to inheriting (a team) or the default (the organization).
@@ -157,7 +144,7 @@ fn merged<T: Serialize + serde::de::DeserializeOwned>(fields: Map<String, Value>
             doc.insert(key, value);
         }
     }
-    serde_json::from_value(Value::Object(doc)).map_err(|e| ApiError::Validation(format!("invalid cache settings: {e}")))
+    crate::decode::json(Value::Object(doc))
 }
 
 /// Stores the organization's settings, records the change and tells the proxies.

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use actix_web::{get, web, HttpResponse};
 use chrono::{DateTime, Utc};
 use deadpool_redis::redis::AsyncCommands;
+use gw_shared::db::rollups::Owner;
 use gw_shared::db::{api_keys, orgs, teams};
+use gw_shared::limits::period::Period;
 use gw_shared::limits::plan::{budget_keys, window_key, Measure, Plan, Scope, WINDOW_MS};
 use gw_shared::limits::script::Scripts;
 use gw_shared::limits::settings::{Budget, RateLimits, ScopeLimits};
@@ -18,6 +20,7 @@ use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::session::Session;
+use crate::spend::{self, PeriodSpend};
 use crate::state::AppState;
 
 pub fn routes(cfg: &mut ServiceConfig) {
@@ -26,7 +29,8 @@ pub fn routes(cfg: &mut ServiceConfig) {
 
 #[derive(Serialize, ToSchema)]
 pub struct BudgetStatus {
-    amount_usd: f64,
+    #[schema(value_type = String)]
+    amount_usd: String,
     period: String,
     /// The current period (`2026-11-23`, `2026-W48`, `2026-11`, `total`).
     period_id: String,
@@ -36,11 +40,14 @@ pub struct BudgetStatus {
     hard_limit: bool,
     alert_thresholds: Vec<u8>,
     /// Settled spend this period.
-    spent_usd: f64,
+    #[schema(value_type = String)]
+    spend_usd: String,
     /// Held by requests in flight (their maximum possible cost, until they settle).
-    reserved_usd: f64,
+    #[schema(value_type = String)]
+    reserved_usd: String,
     /// `amount_usd` minus spend and reservations, at least 0.
-    remaining_usd: f64,
+    #[schema(value_type = String)]
+    remaining_usd: String,
     /// Settled spend as a percentage of `amount_usd`.
     percent_used: f64,
     /// Requests in flight holding a reservation.
@@ -85,9 +92,23 @@ pub struct LimitsStatus {
     budget: Option<BudgetStatus>,
     /// The rate limits and this minute's use; null when none are set.
     rate_limits: Option<RateLimitStatus>,
+    /// Spend in the budget's current period, or this calendar month without a budget, from the
+    /// audit log (`budget.spend_usd` is the budget counter's, which also counts spend not yet
+    /// written to the log).
+    spend: PeriodSpend,
 }
 
 async fn status(state: &AppState, org_id: Uuid, scope: Scope, limits: ScopeLimits) -> ApiResult<LimitsStatus> {
+    let (owner, id) = match scope {
+        Scope::Org => (Owner::Org, org_id),
+        Scope::Team(t) => (Owner::Team, t),
+        Scope::Key(k) => (Owner::Key, k),
+    };
+    let period = limits.budget.as_ref().map(|b| b.period()).unwrap_or(Period::Month);
+    let mut db = state.conn().await?;
+    let spend = spend::current(&mut db, org_id, owner, &[(id, period)]).await?.remove(&id);
+    drop(db);
+    let spend = spend.unwrap_or_else(|| spend::zero(period));
     let mut conn = state.redis.get().await.map_err(|e| ApiError::Unavailable(format!("redis: {e}")))?;
     let prefix = Plan::prefix(org_id);
     let now = Utc::now();
@@ -99,7 +120,7 @@ async fn status(state: &AppState, org_id: Uuid, scope: Scope, limits: ScopeLimit
         Some(r) => Some(rate_status(&mut conn, &prefix, scope, r, now).await?),
         None => None,
     };
-    Ok(LimitsStatus { scope: scope.label(), budget, rate_limits })
+    Ok(LimitsStatus { scope: scope.label(), budget, rate_limits, spend })
 }
 
 fn unavailable(e: impl std::fmt::Display) -> ApiError {
@@ -118,16 +139,16 @@ async fn budget_status(
     let keys = budget_keys(prefix, scope, &window.id);
     let (spent, reserved, reservations) = Scripts::default().peek(conn, &keys).await.map_err(unavailable)?;
     let limit = b.limit_nanos();
-    let usd = |n: i64| n as f64 / 1e9;
+    let usd = |n: i64| gw_shared::money::from_nanos(n).to_string();
     Ok(BudgetStatus {
-        amount_usd: b.amount_usd,
+        amount_usd: gw_shared::money::text(b.amount_usd),
         period: period.as_str().into(),
         period_id: window.id,
         period_start: window.start,
         period_end: window.end,
         hard_limit: b.hard_limit,
         alert_thresholds: b.alert_thresholds,
-        spent_usd: usd(spent),
+        spend_usd: usd(spent),
         reserved_usd: usd(reserved),
         remaining_usd: usd((limit - spent - reserved).max(0)),
         percent_used: if limit > 0 { (spent as f64 * 10_000.0 / limit as f64).round() / 100.0 } else { 0.0 },

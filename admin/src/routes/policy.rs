@@ -253,7 +253,7 @@ pub struct VersionOut {
     version: i32,
     team_id: Option<Uuid>,
     source: String,
-    actor_id: Option<Uuid>,
+    actor_user_id: Option<Uuid>,
     created_at: DateTime<Utc>,
     #[schema(value_type = Object)]
     document: Value,
@@ -265,7 +265,7 @@ pub struct VersionOut {
 pub async fn versions(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<VersionsQuery>,
+    q: crate::body::Query<VersionsQuery>,
 ) -> ApiResult<HttpResponse> {
     let limit = q.limit.unwrap_or(20);
     if !(1..=100).contains(&limit) {
@@ -282,7 +282,7 @@ pub async fn versions(
             version: r.version,
             team_id: r.team_id,
             source: r.source,
-            actor_id: r.actor_id,
+            actor_user_id: r.actor_id,
             created_at: r.created_at,
             document: r.document,
         })

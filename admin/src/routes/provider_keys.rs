@@ -200,7 +200,7 @@ pub async fn create(
 pub async fn list(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<ProviderKeyQuery>,
+    q: crate::body::Query<ProviderKeyQuery>,
 ) -> ApiResult<HttpResponse> {
     let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;

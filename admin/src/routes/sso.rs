@@ -211,7 +211,7 @@ fn display_name(claimed: Option<&str>, email: &Email) -> String {
 pub async fn callback(
     state: web::Data<AppState>,
     req: HttpRequest,
-    q: web::Query<CallbackQuery>,
+    q: crate::body::Query<CallbackQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     // The state is spent whatever happens next.

@@ -108,7 +108,7 @@ fn last_owner() -> ApiError {
 pub async fn list_users(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<ListQuery>,
+    q: crate::body::Query<ListQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let limit = pagination::limit(q.limit)?;

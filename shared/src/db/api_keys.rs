@@ -44,6 +44,24 @@ pub struct NewApiKey<'a> {
     pub rate_limits: Option<&'a serde_json::Value>,
 }
 
+/// The names of an organization's keys among `ids` (revoked keys keep theirs), for display.
+pub async fn names(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    ids: &[Uuid],
+) -> Result<std::collections::HashMap<Uuid, String>> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let rows: Vec<(Uuid, String)> = api_keys::table
+        .filter(api_keys::org_id.eq(org_id))
+        .filter(api_keys::id.eq_any(ids))
+        .select((api_keys::id, api_keys::name))
+        .load(conn)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewApiKey<'_>) -> Result<ApiKey> {
     Ok(diesel::insert_into(api_keys::table).values(new).returning(ApiKey::as_returning()).get_result(conn).await?)
 }

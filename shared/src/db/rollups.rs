@@ -16,13 +16,15 @@ use super::schema::audit_rollups_hourly;
 use crate::analytics::{buckets, latency_bounds_ms, merge};
 use crate::error::Result;
 
-/// One group of audit rows: requests of one organization, hour, team, model and provider.
+/// One group of audit rows: requests of one organization, hour, team, API key, model and
+/// provider.
 #[derive(Debug, Clone, Default, PartialEq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = audit_rollups_hourly)]
 pub struct Rollup {
     pub org_id: Uuid,
     pub hour: DateTime<Utc>,
     pub team_id: Option<Uuid>,
+    pub api_key_id: Option<Uuid>,
     pub model: Option<String>,
     pub provider: Option<String>,
     pub requests: i64,
@@ -61,6 +63,8 @@ struct Bucketed {
     hour: DateTime<Utc>,
     #[diesel(sql_type = Nullable<SqlUuid>)]
     team_id: Option<Uuid>,
+    #[diesel(sql_type = Nullable<SqlUuid>)]
+    api_key_id: Option<Uuid>,
     #[diesel(sql_type = Nullable<Text>)]
     model: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
@@ -87,21 +91,28 @@ struct Bucketed {
     cache_lookups: i64,
 }
 
-/// Organization, hour, team, model, provider.
-type GroupKey = (Uuid, DateTime<Utc>, Option<Uuid>, Option<String>, Option<String>);
+/// Organization, hour, team, key, model, provider.
+type GroupKey = (Uuid, DateTime<Utc>, Option<Uuid>, Option<Uuid>, Option<String>, Option<String>);
+
+/// Which of an organization's requests to aggregate: all, a team's, a key's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Scope {
+    pub team_id: Option<Uuid>,
+    pub api_key_id: Option<Uuid>,
+}
 
 /// Aggregates audit rows created in `[from, to)` straight from the log, one organization's or
-/// every organization's, by hour, team, model and provider.
+/// every organization's, by hour, team, key, model and provider.
 pub async fn aggregate(
     conn: &mut AsyncPgConnection,
     org_id: Option<Uuid>,
-    team_id: Option<Uuid>,
+    scope: Scope,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<Rollup>> {
     let rows: Vec<Bucketed> = diesel::sql_query(
-        "SELECT org_id, date_trunc('hour', created_at) AS hour, team_id, model, provider, \
-           width_bucket(latency_ms, $5) AS bucket, count(*) AS requests, \
+        "SELECT org_id, date_trunc('hour', created_at) AS hour, team_id, api_key_id, model, provider, \
+           width_bucket(latency_ms, $6) AS bucket, count(*) AS requests, \
            count(*) FILTER (WHERE status_code >= 400) AS errors, \
            coalesce(sum(prompt_tokens), 0)::bigint AS prompt_tokens, \
            coalesce(sum(completion_tokens), 0)::bigint AS completion_tokens, \
@@ -111,23 +122,26 @@ pub async fn aggregate(
            count(*) FILTER (WHERE cache_status <> 'bypass') AS cache_lookups \
          FROM audit_logs WHERE created_at >= $1 AND created_at < $2 \
            AND ($3::uuid IS NULL OR org_id = $3) AND ($4::uuid IS NULL OR team_id = $4) \
-         GROUP BY 1, 2, 3, 4, 5, 6",
+           AND ($5::uuid IS NULL OR api_key_id = $5) \
+         GROUP BY 1, 2, 3, 4, 5, 6, 7",
     )
     .bind::<Timestamptz, _>(from)
     .bind::<Timestamptz, _>(to)
     .bind::<Nullable<SqlUuid>, _>(org_id)
-    .bind::<Nullable<SqlUuid>, _>(team_id)
+    .bind::<Nullable<SqlUuid>, _>(scope.team_id)
+    .bind::<Nullable<SqlUuid>, _>(scope.api_key_id)
     .bind::<Array<Int4>, _>(latency_bounds_ms())
     .load(conn)
     .await?;
     let n = buckets();
     let mut groups: BTreeMap<GroupKey, Rollup> = BTreeMap::new();
     for r in rows {
-        let key = (r.org_id, r.hour, r.team_id, r.model.clone(), r.provider.clone());
+        let key = (r.org_id, r.hour, r.team_id, r.api_key_id, r.model.clone(), r.provider.clone());
         let g = groups.entry(key).or_insert_with(|| Rollup {
             org_id: r.org_id,
             hour: r.hour,
             team_id: r.team_id,
+            api_key_id: r.api_key_id,
             model: r.model,
             provider: r.provider,
             latency_hist: vec![0; n],
@@ -158,7 +172,7 @@ pub async fn aggregate(
 pub async fn read(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
-    team_id: Option<Uuid>,
+    scope: Scope,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<Rollup>> {
@@ -168,10 +182,112 @@ pub async fn read(
         .filter(audit_rollups_hourly::hour.lt(to))
         .select(Rollup::as_select())
         .into_boxed();
-    if let Some(team) = team_id {
+    if let Some(team) = scope.team_id {
         q = q.filter(audit_rollups_hourly::team_id.eq(team));
     }
+    if let Some(key) = scope.api_key_id {
+        q = q.filter(audit_rollups_hourly::api_key_id.eq(key));
+    }
     Ok(q.load(conn).await?)
+}
+
+fn ceil_hour(t: DateTime<Utc>) -> DateTime<Utc> {
+    let f = floor_hour(t);
+    if f == t {
+        f
+    } else {
+        f + TimeDelta::hours(1)
+    }
+}
+
+/// The part of `[from, to)` the aggregates cover (whole hours already rolled up); empty (`a ==
+/// b`, at `from`) when they cover none of it. The rest comes from the log.
+fn rolled_part(from: DateTime<Utc>, to: DateTime<Utc>, rolled_until: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+    let a = ceil_hour(from);
+    let b = floor_hour(to).min(rolled_until);
+    if a >= b {
+        (from, from)
+    } else {
+        (a, b)
+    }
+}
+
+/// An organization's groups of audit rows over `[from, to)`: the aggregates for the whole hours
+/// they cover, the audit log for the rest, so counts and sums are exact.
+pub async fn collect(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    scope: Scope,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<Rollup>> {
+    let (a, b) = rolled_part(from, to, state(conn).await?.rolled_until);
+    if a == b {
+        return aggregate(conn, Some(org_id), scope, from, to).await;
+    }
+    let mut rows = read(conn, org_id, scope, a, b).await?;
+    if from < a {
+        rows.extend(aggregate(conn, Some(org_id), scope, from, a).await?);
+    }
+    if b < to {
+        rows.extend(aggregate(conn, Some(org_id), scope, b, to).await?);
+    }
+    Ok(rows)
+}
+
+/// What spend is summed by.
+#[derive(Debug, Clone, Copy)]
+pub enum Owner {
+    Org,
+    Team,
+    Key,
+}
+
+#[derive(QueryableByName)]
+struct OwnerSpend {
+    #[diesel(sql_type = SqlUuid)]
+    id: Uuid,
+    #[diesel(sql_type = Numeric)]
+    spend: Decimal,
+}
+
+/// The spend of each of `ids` (`org_id` itself, or teams or keys of it) over `[from, to)`, exact like
+/// [`collect`]; ids without requests are absent.
+pub async fn spend(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    owner: Owner,
+    ids: &[Uuid],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<std::collections::HashMap<Uuid, Decimal>> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let (a, b) = rolled_part(from, to, state(conn).await?.rolled_until);
+    let column = match owner {
+        Owner::Org => "org_id",
+        Owner::Team => "team_id",
+        Owner::Key => "api_key_id",
+    };
+    let rows: Vec<OwnerSpend> = diesel::sql_query(format!(
+        "SELECT id, sum(cost) AS spend FROM ( \
+           SELECT {column} AS id, cost_usd AS cost FROM audit_rollups_hourly \
+             WHERE org_id = $1 AND {column} = ANY($6) AND hour >= $3 AND hour < $4 \
+           UNION ALL \
+           SELECT {column}, cost_usd FROM audit_logs WHERE org_id = $1 AND {column} = ANY($6) \
+             AND ((created_at >= $2 AND created_at < $3) OR (created_at >= $4 AND created_at < $5)) \
+         ) s GROUP BY id"
+    ))
+    .bind::<SqlUuid, _>(org_id)
+    .bind::<Timestamptz, _>(from)
+    .bind::<Timestamptz, _>(a)
+    .bind::<Timestamptz, _>(b)
+    .bind::<Timestamptz, _>(to)
+    .bind::<Array<SqlUuid>, _>(ids)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.spend)).collect())
 }
 
 #[derive(Debug, Clone, Copy, QueryableByName)]
@@ -198,7 +314,7 @@ pub fn floor_hour(t: DateTime<Utc>) -> DateTime<Utc> {
 async fn refresh_hour(conn: &mut AsyncPgConnection, hour: DateTime<Utc>) -> Result<usize> {
     let end = hour + TimeDelta::hours(1);
     conn.transaction(async |conn| {
-        let rows = aggregate(conn, None, None, hour, end).await?;
+        let rows = aggregate(conn, None, Scope::default(), hour, end).await?;
         diesel::delete(audit_rollups_hourly::table.filter(audit_rollups_hourly::hour.eq(hour))).execute(conn).await?;
         for chunk in rows.chunks(2000) {
             diesel::insert_into(audit_rollups_hourly::table).values(chunk).execute(conn).await?;

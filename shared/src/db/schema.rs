@@ -186,6 +186,7 @@ diesel::table! {
         cache_hits -> Int8,
         cache_lookups -> Int8,
         latency_hist -> Array<Int8>,
+        api_key_id -> Nullable<Uuid>,
     }
 }
 

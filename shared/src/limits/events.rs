@@ -22,8 +22,8 @@ pub struct NewEvent {
     pub created_at: DateTime<Utc>,
 }
 
-fn dollars(nanos: i64) -> f64 {
-    nanos as f64 / 1e9
+fn dollars(nanos: i64) -> String {
+    crate::money::from_nanos(nanos).to_string()
 }
 
 /// The events a settlement makes due.
@@ -52,7 +52,7 @@ pub fn budget_events(org_id: Uuid, s: &BudgetSettled, at: DateTime<Utc>) -> Vec<
                 "team_id": team_id,
                 "api_key_id": api_key_id,
                 "budget": {
-                    "amount_usd": b.amount_usd,
+                    "amount_usd": crate::money::text(b.amount_usd),
                     "period": b.period.as_str(),
                     "period_id": b.window.id,
                     "period_start": b.window.start,
@@ -60,7 +60,7 @@ pub fn budget_events(org_id: Uuid, s: &BudgetSettled, at: DateTime<Utc>) -> Vec<
                     "hard_limit": b.hard,
                 },
                 "threshold_percent": threshold,
-                "spent_usd": dollars(s.spent_nanos),
+                "spend_usd": dollars(s.spent_nanos),
                 "limit_usd": dollars(b.limit_nanos),
                 "percent_used": (percent * 100.0).round() / 100.0,
                 "occurred_at": at,
@@ -89,7 +89,7 @@ mod tests {
             scope: Scope::Team(team),
             period: Period::Month,
             window: Period::Month.window(at),
-            amount_usd: 10.0,
+            amount_usd: rust_decimal::Decimal::from(10),
             limit_nanos: 10_000_000_000,
             reserve_nanos: 1,
             hard: true,
@@ -103,7 +103,7 @@ mod tests {
         let p = &events[1].payload;
         assert_eq!(p["team_id"], team.to_string());
         assert_eq!(p["percent_used"], 105.0);
-        assert_eq!(p["spent_usd"], 10.5);
+        assert_eq!(p["spend_usd"], "10.5");
         assert_eq!(p["threshold_percent"], 100);
         assert_eq!(p["budget"]["period_id"], "2026-11");
         // The same crossing computed again (another replica, a replay) has the same key.

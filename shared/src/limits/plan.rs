@@ -85,7 +85,7 @@ pub struct BudgetCheck {
     pub scope: Scope,
     pub period: Period,
     pub window: PeriodWindow,
-    pub amount_usd: f64,
+    pub amount_usd: rust_decimal::Decimal,
     pub limit_nanos: i64,
     /// The reservation: the request's maximum possible cost.
     pub reserve_nanos: i64,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use diesel::deserialize::{self, Queryable};
 use diesel::pg::Pg;
 use diesel::sql_types::{Jsonb, Nullable};
+use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -14,7 +15,7 @@ use utoipa::ToSchema;
 use super::period::Period;
 
 /// The largest budget, in US dollars.
-pub const MAX_BUDGET_USD: f64 = 1e9;
+pub const MAX_BUDGET_USD: i64 = 1_000_000_000;
 /// Most models with limits of their own in one `rate_limits`.
 pub const MAX_MODEL_LIMITS: usize = 100;
 
@@ -35,8 +36,11 @@ fn default_period() -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
-    /// US dollars per period: more than 0, at most 1e9.
-    pub amount_usd: f64,
+    /// US dollars per period, as a decimal string (a JSON number is accepted too): more than 0,
+    /// at most 1000000000, at most 9 decimal places.
+    #[serde(with = "crate::money::usd")]
+    #[schema(value_type = String, example = "100.00")]
+    pub amount_usd: Decimal,
     /// `day`, `week` (ISO, from Monday), `month` (default) or `total`; periods roll over at UTC
     /// midnight.
     #[serde(default = "default_period")]
@@ -96,8 +100,11 @@ fn problem(prefix: &str, field: &str, message: impl Into<String>) -> FieldProble
 impl Budget {
     /// Checks the budget; `prefix` names it in the problem (`budget`).
     pub fn validate(&self, prefix: &str) -> Result<(), FieldProblem> {
-        if !(self.amount_usd > 0.0 && self.amount_usd <= MAX_BUDGET_USD) {
+        if !(self.amount_usd > Decimal::ZERO && self.amount_usd <= Decimal::from(MAX_BUDGET_USD)) {
             return Err(problem(prefix, "amount_usd", "must be more than 0 and at most 1000000000"));
+        }
+        if self.amount_usd.normalize().scale() > 9 {
+            return Err(problem(prefix, "amount_usd", "must have at most 9 decimal places"));
         }
         if Period::parse(&self.period).is_none() {
             return Err(problem(prefix, "period", "must be day, week, month or total"));
@@ -120,7 +127,7 @@ impl Budget {
 
     /// The amount in nano-dollars, the unit of the shared counters.
     pub fn limit_nanos(&self) -> i64 {
-        (self.amount_usd * 1e9).round() as i64
+        crate::money::to_nanos(self.amount_usd).unwrap_or(i64::MAX)
     }
 }
 

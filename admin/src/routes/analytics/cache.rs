@@ -130,7 +130,7 @@ async fn cache_stats(
 pub async fn cache_summary(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<PeriodQuery>,
+    q: crate::body::Query<PeriodQuery>,
 ) -> ApiResult<HttpResponse> {
     let period = q.into_inner().period(Utc::now())?;
     let mut conn = state.conn().await?;

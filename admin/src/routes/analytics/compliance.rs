@@ -24,8 +24,8 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::export::{csv_field, stamp, Format};
-use super::period::period;
 use crate::error::{ApiError, ApiResult, Errors};
+use crate::period::period;
 use crate::session::Session;
 use crate::state::AppState;
 use crate::{trail, validate};
@@ -114,7 +114,7 @@ pub async fn export(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    q: web::Query<ComplianceQuery>,
+    q: crate::body::Query<ComplianceQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let format = Format::parse(q.format.as_deref())?;
@@ -324,7 +324,7 @@ impl Compliance {
                     r.status_code.to_string(),
                     opt(&r.error_type),
                     r.cache_status.clone(),
-                    opt(&r.policy_action),
+                    r.policy_action.as_deref().unwrap_or("none").to_string(),
                     r.prompt_tokens.to_string(),
                     r.completion_tokens.to_string(),
                     r.cost_usd.normalize().to_string(),

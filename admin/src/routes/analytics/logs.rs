@@ -10,8 +10,8 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::period::period;
 use crate::error::{ApiError, ApiResult, Errors};
+use crate::period::period;
 use crate::session::Session;
 use crate::state::AppState;
 use crate::{pagination, validate};
@@ -142,7 +142,9 @@ pub struct LogEntry {
     stream: bool,
     /// `bypass`, `miss`, `L1`, `L2` or `L3`.
     cache: String,
-    policy_action: Option<String>,
+    /// The strongest guardrail action: `blocked`, `redacted`, `flagged` or `none` (as in the
+    /// `x-gw-policy-action` header and the `policy_action` filter).
+    policy_action: String,
     attempts: i32,
     tokens: LogTokens,
     #[schema(value_type = String)]
@@ -171,7 +173,7 @@ impl LogEntry {
             error_type: r.error_type.clone(),
             stream: r.stream,
             cache: r.cache_status.clone(),
-            policy_action: r.policy_action.clone(),
+            policy_action: r.policy_action.clone().unwrap_or_else(|| "none".into()),
             attempts: r.attempts,
             tokens: LogTokens {
                 prompt: r.prompt_tokens,
@@ -204,7 +206,11 @@ pub struct LogPage {
 #[utoipa::path(operation_id = "list_request_logs", tag = "analytics", params(LogQuery),
     responses((status = 200, body = LogPage), Errors))]
 #[get("/analytics/logs")]
-pub async fn list(state: web::Data<AppState>, session: Session, q: web::Query<LogQuery>) -> ApiResult<HttpResponse> {
+pub async fn list(
+    state: web::Data<AppState>,
+    session: Session,
+    q: crate::body::Query<LogQuery>,
+) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let filter = q.filter(Utc::now())?;
     let limit = pagination::limit(q.limit)?;

@@ -8,7 +8,6 @@ mod compliance;
 mod export;
 mod logs;
 mod overview;
-mod period;
 mod policy;
 mod reconcile;
 

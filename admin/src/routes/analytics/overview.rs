@@ -1,20 +1,21 @@
 //! The overview: spend, volume, tokens, errors, cache hit rate and latency percentiles over a
-//! period, in total and grouped by team, model or day. Whole hours come from the hourly rollups
-//! (`db::rollups`), the period's ragged edges and the hours not yet rolled up from the audit log
-//! itself, so the answer is exact for counts and sums and stays fast at millions of rows.
+//! period, in total and grouped by team, key, model, provider or day. Whole hours come from the
+//! hourly rollups (`db::rollups::collect`), the period's ragged edges and the hours not yet
+//! rolled up from the audit log itself, so the answer is exact for counts and sums and stays fast
+//! at millions of rows.
 
 use std::collections::BTreeMap;
 
 use actix_web::{get, web, HttpResponse};
 use chrono::{DateTime, Datelike, NaiveTime, TimeDelta, Utc};
 use gw_shared::analytics::{latency_bounds_ms, quantile};
-use gw_shared::db::rollups::{self, floor_hour, Rollup};
+use gw_shared::db::rollups::{self, Rollup, Scope};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::period::period;
 use crate::error::{ApiError, ApiResult, Errors};
+use crate::period::period;
 use crate::session::Session;
 use crate::state::AppState;
 
@@ -26,24 +27,23 @@ const DEFAULT_DAYS: i64 = 7;
 #[serde(deny_unknown_fields)]
 pub struct OverviewQuery {
     /// The period ending now: `Nh` or `Nd` (`24h`, `7d`, `30d`), or the calendar period so far
-    /// (UTC): `day`, `week` (from Monday) or `month`. Not with `from`/`start`.
+    /// (UTC): `day`, `week` (from Monday) or `month`. Not with `from` or `to`.
     period: Option<String>,
-    /// Start, inclusive: an RFC 3339 time or a date. Default: 7 days before the end.
+    /// Start, inclusive: an RFC 3339 time or a date. Default: 7 days before `to`.
     from: Option<String>,
-    /// Same as `from`.
-    start: Option<String>,
-    /// End, exclusive: an RFC 3339 time or a date. Default: now. At most 366 days after the start.
+    /// End, exclusive: an RFC 3339 time or a date. Default: now. At most 366 days after `from`.
     to: Option<String>,
-    /// Same as `to`.
-    end: Option<String>,
     team_id: Option<Uuid>,
-    /// `team`, `model`, `provider` or `day` (UTC): adds `groups`.
+    /// The API key that made the requests.
+    key_id: Option<Uuid>,
+    /// `team`, `key`, `model`, `provider` or `day` (UTC): adds `groups`.
     group_by: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum GroupBy {
     Team,
+    Key,
     Model,
     Provider,
     Day,
@@ -79,17 +79,9 @@ fn period_span(p: &str) -> ApiResult<TimeDelta> {
 
 impl OverviewQuery {
     fn bounds(&self, now: DateTime<Utc>) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
-        let start = match (&self.from, &self.start) {
-            (Some(_), Some(_)) => return Err(ApiError::field("start", "give from or start, not both")),
-            (a, b) => a.as_deref().or(b.as_deref()),
-        };
-        let end = match (&self.to, &self.end) {
-            (Some(_), Some(_)) => return Err(ApiError::field("end", "give to or end, not both")),
-            (a, b) => a.as_deref().or(b.as_deref()),
-        };
         if let Some(p) = &self.period {
-            if start.is_some() || end.is_some() {
-                return Err(ApiError::field("period", "give a period or a start and end, not both"));
+            if self.from.is_some() || self.to.is_some() {
+                return Err(ApiError::field("period", "give a period or from and to, not both"));
             }
             if let Some(start) = calendar_start(p, now) {
                 // The first instant of a period: a window that is not empty.
@@ -97,17 +89,18 @@ impl OverviewQuery {
             }
             return Ok((now - period_span(p)?, now));
         }
-        period(("start", start), ("end", end), DEFAULT_DAYS, now)
+        period(("from", self.from.as_deref()), ("to", self.to.as_deref()), DEFAULT_DAYS, now)
     }
 
     fn group_by(&self) -> ApiResult<Option<GroupBy>> {
         Ok(match self.group_by.as_deref() {
             None => None,
             Some("team") => Some(GroupBy::Team),
+            Some("key") => Some(GroupBy::Key),
             Some("model") => Some(GroupBy::Model),
             Some("provider") => Some(GroupBy::Provider),
             Some("day") => Some(GroupBy::Day),
-            Some(_) => return Err(ApiError::field("group_by", "must be team, model, provider or day")),
+            Some(_) => return Err(ApiError::field("group_by", "must be team, key, model, provider or day")),
         })
     }
 }
@@ -154,10 +147,11 @@ pub struct Figures {
 
 #[derive(Serialize, ToSchema)]
 pub struct Group {
-    /// The team id, the model, the provider or the day (`YYYY-MM-DD`); null for requests without
-    /// a team, model or provider.
+    /// The team id, the key id, the model, the provider or the day (`YYYY-MM-DD`); null for
+    /// requests without a team, key, model or provider.
     key: Option<String>,
-    /// What the group is called: the team's name (deleted teams keep theirs), else as `key`.
+    /// What the group is called: the team's or the key's name (deleted teams and revoked keys
+    /// keep theirs), else as `key`.
     name: Option<String>,
     #[serde(flatten)]
     figures: Figures,
@@ -169,7 +163,8 @@ pub struct Overview {
     to: DateTime<Utc>,
     #[serde(flatten)]
     figures: Figures,
-    /// With `group_by`: one entry per team, model or day, largest spend first (days in order).
+    /// With `group_by`: one entry per team, key, model, provider or day, largest spend first
+    /// (days in order).
     #[serde(skip_serializing_if = "Option::is_none")]
     groups: Option<Vec<Group>>,
 }
@@ -208,40 +203,6 @@ fn figures(r: &Rollup, bounds: &[i32]) -> Figures {
     }
 }
 
-fn ceil_hour(t: DateTime<Utc>) -> DateTime<Utc> {
-    let f = floor_hour(t);
-    if f == t {
-        f
-    } else {
-        f + TimeDelta::hours(1)
-    }
-}
-
-/// An organization's groups of audit rows over `[from, to)`: rollups for the whole hours they
-/// cover, the audit log for the rest.
-async fn collect(
-    conn: &mut diesel_async::AsyncPgConnection,
-    org_id: Uuid,
-    team_id: Option<Uuid>,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> ApiResult<Vec<Rollup>> {
-    let rolled_until = rollups::state(conn).await?.rolled_until;
-    let a = ceil_hour(from);
-    let b = floor_hour(to).min(rolled_until);
-    if a >= b {
-        return Ok(rollups::aggregate(conn, Some(org_id), team_id, from, to).await?);
-    }
-    let mut rows = rollups::read(conn, org_id, team_id, a, b).await?;
-    if from < a {
-        rows.extend(rollups::aggregate(conn, Some(org_id), team_id, from, a).await?);
-    }
-    if b < to {
-        rows.extend(rollups::aggregate(conn, Some(org_id), team_id, b, to).await?);
-    }
-    Ok(rows)
-}
-
 /// Spend, volume, tokens, errors, cache hit rate and latency over a period, optionally grouped.
 #[utoipa::path(operation_id = "get_analytics_overview", tag = "analytics", params(OverviewQuery),
     responses((status = 200, body = Overview), Errors))]
@@ -249,13 +210,14 @@ async fn collect(
 pub async fn overview(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<OverviewQuery>,
+    q: crate::body::Query<OverviewQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let (from, to) = q.bounds(Utc::now())?;
     let group_by = q.group_by()?;
     let mut conn = state.conn().await?;
-    let rows = collect(&mut conn, session.org_id, q.team_id, from, to).await?;
+    let scope = Scope { team_id: q.team_id, api_key_id: q.key_id };
+    let rows = rollups::collect(&mut conn, session.org_id, scope, from, to).await?;
     let bounds = latency_bounds_ms();
     let mut total = Rollup::default();
     let mut groups: BTreeMap<Option<String>, Rollup> = BTreeMap::new();
@@ -264,6 +226,7 @@ pub async fn overview(
         if let Some(g) = group_by {
             let key = match g {
                 GroupBy::Team => r.team_id.map(|t| t.to_string()),
+                GroupBy::Key => r.api_key_id.map(|k| k.to_string()),
                 GroupBy::Model => r.model.clone(),
                 GroupBy::Provider => r.provider.clone(),
                 GroupBy::Day => Some(r.hour.format("%Y-%m-%d").to_string()),
@@ -271,10 +234,14 @@ pub async fn overview(
             groups.entry(key).or_default().add(r);
         }
     }
-    let team_names = match group_by {
+    let names = match group_by {
         Some(GroupBy::Team) => {
-            let ids: Vec<Uuid> = rows.iter().filter_map(|r| r.team_id).collect();
+            let ids: Vec<Uuid> = groups.keys().flatten().filter_map(|k| k.parse().ok()).collect();
             gw_shared::db::teams::names(&mut conn, session.org_id, &ids).await?
+        }
+        Some(GroupBy::Key) => {
+            let ids: Vec<Uuid> = groups.keys().flatten().filter_map(|k| k.parse().ok()).collect();
+            gw_shared::db::api_keys::names(&mut conn, session.org_id, &ids).await?
         }
         _ => Default::default(),
     };
@@ -286,8 +253,8 @@ pub async fn overview(
         list.into_iter()
             .map(|(key, r)| {
                 let name = match g {
-                    GroupBy::Team => {
-                        key.as_deref().and_then(|k| k.parse::<Uuid>().ok()).and_then(|t| team_names.get(&t).cloned())
+                    GroupBy::Team | GroupBy::Key => {
+                        key.as_deref().and_then(|k| k.parse::<Uuid>().ok()).and_then(|id| names.get(&id).cloned())
                     }
                     _ => key.clone(),
                 };
@@ -317,10 +284,9 @@ mod tests {
         let q = OverviewQuery {
             period: Some("month".into()),
             from: None,
-            start: None,
             to: None,
-            end: None,
             team_id: None,
+            key_id: None,
             group_by: None,
         };
         assert_eq!(q.bounds(now).unwrap(), (at("2026-11-01T00:00:00Z"), now));

@@ -16,8 +16,8 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::export::{csv_field, stamp, Format};
-use super::period::period;
 use crate::error::{ApiResult, Errors};
+use crate::period::period;
 use crate::session::Session;
 use crate::state::AppState;
 use crate::{trail, validate};
@@ -151,7 +151,7 @@ impl PolicyQuery {
 pub async fn summary(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<PolicyQuery>,
+    q: crate::body::Query<PolicyQuery>,
 ) -> ApiResult<HttpResponse> {
     let filter = q.into_inner().filter(Utc::now())?;
     let mut conn = state.conn().await?;
@@ -175,7 +175,7 @@ pub async fn export(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    q: web::Query<ExportQuery>,
+    q: crate::body::Query<ExportQuery>,
 ) -> ApiResult<HttpResponse> {
     let (q, format) = q.into_inner().split();
     let format = Format::parse(format.as_deref())?;
@@ -392,9 +392,9 @@ fn entities_text(entities: Option<&Map<String, Value>>) -> String {
 mod tests {
     use chrono::TimeDelta;
 
-    use super::super::period::instant;
     use super::*;
     use crate::error::ApiError;
+    use crate::period::instant;
 
     fn query(from: Option<&str>, to: Option<&str>) -> PolicyQuery {
         PolicyQuery {

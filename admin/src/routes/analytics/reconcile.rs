@@ -43,10 +43,11 @@ const SUPPORTED_KINDS: &str = "openai, anthropic";
 pub struct ReconcileRequest {
     /// A configured provider's name, of kind `openai` or `anthropic`.
     provider: String,
-    /// The first UTC day, `YYYY-MM-DD`.
-    start: String,
-    /// The last UTC day, inclusive; default `start`. Not after today, at most 93 days in all.
-    end: Option<String>,
+    /// The first UTC day, `YYYY-MM-DD`; not after today.
+    from: String,
+    /// The day after the last, `YYYY-MM-DD` (exclusive, like every `to`); default: the day after
+    /// `from` (one day). Not after tomorrow, at most 93 days after `from`.
+    to: Option<String>,
     /// The provider's admin key (its usage reports refuse project keys), used for this run only
     /// and never stored. Default: the organization's provider key for `provider`.
     admin_key: Option<String>,
@@ -104,9 +105,10 @@ pub struct ReconcileRun {
     id: Uuid,
     /// The gw provider's name.
     provider: String,
-    start: NaiveDate,
-    /// Inclusive.
-    end: NaiveDate,
+    /// The first day.
+    from: NaiveDate,
+    /// The day after the last (exclusive).
+    to: NaiveDate,
     /// Null once that user is deleted.
     created_by: Option<Uuid>,
     created_at: DateTime<Utc>,
@@ -132,8 +134,8 @@ impl TryFrom<Run> for ReconcileRun {
         Ok(ReconcileRun {
             id,
             provider: r.provider,
-            start: r.start_day,
-            end: r.end_day,
+            from: r.start_day,
+            to: day_after(r.end_day)?,
             created_by: r.created_by,
             created_at: r.created_at,
             matched: discrepancies.is_empty(),
@@ -149,9 +151,9 @@ impl TryFrom<Run> for ReconcileRun {
 pub struct ReconcileRunSummary {
     id: Uuid,
     provider: String,
-    start: NaiveDate,
-    /// Inclusive.
-    end: NaiveDate,
+    from: NaiveDate,
+    /// Exclusive.
+    to: NaiveDate,
     created_by: Option<Uuid>,
     created_at: DateTime<Utc>,
     matched: bool,
@@ -164,8 +166,8 @@ impl From<RunSummary> for ReconcileRunSummary {
         ReconcileRunSummary {
             id: r.id,
             provider: r.provider,
-            start: r.start_day,
-            end: r.end_day,
+            from: r.start_day,
+            to: r.end_day.checked_add_days(Days::new(1)).unwrap_or(r.end_day),
             created_by: r.created_by,
             created_at: r.created_at,
             matched: r.discrepancies == 0,
@@ -197,7 +199,7 @@ pub async fn create_run(
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let (provider, dialect) = provider(&state, &b.provider)?;
-    let (start, end) = period(&b.start, b.end.as_deref(), Utc::now().date_naive())?;
+    let (start, end) = period(&b.from, b.to.as_deref(), Utc::now().date_naive())?;
     let base_url = provider
         .base_url
         .as_deref()
@@ -219,11 +221,7 @@ pub async fn create_run(
     // The log side covers exactly these days; a bucket outside them is not the run's.
     reported.retain(|(_, day), _| (start..=end).contains(day));
 
-    // The end is today at the latest, so the day after it is always on the calendar.
-    let to = end
-        .checked_add_days(Days::new(1))
-        .map(midnight)
-        .ok_or_else(|| ApiError::Internal(format!("the day after {end} is not on the calendar")))?;
+    let to = midnight(day_after(end)?);
     let mut conn = state.conn().await?;
     let logged = reconcile_runs::logged_usage(&mut conn, session.org_id, &provider.name, midnight(start), to).await?;
     let discrepancies: Vec<ReconcileDiscrepancy> =
@@ -261,7 +259,7 @@ pub async fn create_run(
 pub async fn list_runs(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<ReconcileListQuery>,
+    q: crate::body::Query<ReconcileListQuery>,
 ) -> ApiResult<HttpResponse> {
     let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;
@@ -322,25 +320,30 @@ fn provider<'a>(state: &'a AppState, requested: &str) -> ApiResult<(&'a Provider
 }
 
 /// The checked period: `start..=end` in UTC days, ending today at the latest.
-fn period(start: &str, end: Option<&str>, today: NaiveDate) -> ApiResult<(NaiveDate, NaiveDate)> {
-    let start = day("start", start)?;
+/// The days `[from, to)` as their first and last: `to` defaults to the day after `from`.
+fn period(from: &str, to: Option<&str>, today: NaiveDate) -> ApiResult<(NaiveDate, NaiveDate)> {
+    let start = day("from", from)?;
     if start > today {
-        return Err(ApiError::field("start", format!("must not be after today ({today}, UTC)")));
+        return Err(ApiError::field("from", format!("must not be after today ({today}, UTC)")));
     }
-    let end = end.map(|e| day("end", e)).transpose()?.unwrap_or(start);
-    if end < start {
-        return Err(ApiError::field("end", "must not be before start"));
+    let next = match to {
+        Some(t) => day("to", t)?,
+        None => day_after(start)?,
+    };
+    if next <= start {
+        return Err(ApiError::field("to", "must be after from"));
     }
-    if end > today {
-        return Err(ApiError::field("end", format!("must not be after today ({today}, UTC)")));
+    if next > day_after(today)? {
+        return Err(ApiError::field("to", format!("must not be after tomorrow (today is {today}, UTC)")));
     }
-    if (end - start).num_days() >= MAX_DAYS {
-        return Err(ApiError::field(
-            "end",
-            format!("the period may cover at most {MAX_DAYS} days, start and end included"),
-        ));
+    if (next - start).num_days() > MAX_DAYS {
+        return Err(ApiError::field("to", format!("must be at most {MAX_DAYS} days after from")));
     }
-    Ok((start, end))
+    Ok((start, next - Days::new(1)))
+}
+
+fn day_after(d: NaiveDate) -> ApiResult<NaiveDate> {
+    d.checked_add_days(Days::new(1)).ok_or_else(|| ApiError::field("to", "is past the calendar's end"))
 }
 
 fn day(field: &str, value: &str) -> ApiResult<NaiveDate> {
@@ -408,16 +411,16 @@ mod tests {
         let today = date("2026-03-10");
         assert_eq!(period("2026-03-10", None, today).unwrap(), (today, today));
         assert_eq!(
-            period(" 2026-03-01 ", Some("2026-03-09"), today).unwrap(),
+            period(" 2026-03-01 ", Some("2026-03-10"), today).unwrap(),
             (date("2026-03-01"), date("2026-03-09"))
         );
-        // 93 days, both ends included.
-        assert!(period("2025-12-08", Some("2026-03-10"), today).is_ok());
-        assert_eq!(field_of(period("2025-12-07", Some("2026-03-10"), today)), "end");
-        assert_eq!(field_of(period("2026-03-05", Some("2026-03-04"), today)), "end");
-        assert_eq!(field_of(period("2026-03-05", Some("2026-03-11"), today)), "end");
-        assert_eq!(field_of(period("2026-03-11", None, today)), "start");
-        assert_eq!(field_of(period("10/03/2026", None, today)), "start");
-        assert_eq!(field_of(period("2026-03-01", Some("2026-02-30"), today)), "end");
+        // 93 days: `to` is the day after the last.
+        assert!(period("2025-12-08", Some("2026-03-11"), today).is_ok());
+        assert_eq!(field_of(period("2025-12-07", Some("2026-03-11"), today)), "to");
+        assert_eq!(field_of(period("2026-03-05", Some("2026-03-05"), today)), "to");
+        assert_eq!(field_of(period("2026-03-05", Some("2026-03-12"), today)), "to");
+        assert_eq!(field_of(period("2026-03-11", None, today)), "from");
+        assert_eq!(field_of(period("10/03/2026", None, today)), "from");
+        assert_eq!(field_of(period("2026-03-01", Some("2026-02-30"), today)), "to");
     }
 }

@@ -38,7 +38,7 @@ const INVITE_TOKEN_RANDOM_LEN: usize = 40;
 /// Most teams one invite may name.
 const MAX_TEAMS: usize = 100;
 /// Longest invite lifetime a request may ask for.
-const MAX_EXPIRES_IN_HOURS: i64 = 720;
+const MAX_LIFETIME_HOURS: i64 = 720;
 const WARNING: &str = "Send this token to the invitee now: it is shown only once and cannot be retrieved again. \
                        It works once, until expires_at.";
 
@@ -113,9 +113,10 @@ pub struct CreateInviteBody {
     /// Live teams of the organization the invitee joins; default none.
     #[serde(default)]
     team_ids: Option<Vec<Uuid>>,
-    /// 1 to 720; default `admin.invite_ttl_secs` (7 days).
+    /// When the invite stops working: at least an hour and at most 30 days from now. Default:
+    /// `admin.invite_ttl_secs` (7 days) from now.
     #[serde(default)]
-    expires_in_hours: Option<i64>,
+    expires_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -136,7 +137,7 @@ pub struct ListQuery {
 pub async fn list_invites(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<ListQuery>,
+    q: crate::body::Query<ListQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let limit = pagination::limit(q.limit)?;
@@ -181,11 +182,15 @@ pub async fn create_invite(
             team_ids.push(t);
         }
     }
-    let lifetime = match b.expires_in_hours {
+    let now = Utc::now();
+    let lifetime = match b.expires_at {
         None => Duration::seconds(state.cfg.admin.invite_ttl_secs),
-        Some(h) if (1..=MAX_EXPIRES_IN_HOURS).contains(&h) => Duration::hours(h),
+        Some(t) if t - now >= Duration::hours(1) && t - now <= Duration::hours(MAX_LIFETIME_HOURS) => t - now,
         Some(_) => {
-            return Err(ApiError::field("expires_in_hours", format!("must be between 1 and {MAX_EXPIRES_IN_HOURS}")))
+            return Err(ApiError::field(
+                "expires_at",
+                format!("must be at least an hour and at most {} days from now", MAX_LIFETIME_HOURS / 24),
+            ))
         }
     };
     let mut conn = state.conn().await?;
@@ -211,7 +216,7 @@ pub async fn create_invite(
         team_ids: &team_ids,
         token_hash: &hash,
         invited_by: Some(session.user_id),
-        expires_at: Utc::now() + lifetime,
+        expires_at: now + lifetime,
     };
     let trail = Trail::of(&session, &req);
     let invite = conn.transaction(async |conn| create_tx(conn, &trail, &new).await).await?;

@@ -236,7 +236,7 @@ pub async fn create(
 pub async fn list(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<SsoConnectionQuery>,
+    q: crate::body::Query<SsoConnectionQuery>,
 ) -> ApiResult<HttpResponse> {
     let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;

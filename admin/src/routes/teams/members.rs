@@ -53,7 +53,7 @@ pub async fn list_team_members(
     state: web::Data<AppState>,
     session: Session,
     path: web::Path<Uuid>,
-    q: web::Query<MembersQuery>,
+    q: crate::body::Query<MembersQuery>,
 ) -> ApiResult<HttpResponse> {
     let team_id = path.into_inner();
     let q = q.into_inner();
@@ -76,7 +76,7 @@ pub(super) fn add_member_body(raw: &[u8]) -> ApiResult<AddMemberBody> {
     if !value.is_object() {
         return Err(ApiError::Validation("the body must be a JSON object".into()));
     }
-    serde_json::from_value(value).map_err(invalid)
+    crate::decode::json(value)
 }
 
 /// Add a member of the organization to the team, or change their role in it. The body is

@@ -11,6 +11,7 @@
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use gw_shared::db::rollups::Owner;
 use gw_shared::db::teams::{self, NewTeam, Team, TeamChange, TeamMember, TEAM_ROLES};
 use gw_shared::db::users;
 use gw_shared::ids::new_id;
@@ -25,6 +26,7 @@ use uuid::Uuid;
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
 use crate::session::Session;
+use crate::spend::{self, PeriodSpend};
 use crate::state::AppState;
 use crate::trail::{Entry, Trail};
 use crate::validate;
@@ -62,12 +64,14 @@ pub struct TeamOut {
     /// The model allow-list (names or aliases); null: every model.
     models: Option<Vec<String>>,
     member_count: i64,
+    /// The team's spend in its budget's current period, or this calendar month without one.
+    spend: PeriodSpend,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
 
 impl TeamOut {
-    fn new(t: Team, member_count: i64) -> Self {
+    fn new(t: Team, member_count: i64, spend: PeriodSpend) -> Self {
         TeamOut {
             id: t.id,
             name: t.name,
@@ -78,6 +82,7 @@ impl TeamOut {
             rate_limits: t.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
             models: t.allowed_models,
             member_count,
+            spend,
             created_at: t.created_at,
             updated_at: t.updated_at,
         }
@@ -181,7 +186,7 @@ async fn publish_key(state: &AppState, id: Uuid, hash: Vec<u8>) {
 pub async fn list_teams(
     state: web::Data<AppState>,
     session: Session,
-    q: web::Query<ListQuery>,
+    q: crate::body::Query<ListQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = q.into_inner();
     let limit = pagination::limit(q.limit)?;
@@ -190,13 +195,16 @@ pub async fn list_teams(
     let rows = teams::list_live(&mut conn, session.org_id, name.as_deref(), q.cursor, limit + 1).await?;
     let ids: Vec<Uuid> = rows.iter().map(|t| t.id).collect();
     let counts = teams::member_counts(&mut conn, session.org_id, &ids).await?;
+    let owners: Vec<_> = rows.iter().map(|t| (t.id, spend::period_of(t.budget.as_ref()))).collect();
+    let mut spends = spend::current(&mut conn, session.org_id, Owner::Team, &owners).await?;
     let page = Page::from_rows(
         rows,
         limit,
         |t| t.id,
         |t| {
             let n = counts.get(&t.id).copied().unwrap_or(0);
-            TeamOut::new(t, n)
+            let s = spends.remove(&t.id).unwrap_or_else(|| spend::none(t.budget.as_ref()));
+            TeamOut::new(t, n, s)
         },
     );
     Ok(HttpResponse::Ok().json(page))
@@ -232,7 +240,8 @@ pub async fn create_team(
     let trail = Trail::of(&session, &req);
     let team = conn.transaction(async |conn| create_tx(conn, &trail, new).await).await?;
     log::info!("team {} created in org {}", team.id, team.org_id);
-    Ok(HttpResponse::Created().json(TeamOut::new(team, 0)))
+    let s = spend::none(team.budget.as_ref());
+    Ok(HttpResponse::Created().json(TeamOut::new(team, 0, s)))
 }
 
 async fn create_tx(conn: &mut AsyncPgConnection, trail: &Trail, new: NewTeam) -> ApiResult<Team> {
@@ -260,7 +269,8 @@ pub async fn get_team(state: web::Data<AppState>, session: Session, path: web::P
     let mut conn = state.conn().await?;
     let team = teams::find_live(&mut conn, session.org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
     let n = teams::member_count(&mut conn, session.org_id, team_id).await?;
-    Ok(HttpResponse::Ok().json(TeamOut::new(team, n)))
+    let s = spend::of_one(&mut conn, session.org_id, Owner::Team, team.id, team.budget.as_ref()).await?;
+    Ok(HttpResponse::Ok().json(TeamOut::new(team, n, s)))
 }
 
 /// Update a team's name, description, metadata or settings; `null` removes a budget, rate limits
@@ -319,7 +329,8 @@ pub async fn update_team(
     let (team, n) =
         conn.transaction(async |conn| update_tx(conn, &trail, org_id, team_id, &change, &changed).await).await?;
     state.invalidate(&Invalidation::Team { org_id, team_id }, format!("the change of team {team_id}")).await;
-    Ok(HttpResponse::Ok().json(TeamOut::new(team, n)))
+    let s = spend::of_one(&mut conn, session.org_id, Owner::Team, team.id, team.budget.as_ref()).await?;
+    Ok(HttpResponse::Ok().json(TeamOut::new(team, n, s)))
 }
 
 async fn update_tx(
@@ -357,7 +368,7 @@ pub async fn delete_team(
     session: Session,
     req: HttpRequest,
     path: web::Path<Uuid>,
-    q: web::Query<DeleteQuery>,
+    q: crate::body::Query<DeleteQuery>,
 ) -> ApiResult<HttpResponse> {
     let team_id = path.into_inner();
     let revoke_keys = q.into_inner().revoke_keys.unwrap_or(false);

@@ -1,5 +1,5 @@
-//! The time ranges analytics take: `from`/`to` as RFC 3339 times or dates, a default length, and
-//! a year at most.
+//! Time ranges, named `from` (inclusive) and `to` (exclusive) everywhere in `/api/v1`: RFC 3339
+//! times or dates (midnight UTC); the analytics' ranges have a default length and a year at most.
 
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, TimeDelta, Utc};
 
