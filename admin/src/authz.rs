@@ -58,6 +58,7 @@ pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/organizations/current/limits", VIEWER),
     rule("GET", "/api/v1/organizations/current/policy", VIEWER),
     rule("PUT", "/api/v1/organizations/current/policy", ADMIN),
+    rule("PATCH", "/api/v1/organizations/current/policy", ADMIN),
     rule("GET", "/api/v1/organizations/current/policy/templates", VIEWER),
     rule("POST", "/api/v1/organizations/current/policy/apply-template", ADMIN),
     rule("GET", "/api/v1/organizations/current/policy/versions", VIEWER),

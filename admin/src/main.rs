@@ -25,6 +25,7 @@ mod org_policy;
 mod pagination;
 mod passwords;
 mod period;
+mod read_only;
 mod reports;
 mod routes;
 mod session;

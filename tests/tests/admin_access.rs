@@ -238,6 +238,7 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/organizations/current/limits"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current/policy"), List),
         (("PUT", "/api/v1/organizations/current/policy"), OwnScope(Some(json!({"defaults": []})))),
+        (("PATCH", "/api/v1/organizations/current/policy"), OwnScope(Some(json!({"defaults": []})))),
         (("GET", "/api/v1/organizations/current/policy/templates"), List),
         (
             ("POST", "/api/v1/organizations/current/policy/apply-template"),

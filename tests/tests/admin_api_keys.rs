@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use gw_shared::db::schema::api_keys;
-use gw_tests::{db, expect_api_error, expect_unauthorized, header, mock_chat, Session, Stack};
+use gw_tests::{
+    db, expect_api_error, expect_field_error, expect_unauthorized, header, json_of, mock_chat, Session, Stack,
+};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -26,6 +28,27 @@ async fn expect_validation_error(resp: reqwest::Response, what: &str) {
     assert_eq!(resp.status(), 400, "{what}");
     let b = expect_api_error(resp, 400).await;
     assert_eq!(b["error"]["code"], "validation_error", "{what}");
+}
+
+// ---- PATCH /api-keys/{id} with what GET answered ----
+
+#[tokio::test]
+async fn what_get_answers_can_be_patched_back() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let body = json!({"name": "round trip", "models": ["mock-model"], "budget": {"amount_usd": 3, "period": "day"}});
+    let created = json_of(stack.create_key(&s, body).await, 201).await;
+    let id = created["id"].as_str().unwrap();
+    let got = json_of(stack.admin_get(&format!("/api-keys/{id}"), &s.access_token).await, 200).await;
+    let back = json_of(stack.admin_patch(&format!("/api-keys/{id}"), &s.access_token, &got).await, 200).await;
+    for field in ["id", "name", "key_prefix", "models", "budget", "rate_limits", "expires_at", "permissions", "team_id"]
+    {
+        assert_eq!(back[field], got[field], "{field}");
+    }
+    let mut changed = got.clone();
+    changed["permissions"] = json!(["proxy:chat"]);
+    let r = stack.admin_patch(&format!("/api-keys/{id}"), &s.access_token, &changed).await;
+    expect_field_error(r, "permissions", "").await;
 }
 
 // ---- POST /api-keys ----

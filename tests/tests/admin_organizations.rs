@@ -2,8 +2,8 @@
 //! tokens and everything else (API keys, garbage, forged or expired tokens). All on the test
 //! binary's shared stack, each test with its own organization.
 
-use gw_tests::{expect_api_error, expect_unauthorized, header, session_token, Stack};
-use serde_json::Value;
+use gw_tests::{expect_api_error, expect_field_error, expect_unauthorized, header, json_of, session_token, Stack};
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 fn current_url(stack: &Stack) -> String {
@@ -27,6 +27,34 @@ async fn current_returns_the_callers_organization() {
         ".created_at" => "[timestamp]",
         ".updated_at" => "[timestamp]",
     });
+}
+
+#[tokio::test]
+async fn what_get_answers_can_be_patched_back() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let r = stack
+        .admin_patch(
+            "/organizations/current",
+            &s.access_token,
+            &json!({"budget": {"amount_usd": "250.5"}, "metadata": {"cc": "7"}}),
+        )
+        .await;
+    let before = json_of(r, 200).await;
+    let back = json_of(stack.admin_patch("/organizations/current", &s.access_token, &before).await, 200).await;
+    for field in
+        ["id", "name", "plan", "data_residency", "metadata", "budget", "rate_limits", "log_bodies", "created_at"]
+    {
+        assert_eq!(back[field], before[field], "{field}");
+    }
+    assert_eq!(back["budget"]["amount_usd"], "250.5");
+    // A read-only field may come back unchanged, never changed.
+    let mut changed = before.clone();
+    changed["plan"] = json!("enterprise");
+    let b =
+        expect_field_error(stack.admin_patch("/organizations/current", &s.access_token, &changed).await, "plan", "")
+            .await;
+    assert!(b["error"]["message"].as_str().unwrap().contains("billing"), "{b}");
 }
 
 #[tokio::test]

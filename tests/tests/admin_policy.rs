@@ -53,6 +53,35 @@ async fn replacing_the_policy_makes_a_version() {
 }
 
 #[tokio::test]
+async fn the_get_body_goes_back_through_put_and_patch_merges() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let doc = json!({"mandatory": ["cards"], "policies": [
+        {"name": "cards", "guardrails": [{"type": "pii_redact", "entities": ["credit_card"]}]}]});
+    assert_eq!(put(&stack, &s.access_token, &doc).await.status(), 200);
+    let read = get(&stack, &s.access_token).await;
+    // The body GET answered, sent back: the same document, a new version.
+    let again = json_of(put(&stack, &s.access_token, &read).await, 200).await;
+    assert_eq!((&again["version"], &again["document"]), (&json!(2), &read["document"]));
+    // Sent back once more, it names a version that is no longer current: the change in between
+    // is not overwritten.
+    let b = expect_api_error(put(&stack, &s.access_token, &read).await, 409).await;
+    assert!(b["error"]["message"].as_str().unwrap().contains("version 1"), "{b}");
+    // PATCH changes the fields it names and keeps the rest.
+    let r = stack
+        .admin_patch("/organizations/current/policy", &s.access_token, &json!({"defaults": ["prompt_injection"]}))
+        .await;
+    let patched = json_of(r, 200).await;
+    assert_eq!(patched["document"]["defaults"], json!(["prompt_injection"]));
+    assert_eq!(patched["document"]["mandatory"], json!(["cards"]));
+    assert_eq!(patched["document"]["policies"], read["document"]["policies"]);
+    let r = stack.admin_patch("/organizations/current/policy", &s.access_token, &json!({"mandatory": null})).await;
+    assert_eq!(json_of(r, 200).await["document"]["mandatory"], json!([]));
+    let r = stack.admin_patch("/organizations/current/policy", &s.access_token, &json!({"defaults": ["nope"]})).await;
+    expect_field_error(r, "defaults", "").await;
+}
+
+#[tokio::test]
 async fn an_invalid_document_names_the_field() {
     let stack = Stack::shared().await;
     let s = stack.register().await;

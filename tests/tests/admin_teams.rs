@@ -252,6 +252,14 @@ async fn update_changes_settings_and_null_clears_them() {
 
     let got = json_of(stack.admin_get(&format!("/teams/{id}"), &s.access_token).await, 200).await;
     assert_eq!(got, u2);
+    // What GET answers goes back through PATCH as it is.
+    let back = json_of(stack.admin_patch(&format!("/teams/{id}"), &s.access_token, &got).await, 200).await;
+    for field in ["id", "name", "description", "metadata", "default_policies", "budget", "rate_limits", "models"] {
+        assert_eq!(back[field], got[field], "{field}");
+    }
+    let mut moved = got.clone();
+    moved["id"] = json!(Uuid::now_v7());
+    expect_field_error(stack.admin_patch(&format!("/teams/{id}"), &s.access_token, &moved).await, "id", "").await;
 }
 
 #[tokio::test]

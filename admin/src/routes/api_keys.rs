@@ -13,13 +13,14 @@ use gw_shared::keys::KeyHash;
 use gw_shared::limits::settings::{Budget, RateLimits};
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
+use crate::read_only::{self, Fixed};
 use crate::session::Session;
 use crate::spend::{self, PeriodSpend};
 use crate::state::AppState;
@@ -317,7 +318,10 @@ pub async fn get_one(state: web::Data<AppState>, session: Session, id: web::Path
     Ok(HttpResponse::Ok().json(ApiKeyOut::new(key, s)))
 }
 
-/// Update a live key's name, expiry or model allow-list.
+/// Update a live key's name, expiry, model allow-list, budget or rate limits; absent fields stay
+/// as they are. The body `GET` answers may be sent back: `id`, `key_prefix`, `team_id`,
+/// `permissions`, `created_by` and `revoked_at` as they are; `created_at`, `last_used_at`,
+/// `status` and `spend` ignored.
 #[utoipa::path(operation_id = "update_api_key", tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
     request_body = UpdateApiKey, responses((status = 200, body = ApiKeyOut), Errors))]
 #[patch("/api-keys/{key_id}")]
@@ -326,10 +330,21 @@ pub async fn update(
     session: Session,
     req: HttpRequest,
     id: web::Path<Uuid>,
-    body: crate::body::Json<UpdateApiKey>,
+    body: crate::body::Json<Value>,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
-    let b = body.into_inner();
+    let mut conn = state.conn().await?;
+    let key = api_keys::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("api key"))?;
+    let fixed = [
+        Fixed::new("id", key.id, "it names the key"),
+        Fixed::new("key_prefix", &key.key_prefix, "it is part of the secret"),
+        Fixed::new("team_id", key.team_id, "a key stays with its team"),
+        Fixed::new("permissions", &key.permissions, "create a key with the permissions needed"),
+        Fixed::new("created_by", key.created_by, "it records who created the key"),
+        Fixed::new("revoked_at", key.revoked_at, "revoke with DELETE"),
+    ];
+    let b: UpdateApiKey =
+        read_only::writable(body.into_inner(), &fixed, &["created_at", "last_used_at", "status", "spend"])?;
     let name = b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?;
     if let Some(t) = b.expires_at {
         future("expires_at", t)?;
@@ -355,8 +370,6 @@ pub async fn update(
             "nothing to update: send name, expires_at, models, budget or rate_limits".into(),
         ));
     }
-    let mut conn = state.conn().await?;
-    let key = api_keys::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("api key"))?;
     require_key_access(&mut conn, &session, &key).await?;
     let change = api_keys::Change { name, expires_at: b.expires_at, allowed_models, budget, rate_limits };
     let Some((row, hash)) = api_keys::update(&mut conn, session.org_id, id, &change).await? else {

@@ -13,6 +13,7 @@ use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
+use crate::read_only::{self, Fixed};
 use crate::session::Session;
 use crate::state::AppState;
 use crate::trail::{self, Entry};
@@ -90,10 +91,6 @@ pub struct UpdateOrganization {
     /// Keep request and response bodies (after redaction) in the audit log.
     #[serde(default)]
     log_bodies: Option<bool>,
-    /// Read-only: sending it is an error.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    plan: Option<Value>,
 }
 
 /// The caller's organization.
@@ -105,7 +102,9 @@ pub async fn current(state: web::Data<AppState>, session: Session) -> ApiResult<
     Ok(HttpResponse::Ok().json(OrganizationOut::from(org)))
 }
 
-/// Update the organization's name, data-residency region, metadata, budget or rate limits.
+/// Update the organization's name, data-residency region, metadata, budget or rate limits
+/// (absent fields stay as they are). The body `GET` answers may be sent back: `id` and `plan`
+/// as they are, `created_at` and `updated_at` ignored.
 #[utoipa::path(operation_id = "update_organization", tag = "organizations", request_body = UpdateOrganization,
     responses((status = 200, body = OrganizationOut), Errors))]
 #[patch("/organizations/current")]
@@ -113,12 +112,15 @@ pub async fn update(
     state: web::Data<AppState>,
     session: Session,
     req: HttpRequest,
-    body: crate::body::Json<UpdateOrganization>,
+    body: crate::body::Json<Value>,
 ) -> ApiResult<HttpResponse> {
-    let b = body.into_inner();
-    if b.plan.is_some() {
-        return Err(ApiError::field("plan", "is read-only: the plan changes through billing"));
-    }
+    let mut conn = state.conn().await?;
+    let org = orgs::find(&mut conn, session.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
+    let fixed = [
+        Fixed::new("id", org.id, "it names the organization"),
+        Fixed::new("plan", &org.plan, "the plan changes through billing"),
+    ];
+    let b: UpdateOrganization = read_only::writable(body.into_inner(), &fixed, &["created_at", "updated_at"])?;
     let name = b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?;
     let region = match b.data_residency {
         Some(d) if REGIONS.contains(&d.region.as_str()) => Some(d.region),
@@ -148,7 +150,6 @@ pub async fn update(
     }
     // The proxies cache limits and body logging together.
     let limits_changed = budget.is_some() || rate_limits.is_some() || b.log_bodies.is_some();
-    let mut conn = state.conn().await?;
     let change =
         orgs::Change { name, data_residency_region: region, metadata, budget, rate_limits, log_bodies: b.log_bodies };
     let org = orgs::update(&mut conn, session.org_id, &change).await?.ok_or(ApiError::NotFound("organization"))?;

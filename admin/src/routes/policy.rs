@@ -3,7 +3,7 @@
 //! revert. Every change is a new version, committed, then published to the proxies (they drop
 //! their compiled copy and read the new version on the next request).
 
-use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use actix_web::{get, patch, post, put, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::db::policies::{self, VersionRow};
@@ -11,7 +11,7 @@ use gw_shared::policy::builtin;
 use gw_shared::policy::spec::OrgPolicy;
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
@@ -25,6 +25,7 @@ use crate::trail::{Entry, Trail};
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(get_policy)
         .service(put_policy)
+        .service(patch_policy)
         .service(templates)
         .service(apply_template)
         .service(versions)
@@ -80,9 +81,78 @@ pub async fn get_policy(state: web::Data<AppState>, session: Session) -> ApiResu
 
 /// Parses and validates a document from a request body.
 fn document(v: Value) -> ApiResult<OrgPolicy> {
-    let doc: OrgPolicy = serde_json::from_value(v).map_err(|e| ApiError::Validation(format!("invalid policy: {e}")))?;
+    let doc: OrgPolicy = crate::decode::json(v)?;
     doc.validate().map_err(|p| ApiError::field(p.field, p.message))?;
     Ok(doc)
+}
+
+/// A `PUT` (the whole document) or `PATCH` (some of its fields; `null` empties one).
+struct Edit {
+    fields: Map<String, Value>,
+    replace: bool,
+    /// The version the client read, when it sent the body `GET` answered: a change made since
+    /// is not overwritten (409).
+    read_version: Option<i64>,
+}
+
+impl Edit {
+    /// The document's fields, or the body `GET` answered: `document` with `version`, and the
+    /// derived `updated_at` and `available` (ignored).
+    fn of(body: Value, replace: bool) -> ApiResult<Edit> {
+        let Value::Object(mut m) = body else {
+            return Err(ApiError::Validation("the body must be a JSON object".into()));
+        };
+        let Some(doc) = m.remove("document") else {
+            return Ok(Edit { fields: m, replace, read_version: None });
+        };
+        let read_version = match m.remove("version") {
+            None => None,
+            Some(v) => Some(v.as_i64().ok_or_else(|| ApiError::field("version", "must be an integer"))?),
+        };
+        m.remove("updated_at");
+        m.remove("available");
+        if let Some(k) = m.keys().next() {
+            return Err(ApiError::field(k.clone(), "is not a known field"));
+        }
+        let Value::Object(fields) = doc else {
+            return Err(ApiError::field("document", "must be an object"));
+        };
+        Ok(Edit { fields, replace, read_version })
+    }
+
+    /// The document this edit makes of `old` (version `version`).
+    fn apply(self, version: i64, old: &OrgPolicy) -> ApiResult<OrgPolicy> {
+        if let Some(read) = self.read_version.filter(|r| *r != version) {
+            return Err(ApiError::Conflict(format!(
+                "the policy changed since version {read} was read (it is at version {version}); read it again"
+            )));
+        }
+        if self.replace {
+            return document(Value::Object(self.fields));
+        }
+        let mut merged = match serde_json::to_value(old) {
+            Ok(Value::Object(m)) => m,
+            _ => return Err(ApiError::Internal("the stored policy does not encode as an object".into())),
+        };
+        for (k, v) in self.fields {
+            if v.is_null() {
+                merged.remove(&k);
+            } else {
+                merged.insert(k, v);
+            }
+        }
+        document(Value::Object(merged))
+    }
+}
+
+/// Applies `edit` to the current document and saves the result, in one transaction.
+async fn save_edit(conn: &mut AsyncPgConnection, trail: &Trail, edit: Edit) -> ApiResult<VersionRow> {
+    if !policies::lock_org(conn, trail.org_id).await? {
+        return Err(ApiError::NotFound("organization"));
+    }
+    let (version, old) = current(conn, trail.org_id).await?;
+    let doc = edit.apply(version, &old)?;
+    save(conn, trail, &doc, "update", true).await
 }
 
 /// Refuses a document that drops a policy a team still names among its defaults.
@@ -126,7 +196,8 @@ async fn save(
     Ok(row)
 }
 
-/// Replace the organization's policy document (a new version).
+/// Replace the organization's policy document (a new version). The body is the document, or the
+/// body `GET` answered (its `version` must still be current: 409 otherwise).
 #[utoipa::path(tag = "policy", request_body(content = Object, description = "The policy document"),
     responses((status = 200, body = PolicyOut), Errors))]
 #[put("/organizations/current/policy")]
@@ -136,10 +207,27 @@ pub async fn put_policy(
     req: HttpRequest,
     body: crate::body::Json<Value>,
 ) -> ApiResult<HttpResponse> {
-    let doc = document(body.into_inner())?;
-    let trail = Trail::of(&session, &req);
+    store_edit(&state, &session, &req, Edit::of(body.into_inner(), true)?).await
+}
+
+/// Change some of the document's fields (`defaults`, `mandatory`, `policies`; absent ones stay,
+/// `null` empties one): a new version. Takes the `GET` body too, like `PUT`.
+#[utoipa::path(tag = "policy", request_body(content = Object, description = "Fields of the policy document"),
+    responses((status = 200, body = PolicyOut), Errors))]
+#[patch("/organizations/current/policy")]
+pub async fn patch_policy(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    body: crate::body::Json<Value>,
+) -> ApiResult<HttpResponse> {
+    store_edit(&state, &session, &req, Edit::of(body.into_inner(), false)?).await
+}
+
+async fn store_edit(state: &AppState, session: &Session, req: &HttpRequest, edit: Edit) -> ApiResult<HttpResponse> {
+    let trail = Trail::of(session, req);
     let mut conn = state.conn().await?;
-    conn.transaction(async |c| save(c, &trail, &doc, "update", true).await).await?;
+    conn.transaction(async |c| save_edit(c, &trail, edit).await).await?;
     state.invalidate(&Invalidation::Policy { org_id: session.org_id }, "a policy change").await;
     Ok(HttpResponse::Ok().json(out(&mut conn, session.org_id).await?))
 }

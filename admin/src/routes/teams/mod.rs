@@ -25,6 +25,7 @@ use uuid::Uuid;
 
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
+use crate::read_only::{self, Fixed};
 use crate::session::Session;
 use crate::spend::{self, PeriodSpend};
 use crate::state::AppState;
@@ -164,6 +165,9 @@ pub struct DeleteQuery {
     revoke_keys: Option<bool>,
 }
 
+/// What a team's `GET` body holds that the server derives.
+const TEAM_DERIVED: &[&str] = &["member_count", "spend", "created_at", "updated_at"];
+
 fn name_taken() -> ApiError {
     ApiError::Conflict("a team of this organization already has this name".into())
 }
@@ -274,7 +278,8 @@ pub async fn get_team(state: web::Data<AppState>, session: Session, path: web::P
 }
 
 /// Update a team's name, description, metadata or settings; `null` removes a budget, rate limits
-/// or the model allow-list.
+/// or the model allow-list; absent fields stay as they are. The body `GET` answers may be sent
+/// back: `id` as it is, `member_count`, `spend`, `created_at` and `updated_at` ignored.
 #[utoipa::path(tag = "teams", params(("team_id" = Uuid, Path, description = "The team's id")),
     request_body = UpdateTeamBody, responses((status = 200, body = TeamOut), Errors))]
 #[patch("/teams/{team_id}")]
@@ -283,10 +288,11 @@ pub async fn update_team(
     session: Session,
     req: HttpRequest,
     path: web::Path<Uuid>,
-    body: crate::body::Json<UpdateTeamBody>,
+    body: crate::body::Json<Value>,
 ) -> ApiResult<HttpResponse> {
     let team_id = path.into_inner();
-    let b = body.into_inner();
+    let fixed = [Fixed::new("id", team_id, "it names the team")];
+    let b: UpdateTeamBody = read_only::writable(body.into_inner(), &fixed, TEAM_DERIVED)?;
     let mut conn = state.conn().await?;
     let available = match b.default_policies {
         Some(_) => crate::org_policy::available(&mut conn, session.org_id).await?,
