@@ -1,7 +1,7 @@
 //! The audit step: the request's audit row, derived from the context like the headers are.
 
+use gw_shared::audit::detail::{self, Attempt, Decision, CREDENTIAL_GATEWAY, CREDENTIAL_ORGANIZATION};
 use gw_shared::audit::{ms_i32, tokens_i32, user_agent_id, AuditEntry, AuditRecord};
-use serde_json::{json, Value};
 
 use crate::ctx::{AttemptOutcome, RequestCtx};
 
@@ -44,34 +44,33 @@ fn request_body(ctx: &RequestCtx, max: usize) -> Option<String> {
 pub fn record(ctx: &RequestCtx, max_body: usize) -> Option<AuditEntry> {
     let key = ctx.key.as_ref()?;
     let last = ctx.last_attempt().filter(|_| !ctx.answered_by_gw);
-    let routing: Vec<Value> = ctx
+    let routing: Vec<Attempt> = ctx
         .attempts
         .iter()
-        .map(|a| {
-            let error = match a.outcome {
+        .map(|a| Attempt {
+            provider: a.provider.to_string(),
+            model: a.upstream_model.to_string(),
+            outcome: a.outcome.label().to_string(),
+            error: match a.outcome {
                 AttemptOutcome::Answered => None,
-                AttemptOutcome::Retryable(e) | AttemptOutcome::Failed(e) => Some(e),
-            };
-            json!({
-                "provider": &*a.provider,
-                "model": &*a.upstream_model,
-                "outcome": a.outcome.label(),
-                "error": error,
-                "status": a.status,
-                "latency_ms": a.latency.map(ms_i32),
-                "region": a.region.as_deref(),
-                "credential": if a.org_key { "organization" } else { "gateway" },
-            })
+                AttemptOutcome::Retryable(e) | AttemptOutcome::Failed(e) => Some(e.to_string()),
+            },
+            status: a.status,
+            latency_ms: a.latency.map(ms_i32),
+            region: a.region.as_deref().map(str::to_string),
+            credential: if a.org_key { CREDENTIAL_ORGANIZATION } else { CREDENTIAL_GATEWAY }.to_string(),
         })
         .collect();
-    let policy: Vec<Value> = ctx
+    let policy: Vec<Decision> = ctx
         .policy
         .iter()
-        .map(|d| {
-            let entities: serde_json::Map<String, Value> =
-                d.entities.iter().map(|(k, n)| (k.clone(), json!(n))).collect();
-            json!({"policy": d.policy, "guardrail": d.guardrail, "action": d.action.label(), "stage": d.stage.label(),
-                "reason": d.reason, "entities": entities})
+        .map(|d| Decision {
+            policy: d.policy.to_string(),
+            guardrail: d.guardrail.to_string(),
+            action: d.action.label().to_string(),
+            stage: Some(d.stage.label().to_string()),
+            reason: Some(d.reason.to_string()),
+            entities: d.entities.iter().map(|(k, n)| (k.clone(), *n as u64)).collect(),
         })
         .collect();
     let record = AuditRecord {
@@ -106,8 +105,8 @@ pub fn record(ctx: &RequestCtx, max_body: usize) -> Option<AuditEntry> {
         cached_tokens: tokens_i32(ctx.usage.cached_tokens),
         reasoning_tokens: tokens_i32(ctx.usage.reasoning_tokens),
         cache_creation_tokens: tokens_i32(ctx.usage.cache_creation_tokens),
-        routing: Value::Array(routing),
-        policy: Value::Array(policy),
+        routing: detail::column(&routing),
+        policy: detail::column(&policy),
         cache_saved_usd: ctx.cache_saved,
         cache_similarity: ctx.cache_similarity,
         deployment: last.and_then(|a| a.region.as_deref()).map(str::to_string),

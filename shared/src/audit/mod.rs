@@ -2,6 +2,7 @@
 //! written behind the request.
 
 pub mod chain;
+pub mod detail;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -40,9 +41,9 @@ pub struct AuditRecord {
     pub cached_tokens: i32,
     pub reasoning_tokens: i32,
     pub cache_creation_tokens: i32,
-    /// Every upstream attempt: provider, model, outcome, status, latency.
+    /// Every upstream attempt ([`detail::Attempt`]s), as written.
     pub routing: serde_json::Value,
-    /// Every policy decision: policy, guardrail, action, reason (never the matched values).
+    /// Every policy decision ([`detail::Decision`]s), as written.
     pub policy: serde_json::Value,
     /// On a cache hit: what the cached answer cost when it was produced (this request cost 0).
     pub cache_saved_usd: Decimal,

@@ -9,7 +9,9 @@ use chrono::{DateTime, Utc};
 use diesel::sql_types::{BigInt, Bool, Jsonb, Nullable, Text, Timestamptz, Uuid as SqlUuid};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+pub use crate::audit::detail::Decision;
 use uuid::Uuid;
 
 use crate::error::Result;
@@ -187,41 +189,13 @@ pub async fn export_batch(
         .await?)
 }
 
-/// One decision of an audit row. `stage` and `entities` are absent from rows written before
-/// they were recorded.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Decision<'a> {
-    pub policy: &'a str,
-    pub guardrail: &'a str,
-    pub action: &'a str,
-    pub stage: Option<&'a str>,
-    pub reason: Option<&'a str>,
-    /// Entity type to count, e.g. `{"EMAIL": 2}`.
-    pub entities: Option<&'a Map<String, Value>>,
-}
-
-fn text<'a>(d: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    d.get(key).and_then(Value::as_str)
-}
-
 impl Filter {
     /// The decisions of an audit row's `policy` that match, in the order they were made; the
-    /// same rules as [`summary`] (objects only, exact matches, missing keys as '').
-    pub fn decisions<'a>(&'a self, policy: &'a Value) -> impl Iterator<Item = Decision<'a>> + 'a {
-        let wanted = |want: &Option<String>, got: Option<&str>| want.as_deref().is_none_or(|w| got == Some(w));
-        policy.as_array().into_iter().flatten().filter_map(Value::as_object).filter_map(move |d| {
-            let (policy, guardrail, action) = (text(d, "policy"), text(d, "guardrail"), text(d, "action"));
-            if !(wanted(&self.policy, policy) && wanted(&self.guardrail, guardrail) && wanted(&self.action, action)) {
-                return None;
-            }
-            Some(Decision {
-                policy: policy.unwrap_or_default(),
-                guardrail: guardrail.unwrap_or_default(),
-                action: action.unwrap_or_default(),
-                stage: text(d, "stage"),
-                reason: text(d, "reason"),
-                entities: d.get("entities").and_then(Value::as_object),
-            })
+    /// same rules as [`summary`] (exact matches, missing names as '').
+    pub fn decisions<'a>(&'a self, policy: &Value) -> impl Iterator<Item = Decision> + 'a {
+        let wanted = |want: &Option<String>, got: &str| want.as_deref().is_none_or(|w| got == w);
+        Decision::list(policy).into_iter().filter(move |d| {
+            wanted(&self.policy, &d.policy) && wanted(&self.guardrail, &d.guardrail) && wanted(&self.action, &d.action)
         })
     }
 }
@@ -253,12 +227,12 @@ mod tests {
         let any = filter();
         let all: Vec<Decision> = any.decisions(&policy).collect();
         assert_eq!(all.len(), 2);
-        assert_eq!(all[0].stage, Some("input"));
-        assert_eq!(all[0].entities.and_then(|e| e.get("EMAIL")), Some(&json!(2)));
-        assert_eq!((all[1].stage, all[1].entities), (None, None));
+        assert_eq!(all[0].stage.as_deref(), Some("input"));
+        assert_eq!(all[0].entities.get("EMAIL"), Some(&2));
+        assert_eq!((all[1].stage.as_deref(), all[1].entities.len()), (None, 0));
 
         let f = Filter { action: Some("blocked".into()), ..filter() };
-        let blocked: Vec<&str> = f.decisions(&policy).map(|d| d.policy).collect();
+        let blocked: Vec<String> = f.decisions(&policy).map(|d| d.policy).collect();
         assert_eq!(blocked, ["topic_guard"]);
         let f = Filter { policy: Some("pii_redact".into()), action: Some("blocked".into()), ..filter() };
         assert_eq!(f.decisions(&policy).count(), 0);

@@ -125,13 +125,15 @@ pub async fn logged_usage(
          coalesce(sum(cached_tokens), 0)::bigint AS cached_tokens, coalesce(sum(cost_usd), 0) AS cost_usd \
          FROM audit_logs WHERE org_id = $1 AND provider = $2 AND created_at >= $3 AND created_at < $4 \
          AND status_code < 400 AND cache_status NOT IN ('L1', 'L2', 'L3') \
-         AND endpoint = '/v1/chat/completions' AND routing -> -1 ->> 'credential' = 'organization' \
+         AND endpoint = '/v1/chat/completions' AND routing -> -1 ->> 'credential' = $5 \
          GROUP BY 1, 2",
     )
     .bind::<SqlUuid, _>(org_id)
     .bind::<Text, _>(provider_name)
     .bind::<Timestamptz, _>(from)
     .bind::<Timestamptz, _>(to)
+    // The answering (last) attempt's `audit::detail::Attempt::credential`.
+    .bind::<Text, _>(crate::audit::detail::CREDENTIAL_ORGANIZATION)
     .load(conn)
     .await?;
     Ok(rows

@@ -16,10 +16,11 @@ use actix_web::{get, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures::Stream;
 use gw_shared::audit::chain::{Break, Verifier};
+use gw_shared::audit::detail::Decision;
 use gw_shared::audit::AuditRecord;
 use gw_shared::db::audit_logs;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
 use utoipa::IntoParams;
 use uuid::Uuid;
 
@@ -286,11 +287,7 @@ impl Compliance {
         r.created_at >= self.from
             && r.created_at < self.to
             && self.team_id.is_none_or(|t| r.team_id == Some(t))
-            && self.policy.as_deref().is_none_or(|p| {
-                r.policy
-                    .as_array()
-                    .is_some_and(|ds| ds.iter().any(|d| d.get("policy").and_then(Value::as_str) == Some(p)))
-            })
+            && self.policy.as_deref().is_none_or(|p| Decision::list(&r.policy).iter().any(|d| d.policy == p))
     }
 
     fn line(&mut self, out: &mut Vec<u8>, r: &AuditRecord) -> Result<(), String> {

@@ -3,10 +3,10 @@
 
 use actix_web::{get, web, HttpResponse};
 use chrono::{DateTime, Utc};
+use gw_shared::audit::detail::{Attempt, Decision};
 use gw_shared::audit::AuditRecord;
 use gw_shared::db::audit_logs::{self, LogCursor, LogFilter, StatusFilter};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -241,12 +241,10 @@ pub struct ChainLink {
 pub struct LogDetail {
     #[serde(flatten)]
     entry: LogEntry,
-    /// Every upstream attempt: provider, model, outcome, status, latency, region, credential.
-    #[schema(value_type = Vec<Object>)]
-    routing: Value,
+    /// Every upstream attempt, in order.
+    routing: Vec<Attempt>,
     /// Every policy decision (entity types and counts, never matched values).
-    #[schema(value_type = Vec<Object>)]
-    policy: Value,
+    policy: Vec<Decision>,
     #[schema(value_type = String)]
     cache_saved_usd: String,
     cache_similarity: Option<f32>,
@@ -277,8 +275,8 @@ pub async fn detail(state: web::Data<AppState>, session: Session, path: web::Pat
     };
     Ok(HttpResponse::Ok().json(LogDetail {
         entry: LogEntry::from(&r, prefix),
-        routing: r.routing.clone(),
-        policy: r.policy.clone(),
+        routing: Attempt::list(&r.routing),
+        policy: Decision::list(&r.policy),
         cache_saved_usd: r.cache_saved_usd.normalize().to_string(),
         cache_similarity: r.cache_similarity,
         client_ip: r.client_ip.map(|ip| ip.addr().to_string()),

@@ -11,7 +11,6 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use futures::Stream;
 use gw_shared::db::policy_decisions::{self, Decision, ExportRow, Filter, Hits};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -328,30 +327,29 @@ struct Line<'a> {
     action: &'a str,
     stage: Option<&'a str>,
     reason: Option<&'a str>,
-    entities: &'a Map<String, Value>,
+    entities: &'a std::collections::BTreeMap<String, u64>,
 }
 
-fn jsonl_line(out: &mut Vec<u8>, row: &ExportRow, d: &Decision<'_>) -> Result<(), String> {
-    let none = Map::new();
+fn jsonl_line(out: &mut Vec<u8>, row: &ExportRow, d: &Decision) -> Result<(), String> {
     let line = Line {
         created_at: created_at(row),
         request_id: row.id,
         team_id: row.team_id,
         api_key_id: row.api_key_id,
         model: row.model.as_deref(),
-        policy: d.policy,
-        guardrail: d.guardrail,
-        action: d.action,
-        stage: d.stage,
-        reason: d.reason,
-        entities: d.entities.unwrap_or(&none),
+        policy: &d.policy,
+        guardrail: &d.guardrail,
+        action: &d.action,
+        stage: d.stage.as_deref(),
+        reason: d.reason.as_deref(),
+        entities: &d.entities,
     };
     serde_json::to_writer(&mut *out, &line).map_err(|e| format!("cannot encode a decision: {e}"))?;
     out.push(b'\n');
     Ok(())
 }
 
-fn csv_line(out: &mut Vec<u8>, row: &ExportRow, d: &Decision<'_>) {
+fn csv_line(out: &mut Vec<u8>, row: &ExportRow, d: &Decision) {
     let uuid = |u: Option<Uuid>| u.map(|u| u.to_string()).unwrap_or_default();
     let fields = [
         created_at(row),
@@ -359,12 +357,12 @@ fn csv_line(out: &mut Vec<u8>, row: &ExportRow, d: &Decision<'_>) {
         uuid(row.team_id),
         uuid(row.api_key_id),
         row.model.clone().unwrap_or_default(),
-        d.policy.to_string(),
-        d.guardrail.to_string(),
-        d.action.to_string(),
-        d.stage.unwrap_or_default().to_string(),
-        d.reason.unwrap_or_default().to_string(),
-        entities_text(d.entities),
+        d.policy.clone(),
+        d.guardrail.clone(),
+        d.action.clone(),
+        d.stage.clone().unwrap_or_default(),
+        d.reason.clone().unwrap_or_default(),
+        entities_text(&d.entities),
     ];
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {
@@ -376,16 +374,8 @@ fn csv_line(out: &mut Vec<u8>, row: &ExportRow, d: &Decision<'_>) {
 }
 
 /// `TYPE:count;TYPE:count`.
-fn entities_text(entities: Option<&Map<String, Value>>) -> String {
-    entities
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| match v {
-            Value::String(s) => format!("{k}:{s}"),
-            other => format!("{k}:{other}"),
-        })
-        .collect::<Vec<_>>()
-        .join(";")
+fn entities_text(entities: &std::collections::BTreeMap<String, u64>) -> String {
+    entities.iter().map(|(k, n)| format!("{k}:{n}")).collect::<Vec<_>>().join(";")
 }
 
 #[cfg(test)]
@@ -433,8 +423,8 @@ mod tests {
 
     #[test]
     fn entities_are_listed_by_type_and_count() {
-        let entities = serde_json::json!({"EMAIL": 2, "PHONE": 1});
-        assert_eq!(entities_text(entities.as_object()), "EMAIL:2;PHONE:1");
-        assert_eq!(entities_text(None), "");
+        let entities = [("PHONE".to_string(), 1), ("EMAIL".to_string(), 2)].into_iter().collect();
+        assert_eq!(entities_text(&entities), "EMAIL:2;PHONE:1");
+        assert_eq!(entities_text(&Default::default()), "");
     }
 }
