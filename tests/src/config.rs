@@ -1,0 +1,193 @@
+//! Configuration: the services' URLs and the gw config file a stack runs with.
+
+use std::path::PathBuf;
+
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://gw@127.0.0.1:15432/gw".into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".into())
+}
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A dead address: nobody listens on port 1 of the loopback interface (a privileged port no
+/// test can take), so connecting is refused at once, however long the stack lives.
+pub fn dead_url() -> String {
+    "http://127.0.0.1:1/v1".to_string()
+}
+
+pub fn config_text(mock: &str, db: &str, ports: (u16, u16, u16), proxy_extra: &str, extra: &str) -> String {
+    config_text_with_routing(mock, db, ports, proxy_extra, extra, SHARED_ROUTING)
+}
+
+/// Many tests use dead deployments on purpose; on the shared stack their circuits must not open
+/// and health checks must not route around them. Breaker and health-check tests start stacks of
+/// their own with `StackOptions::routing_config`.
+pub(crate) const SHARED_ROUTING: &str = "circuit_failures = 1000000\nhealth_check_interval_ms = 0";
+
+/// [`config_text`] with the `[routing]` table's keys given. `{mock}` in `extra` stands for the
+/// mock upstream's URL (so extra providers can point at it, with `/k/<knobs>/` fault prefixes).
+pub fn config_text_with_routing(
+    mock: &str,
+    db: &str,
+    ports: (u16, u16, u16),
+    proxy_extra: &str,
+    extra: &str,
+    routing: &str,
+) -> String {
+    let (proxy_port, metrics_port, admin_port) = ports;
+    let extra = extra.replace("{mock}", mock);
+    format!(
+        r#"
+[database]
+url = "{db}"
+pool_size = 4
+[redis]
+url = "{redis}"
+pool_size = 4
+[proxy]
+listen = "127.0.0.1:{proxy_port}"
+metrics_listen = "127.0.0.1:{metrics_port}"
+threads = 1
+max_body_bytes = 65536
+upstream_connect_timeout_ms = 1000
+upstream_read_timeout_ms = 5000
+audit_spool_dir = "{spool}"
+{proxy_extra}
+[admin]
+listen = "127.0.0.1:{admin_port}"
+workers = 1
+# Every test signs up and in from 127.0.0.1: per-address throttling is tested on a stack of its
+# own (admin_auth.rs), with addresses taken from X-Forwarded-For.
+ip_attempts = 1000000
+max_concurrent_hashes = 4
+# Tests read overviews over hours the rollup job has just aggregated, and seed rows years old
+# (retention is tested on a database of its own).
+rollup_interval_secs = 1
+audit_retention_months = 0
+# admin-extra
+
+[routing]
+{routing}
+
+[[providers]]
+name = "mock"
+kind = "mock"
+[[providers]]
+name = "upstream"
+kind = "openai"
+base_url = "{mock}/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+[[providers]]
+name = "dead"
+kind = "openai"
+base_url = "{dead}"
+[[providers]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "{mock}/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+[[providers]]
+name = "gemini"
+kind = "gemini"
+base_url = "{mock}/v1beta"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+[[providers]]
+name = "azure"
+kind = "azure"
+base_url = "{mock}"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+api_version = "2024-10-21"
+[[providers]]
+name = "bedrock"
+kind = "bedrock"
+base_url = "{mock}"
+region = "us-east-1"
+api_key_env = "GW_TEST_AWS_CREDENTIALS"
+
+[[models]]
+name = "gpt-4o-mini"
+deployments = [{{ provider = "upstream", model = "gpt-4o-mini-2024-07-18" }}]
+[[models]]
+name = "mock-model"
+deployments = [{{ provider = "mock", model = "gpt-4o-mini" }}]
+[[models]]
+name = "dead-model"
+deployments = [{{ provider = "dead", model = "gpt-4o-mini" }}]
+[[models]]
+name = "fallback-model"
+deployments = [{{ provider = "dead", model = "gpt-4o-mini" }}, {{ provider = "upstream", model = "gpt-4o-mini-2024-07-18" }}]
+[[models]]
+name = "claude-test"
+aliases = ["claude"]
+deployments = [{{ provider = "anthropic", model = "claude-sonnet-4-5" }}]
+[[models]]
+name = "gemini-test"
+deployments = [{{ provider = "gemini", model = "gemini-2.5-flash" }}]
+[[models]]
+name = "azure-test"
+deployments = [{{ provider = "azure", model = "my-gpt4o" }}]
+[[models]]
+name = "bedrock-test"
+deployments = [{{ provider = "bedrock", model = "anthropic.claude-3-haiku-20240307-v1:0" }}]
+[[models]]
+name = "text-embedding-3-small"
+mode = "embedding"
+deployments = [{{ provider = "upstream", model = "text-embedding-3-small" }}]
+[[models]]
+name = "mock-embedding"
+mode = "embedding"
+deployments = [{{ provider = "mock", model = "text-embedding-3-small" }}]
+[[models]]
+name = "gemini-embedding"
+mode = "embedding"
+deployments = [{{ provider = "gemini", model = "gemini-embedding-001" }}]
+[[models]]
+name = "azure-embedding"
+mode = "embedding"
+deployments = [{{ provider = "azure", model = "my-embedding" }}]
+{extra}
+
+[pricing]
+"gpt-4o-mini" = {{ input_per_mtok = "0.15", output_per_mtok = "0.60" }}
+"gpt-4o-mini-2024-07-18" = {{ input_per_mtok = "0.15", output_per_mtok = "0.60" }}
+"claude-sonnet-4-5" = {{ input_per_mtok = "3", output_per_mtok = "15", cached_input_per_mtok = "0.3", cache_write_per_mtok = "3.75" }}
+"gemini-2.5-flash" = {{ input_per_mtok = "0.3", output_per_mtok = "2.5", cached_input_per_mtok = "0.03" }}
+"my-gpt4o" = {{ input_per_mtok = "2.5", output_per_mtok = "10" }}
+"anthropic.claude-3-haiku-20240307-v1:0" = {{ input_per_mtok = "0.25", output_per_mtok = "1.25" }}
+"text-embedding-3-small" = {{ input_per_mtok = "0.02", output_per_mtok = "0" }}
+"gemini-embedding-001" = {{ input_per_mtok = "0.15", output_per_mtok = "0" }}
+"my-embedding" = {{ input_per_mtok = "0.02", output_per_mtok = "0" }}
+"#,
+        redis = redis_url(),
+        dead = dead_url(),
+        spool = std::env::temp_dir().join(format!("gw-spool-{proxy_port}")).display(),
+    )
+}
+
+/// `config` with the `[admin]` keys of `extra` added, replacing those it repeats.
+pub(crate) fn with_admin_keys(config: &str, extra: &str) -> String {
+    let keys: Vec<&str> = extra.lines().filter_map(|l| l.split_once('=')).map(|(k, _)| k.trim()).collect();
+    let mut out = String::with_capacity(config.len() + extra.len());
+    let mut in_admin = false;
+    for line in config.lines() {
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            in_admin = t == "[admin]";
+        }
+        let repeated = in_admin && t.split_once('=').is_some_and(|(k, _)| keys.contains(&k.trim()));
+        if !repeated {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if t == "# admin-extra" {
+            out.push_str(extra);
+            out.push('\n');
+        }
+    }
+    out
+}

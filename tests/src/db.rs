@@ -1,0 +1,43 @@
+//! Database access for checking what the services wrote.
+
+use std::time::{Duration, Instant};
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use gw_shared::audit::AuditRecord;
+use uuid::Uuid;
+
+pub async fn connect() -> AsyncPgConnection {
+    AsyncPgConnection::establish(&super::database_url()).await.expect("connect to postgres")
+}
+
+/// Sets an organization's plan (billing's job in production; SSO needs growth or higher).
+pub async fn set_plan(org_id: Uuid, plan: &str) {
+    use diesel::prelude::*;
+    use diesel_async::RunQueryDsl;
+    use gw_shared::db::schema::organizations;
+    let mut conn = connect().await;
+    diesel::update(organizations::table.filter(organizations::id.eq(org_id)))
+        .set(organizations::plan.eq(plan))
+        .execute(&mut conn)
+        .await
+        .expect("set plan");
+}
+
+/// Waits (up to 5 s) for the audit row of a request, as the flusher writes behind requests.
+pub async fn audit_row(org_id: Uuid, request_id: Uuid) -> AuditRecord {
+    audit_row_within(org_id, request_id, Duration::from_secs(5)).await
+}
+
+/// Waits up to `wait` for the audit row of a request (a stream read on after its client
+/// left is written when the upstream has finished).
+pub async fn audit_row_within(org_id: Uuid, request_id: Uuid, wait: Duration) -> AuditRecord {
+    let mut conn = connect().await;
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Some(r) = gw_shared::db::audit_logs::find(&mut conn, org_id, request_id).await.expect("query") {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "audit row {request_id} never appeared");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
