@@ -12,6 +12,7 @@ pub mod edge;
 pub mod limits;
 pub mod logging;
 pub mod models;
+pub mod openapi;
 pub mod parse;
 pub mod policy;
 pub mod resolve;
@@ -26,6 +27,9 @@ use crate::state::Gateway;
 
 pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     edge::check_headers(gw, session)?;
+    if openapi::asked(session)? {
+        return openapi::run(session, ctx).await;
+    }
     let endpoint = edge::endpoint(session)?;
     ctx.endpoint = Some(endpoint);
     auth::run(gw, session, ctx).await?;
