@@ -3,14 +3,43 @@ harness the Rust integration tests use), and a fresh organization + API key per 
 
 import json
 import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://gw@127.0.0.1:15432/gw")
+
+
+def client(stack, key, **kw):
+    """The official OpenAI client pointed at gw's proxy; no retries unless asked for."""
+    kw.setdefault("max_retries", 0)
+    return openai.OpenAI(api_key=key, base_url=f"{stack['proxy']}/v1", **kw)
+
+
+def psql(sql):
+    """One statement through psql against gw's database; its output, trimmed."""
+    exe = shutil.which("psql", path=os.environ.get("GW_PG_BIN")) or shutil.which("psql")
+    assert exe, "psql not found: run scripts/services.sh start (and eval its env)"
+    r = subprocess.run([exe, DATABASE_URL, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def sse_payloads(text):
+    """The `data:` payloads of an SSE body, in order."""
+    out = []
+    for event in text.split("\n\n"):
+        for line in event.splitlines():
+            if line.startswith("data: "):
+                out.append(line[len("data: "):])
+    return out
 
 
 def bin_dir() -> Path:

@@ -44,3 +44,9 @@ def registry():
 def validator(schema_name):
     """A validator for one of the document's component schemas."""
     return Draft202012Validator({"$ref": f"urn:openai#/components/schemas/{schema_name}"}, registry=registry())
+
+
+@functools.lru_cache(maxsize=None)
+def schema(name):
+    """[`validator`], built once per schema."""
+    return validator(name)

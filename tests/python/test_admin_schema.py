@@ -39,7 +39,6 @@ Choices (the command line is in test_schemathesis):
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
@@ -47,7 +46,7 @@ import uuid
 import httpx
 import pytest
 
-from conftest import Org
+from conftest import Org, psql
 
 ROLES = {"public", "viewer", "member", "admin", "owner"}
 ERROR_REF = "#/components/schemas/ErrorBody"
@@ -60,7 +59,6 @@ WORKERS = 2
 # The whole run, generously (it takes about a minute): a hung run fails instead of blocking CI.
 RUN_TIMEOUT_SECS = 600
 
-DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://gw@127.0.0.1:15432/gw")
 
 
 def operations(doc):
@@ -107,15 +105,6 @@ def test_document_shape(document):
 
 
 # -- the Schemathesis run ---------------------------------------------------------------------------
-
-def psql(sql):
-    exe = shutil.which("psql", path=os.environ.get("GW_PG_BIN")) or shutil.which("psql")
-    assert exe, "psql not found: run scripts/services.sh start (and eval its env)"
-    r = subprocess.run([exe, DATABASE_URL, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
-
 
 class Fixtures:
     """A fresh organization with data everywhere, and the ids Schemathesis should use.

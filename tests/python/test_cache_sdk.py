@@ -7,10 +7,7 @@ import uuid
 import httpx
 import openai
 import pytest
-
-
-def client(stack, key):
-    return openai.OpenAI(api_key=key, base_url=f"{stack['proxy']}/v1", max_retries=0)
+from conftest import client
 
 
 def enable_cache(org):

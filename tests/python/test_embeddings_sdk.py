@@ -4,14 +4,14 @@ and decodes it to floats; asked for a format explicitly, it hands over what came
 in the same vectors, and every raw body validates against OpenAI's published OpenAPI document."""
 
 import base64
-import functools
 import json
 import struct
 
 import openai
 import pytest
 
-from openai_spec import validator
+from conftest import client
+from openai_spec import schema
 
 # model -> (x-gw-provider, x-gw-model, length of a vector when no dimensions are asked for)
 MODELS = {
@@ -20,15 +20,6 @@ MODELS = {
 }
 
 TEXT = "embed this sentence for the sdk"
-
-
-def client(stack, key):
-    return openai.OpenAI(api_key=key, base_url=f"{stack['proxy']}/v1", max_retries=0)
-
-
-@functools.lru_cache(maxsize=None)
-def schema(name):
-    return validator(name)
 
 
 def floats_of(embedding):

@@ -6,10 +6,7 @@ import time
 
 import httpx
 import openai
-
-
-def client(stack, key, **kw):
-    return openai.OpenAI(api_key=key, base_url=f"{stack['proxy']}/v1", **kw)
+from conftest import client
 
 
 def chat(c, **kw):

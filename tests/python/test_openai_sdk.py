@@ -5,10 +5,7 @@ import time
 
 import openai
 import pytest
-
-
-def client(stack, key, **kw):
-    return openai.OpenAI(api_key=key, base_url=f"{stack['proxy']}/v1", max_retries=0, **kw)
+from conftest import client
 
 
 def test_models_list(stack, org):

@@ -3,14 +3,13 @@
 upstream. Plain, streamed and tool-calling answers parse in the SDK as OpenAI's would, and every
 raw body and chunk gw sends validates against OpenAI's published OpenAPI document."""
 
-import functools
 import json
 
 import httpx
-import openai
 import pytest
 
-from openai_spec import validator
+from conftest import client, sse_payloads
+from openai_spec import schema
 
 # model -> (x-gw-provider, x-gw-model)
 MODELS = {
@@ -32,15 +31,6 @@ TOOLS = [{
 }]
 
 
-def client(stack, key):
-    return openai.OpenAI(api_key=key, base_url=f"{stack['proxy']}/v1", max_retries=0)
-
-
-@functools.lru_cache(maxsize=None)
-def schema(name):
-    return validator(name)
-
-
 def check_completion(body):
     schema("CreateChatCompletionResponse").validate(body)
 
@@ -48,15 +38,6 @@ def check_completion(body):
 def post(stack, key, body):
     return httpx.post(f"{stack['proxy']}/v1/chat/completions", json=body,
                       headers={"Authorization": f"Bearer {key}"}, timeout=30)
-
-
-def sse_payloads(text):
-    out = []
-    for event in text.split("\n\n"):
-        for line in event.splitlines():
-            if line.startswith("data: "):
-                out.append(line[len("data: "):])
-    return out
 
 
 def raw_stream(stack, key, body):

@@ -24,9 +24,7 @@ import base64
 import json
 import logging
 import os
-import shutil
 import socket
-import subprocess
 import time
 import uuid
 from urllib.parse import parse_qs, urlparse
@@ -36,8 +34,8 @@ import pytest
 from oidc_provider_mock import run_server_in_thread
 
 from oidc_shim import OidcShim, s256
+from conftest import psql
 
-DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://gw@127.0.0.1:15432/gw")
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379")
 PASSWORD = "correct horse battery"
 
@@ -45,15 +43,6 @@ logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
 
 # -- PostgreSQL and Redis, directly ---------------------------------------------------------------
-
-def psql(sql):
-    exe = shutil.which("psql", path=os.environ.get("GW_PG_BIN")) or shutil.which("psql")
-    assert exe, "psql not found: run scripts/services.sh start (and eval its env)"
-    r = subprocess.run([exe, DATABASE_URL, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
-
 
 def set_plan(org_id, plan):
     psql(f"UPDATE organizations SET plan = '{plan}' WHERE id = '{uuid.UUID(org_id)}'")

@@ -7,7 +7,6 @@ import json
 import re
 
 import httpx
-import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 

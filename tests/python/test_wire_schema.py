@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from openai_spec import validator
+from conftest import sse_payloads
 
 
 @pytest.fixture(scope="session")
@@ -20,15 +21,6 @@ def validate():
 def post(stack, key, body, **kw):
     return httpx.post(f"{stack['proxy']}/v1/chat/completions", json=body,
                       headers={"Authorization": f"Bearer {key}"}, timeout=30, **kw)
-
-
-def sse_payloads(text):
-    out = []
-    for event in text.split("\n\n"):
-        for line in event.splitlines():
-            if line.startswith("data: "):
-                out.append(line[len("data: "):])
-    return out
 
 
 @pytest.mark.parametrize("model", ["gpt-4o-mini", "mock-model"])

@@ -99,3 +99,18 @@ pub fn per_million(tokens: u64, price: &str) -> rust_decimal::Decimal {
 pub fn query_time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true).replace('+', "%2B")
 }
+
+/// The JSON payloads among a stream's `data:` lines (`[DONE]` is not one).
+pub fn sse_json(data: &[String]) -> Vec<Value> {
+    data.iter().filter_map(|d| serde_json::from_str(d).ok()).collect()
+}
+
+/// The text content a stream's chunks carry, in order.
+pub fn delta_text(chunks: &[Value]) -> String {
+    chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect()
+}
+
+/// The `id` of a created or read resource.
+pub fn id_of(v: &Value) -> Uuid {
+    v["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no id in {v}"))
+}

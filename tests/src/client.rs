@@ -10,6 +10,47 @@ use crate::stack::{Session, Stack};
 use crate::PASSWORD;
 
 impl Stack {
+    /// `POST {base}/v1/chat/completions` with `key` and extra headers (`base`: this stack's
+    /// proxy or another replica).
+    pub async fn chat_with(&self, base: &str, key: &str, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut req = self.http.post(format!("{base}/v1/chat/completions")).bearer_auth(key).json(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.send().await.expect("chat request")
+    }
+
+    /// `POST {admin}/api/v1{path}` without credentials (sign-up, sign-in, refresh).
+    pub async fn public_post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.http.post(format!("{}/api/v1{path}", self.admin)).json(body).send().await.expect("admin POST")
+    }
+
+    /// A member (no team) of `owner`'s organization, signed in: their access token.
+    pub async fn member_token(&self, owner: &Session) -> String {
+        self.join(owner, "member", &[]).await.access_token
+    }
+
+    /// A key of `s`'s organization made with `body` (named `test key` unless it names one):
+    /// (secret, id).
+    pub async fn key_with(&self, s: &Session, body: Value) -> (String, String) {
+        let mut body = body;
+        if body.get("name").is_none() {
+            body["name"] = json!("test key");
+        }
+        let r = self.create_key(s, body).await;
+        assert_eq!(r.status(), 201, "creating a key failed");
+        let b: Value = r.json().await.expect("key body");
+        (b["key"].as_str().expect("key").to_string(), b["id"].as_str().expect("id").to_string())
+    }
+
+    /// The value of one series (`name{labels}` as written) on the proxy's `/metrics`; 0 when
+    /// absent.
+    pub async fn proxy_metric(&self, series: &str) -> f64 {
+        let url = format!("{}/metrics", self.proxy_metrics);
+        let text = self.http.get(url).send().await.expect("metrics").text().await.expect("metrics text");
+        text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok())).unwrap_or(0.0)
+    }
+
     /// Registers a fresh organization; returns its session.
     pub async fn register(&self) -> Session {
         let email = format!("user-{}@test.gw", Uuid::new_v4());
@@ -122,13 +163,7 @@ impl Stack {
     }
 
     pub async fn chat(&self, key: &str, body: Value) -> reqwest::Response {
-        self.http
-            .post(format!("{}/v1/chat/completions", self.proxy))
-            .bearer_auth(key)
-            .json(&body)
-            .send()
-            .await
-            .expect("chat request")
+        self.chat_with(&self.proxy, key, &body, &[]).await
     }
 
     /// Sets the mock upstream's global knobs. Private stacks only: on the shared stack they would
@@ -202,9 +237,11 @@ pub fn user_message(text: &str) -> Value {
 
 /// `POST /v1/chat/completions` with `key`, naming `policy` in `x-gw-policy` if given.
 pub async fn post_chat(stack: &Stack, key: &str, policy: Option<&str>, body: &Value) -> reqwest::Response {
-    let mut req = stack.http.post(format!("{}/v1/chat/completions", stack.proxy)).bearer_auth(key).json(body);
-    if let Some(p) = policy {
-        req = req.header("x-gw-policy", p);
-    }
-    req.send().await.expect("chat request")
+    let headers: Vec<(&str, &str)> = policy.map(|p| ("x-gw-policy", p)).into_iter().collect();
+    stack.chat_with(&stack.proxy, key, body, &headers).await
+}
+
+/// A chat of `gpt-4o-mini` whose mock answer is counted under `tag`.
+pub fn tagged_chat(text: &str, tag: &str) -> Value {
+    json!({"model": "gpt-4o-mini", "messages": user_message(text), "mock": {"tag": tag}})
 }

@@ -41,3 +41,19 @@ pub async fn audit_row_within(org_id: Uuid, request_id: Uuid, wait: Duration) ->
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// An audit row of `org` at `at` as the proxy writes one for a plain chat request that reached
+/// no upstream: tests seed the log with it, changing what they look at.
+pub fn record(org: Uuid, at: chrono::DateTime<chrono::Utc>) -> AuditRecord {
+    AuditRecord {
+        id: Uuid::now_v7(),
+        org_id: org,
+        endpoint: "/v1/chat/completions".into(),
+        status_code: 200,
+        cache_status: "miss".into(),
+        created_at: at,
+        routing: serde_json::json!([]),
+        policy: serde_json::json!([]),
+        ..Default::default()
+    }
+}

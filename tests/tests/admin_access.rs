@@ -1,13 +1,15 @@
 //! Access control across the whole management API, read from its own OpenAPI document:
 //! - the role matrix: every operation, called by each role, is refused with 403 exactly when the
-//!   role is below the operation's `x-gw-role`, and without a session with 401;
+//!   role is below the operation's `x-gw-role`, and with 401 without a session or with anything
+//!   that is not one (an API key, a malformed token, a token signed with another secret, an
+//!   expired token): no resource module repeats these;
 //! - tenant isolation: every operation has a case in which another organization's owner
 //!   addresses this organization's resources and gets 404 (or a field error), learns nothing,
 //!   and changes nothing. An operation added to the API without a case here fails the test.
 
 use std::collections::BTreeMap;
 
-use gw_tests::{db, expect_api_error, Session, Stack};
+use gw_tests::{db, expect_api_error, session_token, Session, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -72,7 +74,26 @@ async fn the_role_matrix_holds_for_every_operation_and_role() {
     for role in ["viewer", "member", "admin"] {
         sessions.push((role, stack.join(&owner, role, &[team]).await));
     }
-    sessions.push(("owner", owner));
+    let (_, api_key, _) = stack.org_with_key().await;
+    let (forged, _) = gw_shared::jwt::issue_access_token(
+        "not-the-secret-not-the-secret-xx",
+        owner.user_id,
+        owner.org_id,
+        Uuid::new_v4(),
+        "owner",
+        60,
+    )
+    .unwrap();
+    // Expired a minute ago: beyond the verifier's few seconds of leeway.
+    let expired = session_token(owner.user_id, owner.org_id, Uuid::new_v4(), "owner", -60);
+    let not_sessions: [(&str, Option<&str>); 5] = [
+        ("no credentials", None),
+        ("an API key", Some(api_key.as_str())),
+        ("a malformed token", Some("eyJhbGciOiJIUzI1NiJ9.e30.bad")),
+        ("a token signed with another secret", Some(forged.as_str())),
+        ("an expired token", Some(expired.as_str())),
+    ];
+    sessions.push(("owner", owner.clone()));
     let mut ops = operations(&stack).await;
     // Signing out ends the session the rest of the walk uses: it goes last.
     ops.sort_by_key(|(_, path, _)| path.ends_with("/auth/logout"));
@@ -93,8 +114,15 @@ async fn the_role_matrix_holds_for_every_operation_and_role() {
             assert!(!message.contains("Authorization"), "{method} {path} is public but asked for a session: {message}");
             continue;
         }
-        let r = call(&stack, method, &url, None, body.as_ref()).await;
-        assert_eq!(r.status(), 401, "{method} {path} without a session");
+        for (what, token) in &not_sessions {
+            let r = call(&stack, method, &url, *token, body.as_ref()).await;
+            let b = expect_api_error(r, 401).await;
+            assert_eq!(b["error"]["code"], "unauthorized", "{method} {path} with {what}");
+            if token == &Some(api_key.as_str()) {
+                let message = b["error"]["message"].as_str().unwrap_or_default();
+                assert!(message.contains("API keys are not accepted"), "{method} {path}: {message}");
+            }
+        }
         for (role, s) in &sessions {
             let r = call(&stack, method, &url, Some(&s.access_token), body.as_ref()).await;
             let status = r.status().as_u16();
@@ -126,17 +154,7 @@ struct Tenant {
 
 async fn seed_log_and_run(org_id: Uuid) -> (String, String) {
     let mut conn = db::connect().await;
-    let log = gw_shared::audit::AuditRecord {
-        id: Uuid::now_v7(),
-        org_id,
-        endpoint: "/v1/chat/completions".into(),
-        status_code: 200,
-        cache_status: "miss".into(),
-        created_at: chrono::Utc::now(),
-        routing: json!([]),
-        policy: json!([]),
-        ..Default::default()
-    };
+    let log = db::record(org_id, chrono::Utc::now());
     gw_shared::db::audit_logs::insert_batch(&mut conn, std::slice::from_ref(&log)).await.unwrap();
     let today = chrono::Utc::now().date_naive();
     let run = gw_shared::db::reconcile_runs::Run {

@@ -4,22 +4,18 @@
 use gw_tests::{expect_api_error, header, Stack, StackOptions, PASSWORD};
 use serde_json::{json, Value};
 
-async fn post(stack: &Stack, path: &str, body: Value) -> reqwest::Response {
-    stack.http.post(format!("{}/api/v1{path}", stack.admin)).json(&body).send().await.unwrap()
-}
-
 // ---- POST /auth/register ----
 
 #[tokio::test]
 async fn register_creates_an_org_and_returns_tokens() {
     let stack = Stack::shared().await;
     let email = format!("reg-{}@test.gw", uuid::Uuid::new_v4());
-    let r = post(
-        &stack,
-        "/auth/register",
-        json!({"email": email, "password": PASSWORD, "name": "New Owner", "org_name": "New Org"}),
-    )
-    .await;
+    let r = stack
+        .public_post(
+            "/auth/register",
+            &json!({"email": email, "password": PASSWORD, "name": "New Owner", "org_name": "New Org"}),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["user"]["email"], email);
@@ -39,12 +35,12 @@ async fn register_with_a_taken_email_is_409() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     // E-mail addresses compare case-insensitively.
-    let dup = post(
-        &stack,
-        "/auth/register",
-        json!({"email": s.email.to_uppercase(), "password": "another password", "name": "X", "org_name": "Y"}),
-    )
-    .await;
+    let dup = stack
+        .public_post(
+            "/auth/register",
+            &json!({"email": s.email.to_uppercase(), "password": "another password", "name": "X", "org_name": "Y"}),
+        )
+        .await;
     let b = expect_api_error(dup, 409).await;
     assert_eq!(b["error"]["code"], "conflict");
 }
@@ -59,7 +55,7 @@ async fn register_with_invalid_fields_is_400() {
         json!({"email": "a@b.co", "password": "long enough pw", "name": "X"}),
         json!({"email": "a@b.co", "password": "long enough pw", "name": "X", "org_name": "Y", "plan": "enterprise"}),
     ] {
-        let r = post(&stack, "/auth/register", bad.clone()).await;
+        let r = stack.public_post("/auth/register", &bad.clone()).await;
         assert_eq!(r.status(), 400, "{bad}");
         let b = expect_api_error(r, 400).await;
         assert_eq!(b["error"]["code"], "validation_error", "{bad}");
@@ -95,7 +91,7 @@ async fn register_with_a_wrong_method_is_405_with_allow() {
 async fn login_returns_tokens_for_the_users_org() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let ok = post(&stack, "/auth/login", json!({"email": s.email, "password": PASSWORD})).await;
+    let ok = stack.public_post("/auth/login", &json!({"email": s.email, "password": PASSWORD})).await;
     assert_eq!(ok.status(), 200);
     let tokens: Value = ok.json().await.unwrap();
     assert_eq!(tokens["token_type"], "Bearer");
@@ -117,7 +113,7 @@ async fn login_returns_tokens_for_the_users_org() {
 async fn login_with_a_wrong_password_is_401() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let r = post(&stack, "/auth/login", json!({"email": s.email, "password": "wrong password!"})).await;
+    let r = stack.public_post("/auth/login", &json!({"email": s.email, "password": "wrong password!"})).await;
     let b = expect_api_error(r, 401).await;
     assert_eq!(b["error"]["code"], "unauthorized");
 }
@@ -125,12 +121,12 @@ async fn login_with_a_wrong_password_is_401() {
 #[tokio::test]
 async fn login_with_an_unknown_email_is_401() {
     let stack = Stack::shared().await;
-    let r = post(
-        &stack,
-        "/auth/login",
-        json!({"email": format!("nobody-{}@test.gw", uuid::Uuid::new_v4()), "password": "whatever123"}),
-    )
-    .await;
+    let r = stack
+        .public_post(
+            "/auth/login",
+            &json!({"email": format!("nobody-{}@test.gw", uuid::Uuid::new_v4()), "password": "whatever123"}),
+        )
+        .await;
     let b = expect_api_error(r, 401).await;
     assert_eq!(b["error"]["code"], "unauthorized");
 }
@@ -141,14 +137,14 @@ async fn login_with_an_unknown_email_is_401() {
 async fn refresh_rotates_the_refresh_token() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let r1 = post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await;
+    let r1 = stack.public_post("/auth/refresh", &json!({"refresh_token": s.refresh_token})).await;
     assert_eq!(r1.status(), 200);
     let t1: Value = r1.json().await.unwrap();
     let next = t1["refresh_token"].as_str().unwrap().to_string();
     assert_ne!(next, s.refresh_token);
     assert!(t1["access_token"].is_string());
     // The new one works in turn.
-    let r2 = post(&stack, "/auth/refresh", json!({"refresh_token": next})).await;
+    let r2 = stack.public_post("/auth/refresh", &json!({"refresh_token": next})).await;
     assert_eq!(r2.status(), 200);
 }
 
@@ -156,22 +152,23 @@ async fn refresh_rotates_the_refresh_token() {
 async fn refresh_token_reuse_revokes_the_family() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let r1 = post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await;
+    let r1 = stack.public_post("/auth/refresh", &json!({"refresh_token": s.refresh_token})).await;
     assert_eq!(r1.status(), 200);
     let next = r1.json::<Value>().await.unwrap()["refresh_token"].as_str().unwrap().to_string();
-    let r2 = post(&stack, "/auth/refresh", json!({"refresh_token": next})).await;
+    let r2 = stack.public_post("/auth/refresh", &json!({"refresh_token": next})).await;
     assert_eq!(r2.status(), 200);
     let r2: Value = r2.json().await.unwrap();
     let (latest, access) = (r2["refresh_token"].as_str().unwrap(), r2["access_token"].as_str().unwrap());
     assert_eq!(stack.admin_get("/organizations/current", access).await.status(), 200);
     // The first token again, after its successor was itself used: a stolen copy. The whole
     // session dies: its newest refresh token and its live access token with it.
-    let b = expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await, 401).await;
+    let b = expect_api_error(stack.public_post("/auth/refresh", &json!({"refresh_token": s.refresh_token})).await, 401)
+        .await;
     assert!(b["error"]["message"].as_str().unwrap().contains("revoked"), "{b}");
-    expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": latest})).await, 401).await;
+    expect_api_error(stack.public_post("/auth/refresh", &json!({"refresh_token": latest})).await, 401).await;
     expect_api_error(stack.admin_get("/organizations/current", access).await, 401).await;
     // The owner's other sign-ins are untouched.
-    let other = post(&stack, "/auth/login", json!({"email": s.email, "password": PASSWORD})).await;
+    let other = stack.public_post("/auth/login", &json!({"email": s.email, "password": PASSWORD})).await;
     let other: Value = other.json().await.unwrap();
     let token = other["access_token"].as_str().unwrap();
     assert_eq!(stack.admin_get("/organizations/current", token).await.status(), 200);
@@ -182,7 +179,7 @@ async fn concurrent_refreshes_of_one_token_get_the_same_successor() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let body = json!({"refresh_token": s.refresh_token});
-    let (a, b) = tokio::join!(post(&stack, "/auth/refresh", body.clone()), post(&stack, "/auth/refresh", body.clone()));
+    let (a, b) = tokio::join!(stack.public_post("/auth/refresh", &body), stack.public_post("/auth/refresh", &body));
     assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
     let (a, b): (Value, Value) = (a.json().await.unwrap(), b.json().await.unwrap());
     assert_eq!(a["refresh_token"], b["refresh_token"], "both tabs continue the same session");
@@ -191,7 +188,7 @@ async fn concurrent_refreshes_of_one_token_get_the_same_successor() {
         let r = stack.admin_get("/organizations/current", t["access_token"].as_str().unwrap()).await;
         assert_eq!(r.status(), 200);
     }
-    let r = post(&stack, "/auth/refresh", json!({"refresh_token": a["refresh_token"]})).await;
+    let r = stack.public_post("/auth/refresh", &json!({"refresh_token": a["refresh_token"]})).await;
     assert_eq!(r.status(), 200);
 }
 
@@ -202,7 +199,7 @@ async fn logout_ends_the_session_at_once() {
     let r = stack.admin_post("/auth/logout", &s.access_token, &json!({})).await;
     assert_eq!(r.status(), 204);
     expect_api_error(stack.admin_get("/organizations/current", &s.access_token).await, 401).await;
-    expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": s.refresh_token})).await, 401).await;
+    expect_api_error(stack.public_post("/auth/refresh", &json!({"refresh_token": s.refresh_token})).await, 401).await;
     // Its access token can no longer create keys either.
     expect_api_error(stack.create_key(&s, json!({"name": "late"})).await, 401).await;
 }
@@ -210,7 +207,7 @@ async fn logout_ends_the_session_at_once() {
 #[tokio::test]
 async fn refresh_with_an_unknown_token_is_401() {
     let stack = Stack::shared().await;
-    expect_api_error(post(&stack, "/auth/refresh", json!({"refresh_token": "rt_garbage"})).await, 401).await;
+    expect_api_error(stack.public_post("/auth/refresh", &json!({"refresh_token": "rt_garbage"})).await, 401).await;
 }
 
 // ---- session security ----
@@ -221,21 +218,21 @@ async fn failed_logins_lock_the_account_for_a_while() {
     let s = stack.register().await;
     // The shared stack allows 10 failures per account per 15 minutes.
     for _ in 0..10 {
-        let r = post(&stack, "/auth/login", json!({"email": s.email, "password": "wrong password!!"})).await;
+        let r = stack.public_post("/auth/login", &json!({"email": s.email, "password": "wrong password!!"})).await;
         assert_eq!(r.status(), 401);
     }
     // Now even the right password waits, so guessing cannot go on.
-    let r = post(&stack, "/auth/login", json!({"email": s.email, "password": PASSWORD})).await;
+    let r = stack.public_post("/auth/login", &json!({"email": s.email, "password": PASSWORD})).await;
     let retry: u64 = header(&r, "retry-after").parse().unwrap();
     assert!(retry > 0 && retry <= 900, "{retry}");
     let b = expect_api_error(r, 429).await;
     assert_eq!(b["error"]["code"], "rate_limited");
     // Upper-case and full-width spellings are the same account: no way around the lock.
-    let r = post(&stack, "/auth/login", json!({"email": s.email.to_uppercase(), "password": PASSWORD})).await;
+    let r = stack.public_post("/auth/login", &json!({"email": s.email.to_uppercase(), "password": PASSWORD})).await;
     assert_eq!(r.status(), 429);
     // Other accounts are not affected.
     let other = stack.register().await;
-    let r = post(&stack, "/auth/login", json!({"email": other.email, "password": PASSWORD})).await;
+    let r = stack.public_post("/auth/login", &json!({"email": other.email, "password": PASSWORD})).await;
     assert_eq!(r.status(), 200);
 }
 
@@ -287,7 +284,7 @@ async fn a_login_flood_waits_for_hashing_slots_instead_of_growing() {
         let stack = &stack;
         async move {
             let body = json!({"email": format!("flood-{i}-{}@test.gw", uuid::Uuid::new_v4()), "password": "whatever whatever"});
-            post(stack, "/auth/login", body).await
+            stack.public_post("/auth/login", &body).await
         }
     });
     let statuses: Vec<u16> = futures::future::join_all(logins).await.iter().map(|r| r.status().as_u16()).collect();
@@ -305,26 +302,27 @@ async fn unicode_capitals_are_one_account() {
     let stack = Stack::shared().await;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let upper = format!("ÄRGER-{id}@TEST.GW");
-    let r = post(&stack, "/auth/register", json!({"email": upper, "password": PASSWORD, "name": "Ä", "org_name": "Ö"}))
+    let r = stack
+        .public_post("/auth/register", &json!({"email": upper, "password": PASSWORD, "name": "Ä", "org_name": "Ö"}))
         .await;
     assert_eq!(r.status(), 201);
     // Signing in with the lower-case spelling finds the account.
     let lower = format!("ärger-{id}@test.gw");
-    let r = post(&stack, "/auth/login", json!({"email": lower, "password": PASSWORD})).await;
+    let r = stack.public_post("/auth/login", &json!({"email": lower, "password": PASSWORD})).await;
     assert_eq!(r.status(), 200);
     // The lower-case twin cannot be registered beside it.
-    let r =
-        post(&stack, "/auth/register", json!({"email": lower, "password": PASSWORD, "name": "Twin", "org_name": "T"}))
-            .await;
+    let r = stack
+        .public_post("/auth/register", &json!({"email": lower, "password": PASSWORD, "name": "Twin", "org_name": "T"}))
+        .await;
     assert_eq!(r.status(), 409);
     // Nor the decomposed spelling (A + combining diaeresis).
     let decomposed = format!("A\u{308}RGER-{id}@test.gw");
-    let r = post(
-        &stack,
-        "/auth/register",
-        json!({"email": decomposed, "password": PASSWORD, "name": "T", "org_name": "T"}),
-    )
-    .await;
+    let r = stack
+        .public_post(
+            "/auth/register",
+            &json!({"email": decomposed, "password": PASSWORD, "name": "T", "org_name": "T"}),
+        )
+        .await;
     assert_eq!(r.status(), 409);
 }
 
@@ -332,7 +330,7 @@ async fn unicode_capitals_are_one_account() {
 async fn control_characters_in_the_login_email_are_400() {
     let stack = Stack::shared().await;
     for email in ["a\u{0}@test.gw", "a@test.gw\u{7}"] {
-        let r = post(&stack, "/auth/login", json!({"email": email, "password": PASSWORD})).await;
+        let r = stack.public_post("/auth/login", &json!({"email": email, "password": PASSWORD})).await;
         let b = expect_api_error(r, 400).await;
         assert_eq!(b["error"]["fields"][0]["field"], "email");
     }
@@ -343,8 +341,9 @@ async fn weak_passwords_are_refused_naming_the_field() {
     let stack = Stack::shared().await;
     for pw in ["short", "aaaaaaaaaaaaaaaa", "Password1234", "reg-weak-password"] {
         let email = "reg-weak@test.gw";
-        let r =
-            post(&stack, "/auth/register", json!({"email": email, "password": pw, "name": "W", "org_name": "W"})).await;
+        let r = stack
+            .public_post("/auth/register", &json!({"email": email, "password": pw, "name": "W", "org_name": "W"}))
+            .await;
         let b = expect_api_error(r, 400).await;
         assert_eq!(b["error"]["fields"][0]["field"], "password", "{pw}");
         assert!(!b.to_string().contains(pw), "the message must not echo the password");
@@ -388,14 +387,18 @@ async fn sign_up_does_not_tell_registered_addresses_apart() {
     let sign_up = |email: String| {
         let stack = &stack;
         async move {
-            post(stack, "/auth/register", json!({"email": email, "password": PASSWORD, "name": "N", "org_name": "O"}))
+            stack
+                .public_post(
+                    "/auth/register",
+                    &json!({"email": email, "password": PASSWORD, "name": "N", "org_name": "O"}),
+                )
                 .await
         }
     };
     // The first sign-up of `taken`, completed through its link.
     assert_eq!(sign_up(taken.clone()).await.status(), 202);
     let token = token_in(&outbox(&taken, "verify_email").await.0);
-    let r = post(&stack, "/auth/verify-email", json!({"token": token, "password": PASSWORD})).await;
+    let r = stack.public_post("/auth/verify-email", &json!({"token": token, "password": PASSWORD})).await;
     assert_eq!(r.status(), 201);
     // Now a sign-up of the registered address and one of a new address look the same.
     let (a, b) = (sign_up(taken.clone()).await, sign_up(fresh.clone()).await);
@@ -408,7 +411,7 @@ async fn sign_up_does_not_tell_registered_addresses_apart() {
     assert_eq!(outbox(&taken, "verify_email").await.1, 1);
     assert_eq!(outbox(&fresh, "verify_email").await.1, 1);
     // Before its link comes back, the new address has no account to sign in to.
-    let r = post(&stack, "/auth/login", json!({"email": fresh, "password": PASSWORD})).await;
+    let r = stack.public_post("/auth/login", &json!({"email": fresh, "password": PASSWORD})).await;
     assert_eq!(r.status(), 401);
 }
 
@@ -416,28 +419,31 @@ async fn sign_up_does_not_tell_registered_addresses_apart() {
 async fn a_confirmation_link_works_once() {
     let stack = verifying_stack().await;
     let email = format!("once-{}@test.gw", uuid::Uuid::new_v4());
-    let r = post(&stack, "/auth/register", json!({"email": email, "password": PASSWORD, "name": "N", "org_name": "O"}))
+    let r = stack
+        .public_post("/auth/register", &json!({"email": email, "password": PASSWORD, "name": "N", "org_name": "O"}))
         .await;
     assert_eq!(r.status(), 202);
     let token = token_in(&outbox(&email, "verify_email").await.0);
     // The link alone is not enough: whoever signed the address up chose the password.
     let b = expect_api_error(
-        post(&stack, "/auth/verify-email", json!({"token": token, "password": "another password!"})).await,
+        stack.public_post("/auth/verify-email", &json!({"token": token, "password": "another password!"})).await,
         400,
     )
     .await;
     assert_eq!(b["error"]["fields"][0]["field"], "password");
-    let r = post(&stack, "/auth/verify-email", json!({"token": token, "password": PASSWORD})).await;
+    let r = stack.public_post("/auth/verify-email", &json!({"token": token, "password": PASSWORD})).await;
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["role"], "owner");
-    assert_eq!(post(&stack, "/auth/login", json!({"email": email, "password": PASSWORD})).await.status(), 200);
-    let b =
-        expect_api_error(post(&stack, "/auth/verify-email", json!({"token": token, "password": PASSWORD})).await, 400)
-            .await;
+    assert_eq!(stack.public_post("/auth/login", &json!({"email": email, "password": PASSWORD})).await.status(), 200);
+    let b = expect_api_error(
+        stack.public_post("/auth/verify-email", &json!({"token": token, "password": PASSWORD})).await,
+        400,
+    )
+    .await;
     assert_eq!(b["error"]["fields"][0]["field"], "token");
     let b = expect_api_error(
-        post(&stack, "/auth/verify-email", json!({"token": "ver_forged", "password": PASSWORD})).await,
+        stack.public_post("/auth/verify-email", &json!({"token": "ver_forged", "password": PASSWORD})).await,
         400,
     )
     .await;

@@ -6,7 +6,7 @@
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use gw_shared::db::schema::invites;
-use gw_tests::{db, expect_api_error, expect_field_error, json_of, Session, Stack, PASSWORD};
+use gw_tests::{db, expect_api_error, expect_field_error, id_of, json_of, Session, Stack, PASSWORD};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -29,10 +29,6 @@ async fn accept(stack: &Stack, body_json: Value) -> reqwest::Response {
 
 fn new_account(token: &str) -> Value {
     json!({"token": token, "name": "New Person", "password": PASSWORD})
-}
-
-fn id_of(v: &Value) -> Uuid {
-    v["id"].as_str().unwrap().parse().unwrap()
 }
 
 // ---- POST /invites ----

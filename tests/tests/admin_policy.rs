@@ -206,6 +206,4 @@ async fn members_read_but_do_not_change_the_policy() {
         .admin_post("/organizations/current/policy/apply-template", &member.access_token, &json!({"template": "pci"}))
         .await;
     expect_api_error(r, 403).await;
-    let r = stack.http.get(format!("{}/api/v1/organizations/current/policy", stack.admin)).send().await.expect("get");
-    expect_unauthorized(r).await;
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Datelike, TimeDelta, Utc};
 use gw_tests::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 /// Audit rows of `org` in a past hour, as the proxy would have written them.
@@ -18,10 +18,7 @@ fn past_row(
     status: i32,
 ) -> gw_shared::audit::AuditRecord {
     gw_shared::audit::AuditRecord {
-        id: Uuid::now_v7(),
-        org_id: org,
         team_id: team,
-        endpoint: "/v1/chat/completions".into(),
         model: Some(model.into()),
         provider: Some("mock".into()),
         upstream_model: Some(model.into()),
@@ -32,10 +29,7 @@ fn past_row(
         cost_usd: "0.0015".parse().unwrap(),
         latency_ms,
         cache_status: if latency_ms < 5 { "L1".into() } else { "miss".into() },
-        created_at: at,
-        routing: json!([]),
-        policy: json!([]),
-        ..Default::default()
+        ..db::record(org, at)
     }
 }
 

@@ -16,11 +16,6 @@ const OUTAGE: Duration = Duration::from_secs(30);
 const CLIENTS: usize = 10;
 const PAUSE: Duration = Duration::from_millis(18);
 
-async fn metric(stack: &Stack, series: &str) -> f64 {
-    let text = stack.http.get(format!("{}/metrics", stack.proxy_metrics)).send().await.unwrap().text().await.unwrap();
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok())).unwrap_or(0.0)
-}
-
 #[tokio::test]
 async fn a_postgres_outage_under_load_loses_and_duplicates_no_audit_row() {
     let pg = PrivatePostgres::start();
@@ -83,8 +78,8 @@ async fn a_postgres_outage_under_load_loses_and_duplicates_no_audit_row() {
     }
     assert_eq!(failed.load(Ordering::Relaxed), 0, "requests failed because of the outage");
     assert!(during > 1000, "only {during} requests during the outage: the load never happened");
-    assert!(metric(&stack, "gw_audit_spilled_total").await > 0.0, "nothing went to the spool");
-    assert_eq!(metric(&stack, "gw_audit_dropped_total").await, 0.0);
+    assert!(stack.proxy_metric("gw_audit_spilled_total").await > 0.0, "nothing went to the spool");
+    assert_eq!(stack.proxy_metric("gw_audit_dropped_total").await, 0.0);
 
     // Every answered request has its row once the spool has been replayed.
     let mut want: Vec<Uuid> = answered.lock().unwrap().clone();
@@ -128,7 +123,7 @@ async fn a_postgres_outage_under_load_loses_and_duplicates_no_audit_row() {
         got.sort();
         assert_eq!(got, want, "the rows are exactly the answered requests");
     }
-    assert_eq!(metric(&stack, "gw_audit_spool_bytes").await, 0.0, "the spool was replayed in full");
+    assert_eq!(stack.proxy_metric("gw_audit_spool_bytes").await, 0.0, "the spool was replayed in full");
 
     // The chain holds every row once, in one unbroken line.
     let from = (chrono::Utc::now() - chrono::TimeDelta::hours(1)).format("%Y-%m-%dT%H:%M:%SZ");

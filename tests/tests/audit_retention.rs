@@ -10,7 +10,6 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use gw_shared::audit::AuditRecord;
 use gw_tests::{PrivatePostgres, Stack, StackOptions};
-use serde_json::json;
 use uuid::Uuid;
 
 #[derive(QueryableByName)]
@@ -24,17 +23,7 @@ async fn count(conn: &mut AsyncPgConnection, sql: &str) -> i64 {
 }
 
 fn row(org: Uuid, at: chrono::DateTime<Utc>) -> AuditRecord {
-    AuditRecord {
-        id: Uuid::now_v7(),
-        org_id: org,
-        endpoint: "/v1/chat/completions".into(),
-        status_code: 200,
-        cache_status: "miss".into(),
-        created_at: at,
-        routing: json!([]),
-        policy: json!([]),
-        ..Default::default()
-    }
+    gw_tests::db::record(org, at)
 }
 
 #[tokio::test]

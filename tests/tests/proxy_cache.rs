@@ -30,14 +30,6 @@ async fn upstream_calls(stack: &Stack, tag: &str) -> u64 {
     stack.mock_stats_for(tag).await["requests"].as_u64().unwrap_or(0)
 }
 
-async fn post(stack: &Stack, key: &str, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
-    let mut req = stack.http.post(format!("{}/v1/chat/completions", stack.proxy)).bearer_auth(key).json(body);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    req.send().await.expect("chat request")
-}
-
 fn content(v: &Value) -> String {
     v["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_string()
 }
@@ -61,7 +53,7 @@ async fn until_l2_entries(org_id: Uuid, n: usize) {
 async fn until_tier(stack: &Stack, key: &str, body: &Value, tier: &str) -> reqwest::Response {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = post(stack, key, body, &[]).await;
+        let r = stack.chat_with(&stack.proxy, key, body, &[]).await;
         assert_eq!(r.status(), 200);
         if header(&r, "x-gw-cache") == tier {
             return r;
@@ -77,14 +69,14 @@ async fn a_repeat_comes_from_l1_at_no_cost_with_the_original_usage() {
     let (s, key) = org(&stack, json!({"l1": true})).await;
     let tag = unique_tag();
     let b = body("What is the capital of France?", &tag);
-    let first = post(&stack, &key, &b, &[]).await;
+    let first = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
     assert_eq!(first.status(), 200);
     assert_eq!(header(&first, "x-gw-cache"), "miss");
     let cost = header(&first, "x-gw-cost-usd").to_string();
     assert_ne!(cost.parse::<f64>().unwrap(), 0.0);
     let first: Value = first.json().await.unwrap();
 
-    let again = post(&stack, &key, &b, &[]).await;
+    let again = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
     assert_eq!(header(&again, "x-gw-cache"), "L1");
     assert_eq!(header(&again, "x-gw-cost-usd").parse::<f64>().unwrap(), 0.0);
     assert_eq!(header(&again, "x-gw-provider"), "upstream");
@@ -110,12 +102,12 @@ async fn a_cached_answer_replays_as_a_real_stream_and_a_stream_is_stored_as_a_re
     let (_, key) = org(&stack, json!({"l1": true})).await;
     let tag = unique_tag();
     let plain = body("Tell me a long story about a lighthouse keeper and the sea", &tag);
-    let answer: Value = post(&stack, &key, &plain, &[]).await.json().await.unwrap();
+    let answer: Value = stack.chat_with(&stack.proxy, &key, &plain, &[]).await.json().await.unwrap();
 
     let mut streamed = plain.clone();
     streamed["stream"] = json!(true);
     streamed["stream_options"] = json!({"include_usage": true});
-    let r = post(&stack, &key, &streamed, &[]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &streamed, &[]).await;
     assert_eq!(header(&r, "x-gw-cache"), "L1");
     assert!(header(&r, "content-type").starts_with("text/event-stream"));
     let text = r.text().await.unwrap();
@@ -138,7 +130,7 @@ async fn a_cached_answer_replays_as_a_real_stream_and_a_stream_is_stored_as_a_re
     let tag = unique_tag();
     let mut first = body("Name three rivers in Africa", &tag);
     first["stream"] = json!(true);
-    let r = post(&stack, &key, &first, &[]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &first, &[]).await;
     assert_eq!(header(&r, "x-gw-cache"), "miss");
     let streamed_text: String = sse_data(&r.text().await.unwrap())
         .iter()
@@ -146,7 +138,7 @@ async fn a_cached_answer_replays_as_a_real_stream_and_a_stream_is_stored_as_a_re
         .filter_map(|e| serde_json::from_str::<Value>(e).ok())
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
         .collect();
-    let r = post(&stack, &key, &body("Name three rivers in Africa", &tag), &[]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &body("Name three rivers in Africa", &tag), &[]).await;
     assert_eq!(header(&r, "x-gw-cache"), "L1");
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["object"], "chat.completion");
@@ -162,10 +154,10 @@ async fn the_same_prompt_in_two_organizations_never_shares_an_entry() {
     let (_, key_b) = org(&stack, json!({"l1": true, "l2": true})).await;
     let tag = unique_tag();
     let b = body("Which planet is largest?", &tag);
-    assert_eq!(header(&post(&stack, &key_a, &b, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key_a, &b, &[]).await, "x-gw-cache"), "miss");
     until_tier(&stack, &key_a, &b, "L1").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(header(&post(&stack, &key_b, &b, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key_b, &b, &[]).await, "x-gw-cache"), "miss");
     assert_eq!(upstream_calls(&stack, &tag).await, 2);
 }
 
@@ -176,20 +168,20 @@ async fn parameters_that_change_the_answer_change_the_key() {
     let tag = unique_tag();
     let mut b = body("Suggest a name for a cat", &tag);
     b["temperature"] = json!(0.2);
-    assert_eq!(header(&post(&stack, &key, &b, &[]).await, "x-gw-cache"), "miss");
-    assert_eq!(header(&post(&stack, &key, &b, &[]).await, "x-gw-cache"), "L1");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &b, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &b, &[]).await, "x-gw-cache"), "L1");
     let mut other = b.clone();
     other["temperature"] = json!(0.9);
-    assert_eq!(header(&post(&stack, &key, &other, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &other, &[]).await, "x-gw-cache"), "miss");
     let mut tools = b.clone();
     tools["tools"] = json!([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object"}}}]);
-    assert_eq!(header(&post(&stack, &key, &tools, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &tools, &[]).await, "x-gw-cache"), "miss");
     let mut other_tools = tools.clone();
     other_tools["tools"][0]["function"]["name"] = json!("choose");
-    assert_eq!(header(&post(&stack, &key, &other_tools, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &other_tools, &[]).await, "x-gw-cache"), "miss");
     let mut other_model = b.clone();
     other_model["model"] = json!("mock-model");
-    assert_eq!(header(&post(&stack, &key, &other_model, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &other_model, &[]).await, "x-gw-cache"), "miss");
 }
 
 #[tokio::test]
@@ -223,9 +215,9 @@ async fn upstream_errors_and_broken_streams_are_never_stored() {
     let tag = unique_tag();
     let mut b = body("An answer that fails first", &tag);
     b["mock"]["fail_first"] = json!(1);
-    let r = post(&stack, &key, &b, &[]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
     assert!(r.status().is_server_error(), "{}", r.status());
-    let r = post(&stack, &key, &b, &[]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
     assert_eq!(r.status(), 200, "the error was served from the cache");
     assert_eq!(header(&r, "x-gw-cache"), "miss");
     assert_eq!(upstream_calls(&stack, &tag).await, 2);
@@ -235,10 +227,10 @@ async fn upstream_errors_and_broken_streams_are_never_stored() {
         let mut b = body("A stream that breaks", &tag);
         b["stream"] = json!(true);
         b["mock"][knob] = json!(true);
-        let r = post(&stack, &key, &b, &[]).await;
+        let r = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
         let _ = r.text().await;
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let r = post(&stack, &key, &b, &[]).await;
+        let r = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
         assert_ne!(header(&r, "x-gw-cache"), "L1", "{knob}: a broken stream was stored");
         assert_ne!(header(&r, "x-gw-cache"), "L2", "{knob}: a broken stream was stored");
         let _ = r.text().await;
@@ -252,14 +244,14 @@ async fn no_cache_skips_the_lookup_but_stores_and_no_store_does_neither() {
     let (_, key) = org(&stack, json!({"l1": true})).await;
     let tag = unique_tag();
     let b = body("Directive test", &tag);
-    let r = post(&stack, &key, &b, &[("cache-control", "no-store")]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[("cache-control", "no-store")]).await;
     assert_eq!(header(&r, "x-gw-cache"), "bypass");
-    let r = post(&stack, &key, &b, &[]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
     assert_eq!(header(&r, "x-gw-cache"), "miss", "no-store kept the answer");
-    let r = post(&stack, &key, &b, &[("cache-control", "no-cache")]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[("cache-control", "no-cache")]).await;
     assert_eq!(header(&r, "x-gw-cache"), "bypass");
     assert_eq!(upstream_calls(&stack, &tag).await, 3);
-    let r = post(&stack, &key, &b, &[]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
     assert_eq!(header(&r, "x-gw-cache"), "L1");
     assert_eq!(upstream_calls(&stack, &tag).await, 3);
 }
@@ -270,12 +262,15 @@ async fn the_ttl_header_bounds_the_entry_and_a_bad_one_is_refused() {
     let (_, key) = org(&stack, json!({"l1": true})).await;
     let tag = unique_tag();
     let b = body("Short-lived answer", &tag);
-    assert_eq!(header(&post(&stack, &key, &b, &[("x-gw-cache-ttl", "1")]).await, "x-gw-cache"), "miss");
-    assert_eq!(header(&post(&stack, &key, &b, &[]).await, "x-gw-cache"), "L1");
+    assert_eq!(
+        header(&stack.chat_with(&stack.proxy, &key, &b, &[("x-gw-cache-ttl", "1")]).await, "x-gw-cache"),
+        "miss"
+    );
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &b, &[]).await, "x-gw-cache"), "L1");
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    assert_eq!(header(&post(&stack, &key, &b, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &b, &[]).await, "x-gw-cache"), "miss");
 
-    let r = post(&stack, &key, &b, &[("x-gw-cache-ttl", "forever")]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[("x-gw-cache-ttl", "forever")]).await;
     let e = expect_openai_error(r, 400).await;
     assert_eq!(e["error"]["param"], "x-gw-cache-ttl");
 }
@@ -287,7 +282,7 @@ async fn caching_is_off_until_the_organization_turns_it_on() {
     let tag = unique_tag();
     let b = body("Off by default", &tag);
     for _ in 0..2 {
-        assert_eq!(header(&post(&stack, &key, &b, &[]).await, "x-gw-cache"), "bypass");
+        assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &b, &[]).await, "x-gw-cache"), "bypass");
     }
     assert_eq!(upstream_calls(&stack, &tag).await, 2);
 }
@@ -307,12 +302,12 @@ async fn a_team_can_turn_the_cache_off_for_itself() {
     let tag = unique_tag();
     let b = body("Team answer", &tag);
     for _ in 0..2 {
-        assert_eq!(header(&post(&stack, &team_key, &b, &[]).await, "x-gw-cache"), "bypass");
+        assert_eq!(header(&stack.chat_with(&stack.proxy, &team_key, &b, &[]).await, "x-gw-cache"), "bypass");
     }
     let r = stack.admin_delete(&format!("/teams/{team}/cache"), &s.access_token).await;
     assert_eq!(r.status(), 204);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while header(&post(&stack, &team_key, &b, &[]).await, "x-gw-cache") == "bypass" {
+    while header(&stack.chat_with(&stack.proxy, &team_key, &b, &[]).await, "x-gw-cache") == "bypass" {
         assert!(Instant::now() < deadline, "the team's reset never reached the proxy");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -325,16 +320,16 @@ async fn output_policies_apply_to_cached_answers() {
     let tag = unique_tag();
     let mut b = body("What is the support address?", &tag);
     b["mock"]["reply"] = json!("Write to help.desk@example.com any time");
-    let plain: Value = post(&stack, &key, &b, &[]).await.json().await.unwrap();
+    let plain: Value = stack.chat_with(&stack.proxy, &key, &b, &[]).await.json().await.unwrap();
     assert!(content(&plain).contains("help.desk@example.com"));
-    let r = post(&stack, &key, &b, &[("x-gw-policy", "pii_redact")]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[("x-gw-policy", "pii_redact")]).await;
     assert_eq!(header(&r, "x-gw-cache"), "L1");
     assert_eq!(header(&r, "x-gw-policy-action"), "redacted");
     let v: Value = r.json().await.unwrap();
     assert!(!content(&v).contains("help.desk@example.com"), "{}", content(&v));
     let mut streamed = b.clone();
     streamed["stream"] = json!(true);
-    let r = post(&stack, &key, &streamed, &[("x-gw-policy", "pii_redact")]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &streamed, &[("x-gw-policy", "pii_redact")]).await;
     assert_eq!(header(&r, "x-gw-cache"), "L1");
     let text = r.text().await.unwrap();
     assert!(!text.contains("help.desk@example.com"), "{text}");
@@ -347,7 +342,7 @@ async fn a_paraphrase_comes_from_l3_and_a_different_question_does_not() {
     let (s, key) = org(&stack, json!({"l3": true})).await;
     let tag = unique_tag();
     let first = body("How do I reverse a list in Python?", &tag);
-    assert_eq!(header(&post(&stack, &key, &first, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &first, &[]).await, "x-gw-cache"), "miss");
     let para = body("how to reverse a list in python", &tag);
     let r = until_tier(&stack, &key, &para, "L3").await;
     let similarity: f64 = header(&r, "x-gw-cache-similarity").parse().unwrap();
@@ -358,14 +353,14 @@ async fn a_paraphrase_comes_from_l3_and_a_different_question_does_not() {
     assert!(row.cache_similarity.is_some());
     let calls = upstream_calls(&stack, &tag).await;
     for other in ["How do I sort a list in Python?", "How do I reverse a list in JavaScript?"] {
-        let r = post(&stack, &key, &body(other, &tag), &[]).await;
+        let r = stack.chat_with(&stack.proxy, &key, &body(other, &tag), &[]).await;
         assert_eq!(header(&r, "x-gw-cache"), "miss", "{other}");
     }
     assert_eq!(upstream_calls(&stack, &tag).await, calls + 2);
     // The same paraphrase under another system prompt is another conversation.
     let mut with_system = para.clone();
     with_system["messages"] = json!([{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "how to reverse a list in python"}]);
-    assert_eq!(header(&post(&stack, &key, &with_system, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &with_system, &[]).await, "x-gw-cache"), "miss");
 }
 
 #[tokio::test]
@@ -378,7 +373,7 @@ async fn a_purge_empties_every_tier_of_one_organization_or_one_model() {
     let mut m = body("Keep me", &tag);
     m["model"] = json!("mock-model");
     for (k, b) in [(&key, &a), (&key, &m), (&other_key, &a)] {
-        post(&stack, k, b, &[]).await;
+        stack.chat_with(&stack.proxy, k, b, &[]).await;
         until_tier(&stack, k, b, "L1").await;
     }
     // L2 is written behind the answers: wait until Redis holds all three.
@@ -390,18 +385,28 @@ async fn a_purge_empties_every_tier_of_one_organization_or_one_model() {
     let out: Value = r.json().await.unwrap();
     assert_eq!(out["l2_deleted"], 1);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while header(&post(&stack, &key, &a, &[("cache-control", "no-store")]).await, "x-gw-cache") != "bypass" {
+    while header(&stack.chat_with(&stack.proxy, &key, &a, &[("cache-control", "no-store")]).await, "x-gw-cache")
+        != "bypass"
+    {
         assert!(Instant::now() < deadline);
     }
-    let r = post(&stack, &key, &a, &[]).await;
+    let r = stack.chat_with(&stack.proxy, &key, &a, &[]).await;
     assert_eq!(header(&r, "x-gw-cache"), "miss", "the purged model still answered from the cache");
-    assert_eq!(header(&post(&stack, &key, &m, &[]).await, "x-gw-cache"), "L1", "another model was purged");
-    assert_eq!(header(&post(&stack, &other_key, &a, &[]).await, "x-gw-cache"), "L1", "another organization was purged");
+    assert_eq!(
+        header(&stack.chat_with(&stack.proxy, &key, &m, &[]).await, "x-gw-cache"),
+        "L1",
+        "another model was purged"
+    );
+    assert_eq!(
+        header(&stack.chat_with(&stack.proxy, &other_key, &a, &[]).await, "x-gw-cache"),
+        "L1",
+        "another organization was purged"
+    );
 
     let r = stack.admin_post("/organizations/current/cache/purge", &s.access_token, &json!({})).await;
     assert_eq!(r.status(), 200);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while header(&post(&stack, &key, &m, &[]).await, "x-gw-cache") != "miss" {
+    while header(&stack.chat_with(&stack.proxy, &key, &m, &[]).await, "x-gw-cache") != "miss" {
         assert!(Instant::now() < deadline, "the purge never reached the proxy");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -413,12 +418,12 @@ async fn analytics_count_hits_per_tier_and_the_cost_they_saved() {
     let (s, key) = org(&stack, json!({"l1": true})).await;
     let tag = unique_tag();
     let b = body("Count me", &tag);
-    let first = post(&stack, &key, &b, &[]).await;
+    let first = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
     let cost: f64 = header(&first, "x-gw-cost-usd").parse().unwrap();
     for _ in 0..3 {
-        assert_eq!(header(&post(&stack, &key, &b, &[]).await, "x-gw-cache"), "L1");
+        assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &b, &[]).await, "x-gw-cache"), "L1");
     }
-    post(&stack, &key, &b, &[("cache-control", "no-store")]).await;
+    stack.chat_with(&stack.proxy, &key, &b, &[("cache-control", "no-store")]).await;
     let deadline = Instant::now() + Duration::from_secs(5);
     let stats = loop {
         let v: Value = stack.admin_get("/analytics/cache", &s.access_token).await.json().await.unwrap();
@@ -451,7 +456,7 @@ async fn l2_answers_another_replica_and_when_l1_cannot_hold_the_answer() {
     let (_replica, replica_url) = stack.proxy_replica().await;
     let tag = unique_tag();
     let b = body("Shared between replicas", &tag);
-    assert_eq!(header(&post(&stack, &key, &b, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &b, &[]).await, "x-gw-cache"), "miss");
     let on_replica = |b: Value| {
         let url = format!("{replica_url}/v1/chat/completions");
         let req = stack.http.post(url).bearer_auth(&key).json(&b);
@@ -474,9 +479,9 @@ async fn l2_answers_another_replica_and_when_l1_cannot_hold_the_answer() {
         Stack::start_with(StackOptions { proxy_config: "cache_l1_max_bytes = 16".into(), ..Default::default() }).await;
     let (_, key) = org(&small, json!({"l1": true, "l2": true})).await;
     let b = body("Too large for a 16-byte L1", &tag);
-    assert_eq!(header(&post(&small, &key, &b, &[]).await, "x-gw-cache"), "miss");
+    assert_eq!(header(&small.chat_with(&small.proxy, &key, &b, &[]).await, "x-gw-cache"), "miss");
     until_tier(&small, &key, &b, "L2").await;
-    assert_eq!(header(&post(&small, &key, &b, &[]).await, "x-gw-cache"), "L2");
+    assert_eq!(header(&small.chat_with(&small.proxy, &key, &b, &[]).await, "x-gw-cache"), "L2");
 }
 
 #[tokio::test]
@@ -486,12 +491,12 @@ async fn with_redis_stopped_l2_is_skipped_and_it_resumes_when_redis_returns() {
     let (_, key) = org(&stack, json!({"l2": true})).await;
     let tag = unique_tag();
     let b = body("Through a Redis outage", &tag);
-    post(&stack, &key, &b, &[]).await;
+    stack.chat_with(&stack.proxy, &key, &b, &[]).await;
     until_tier(&stack, &key, &b, "L2").await;
 
     redis.stop_server();
     for i in 0..5 {
-        let r = post(&stack, &key, &body(&format!("outage {i}"), &tag), &[]).await;
+        let r = stack.chat_with(&stack.proxy, &key, &body(&format!("outage {i}"), &tag), &[]).await;
         assert_eq!(r.status(), 200, "a request failed while Redis was down");
         assert_eq!(header(&r, "x-gw-cache"), "miss");
     }
@@ -499,7 +504,7 @@ async fn with_redis_stopped_l2_is_skipped_and_it_resumes_when_redis_returns() {
     let b = body("After the outage", &tag);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = post(&stack, &key, &b, &[]).await;
+        let r = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
         assert_eq!(r.status(), 200);
         if header(&r, "x-gw-cache") == "L2" {
             break;
@@ -545,13 +550,13 @@ async fn expired_semantic_entries_are_never_answered_and_get_deleted() {
 /// answer, whatever tier holds it.
 async fn refused_despite_a_cached_answer(stack: &Stack, cached_by: &str, restricted: &str, tag: &str) {
     let mut b = body("Which answer may a restricted key read?", tag);
-    let first = post(stack, cached_by, &b, &[]).await;
+    let first = stack.chat_with(&stack.proxy, cached_by, &b, &[]).await;
     assert_eq!(first.status(), 200);
     until_tier(stack, cached_by, &b, "L1").await;
     let mut errors = Vec::new();
     for stream in [false, true] {
         b["stream"] = json!(stream);
-        let r = post(stack, restricted, &b, &[]).await;
+        let r = stack.chat_with(&stack.proxy, restricted, &b, &[]).await;
         assert!(r.headers().get("x-gw-cache").is_none_or(|v| v != "L1" && v != "L2"));
         errors.push(expect_openai_error(r, 404).await);
     }

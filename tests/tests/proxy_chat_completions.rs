@@ -8,7 +8,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use gw_tests::{db, expect_openai_error, header, sse_data, unique_tag, user_message, Stack, GW_HEADERS};
+use gw_tests::{
+    db, delta_text, expect_openai_error, header, sse_data, sse_json, unique_tag, user_message, Stack, GW_HEADERS,
+};
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -580,14 +582,6 @@ async fn upstream_slower_than_the_read_timeout_is_504() {
     assert_eq!(b["error"]["code"], "upstream_timeout");
 }
 
-/// The content the `data:` chunks before the last one carry.
-fn streamed_content(data: &[String]) -> String {
-    data.iter()
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
-        .collect()
-}
-
 #[tokio::test]
 async fn upstream_error_mid_stream_ends_the_stream_with_an_error_event() {
     let stack = Stack::shared().await;
@@ -607,7 +601,7 @@ async fn upstream_error_mid_stream_ends_the_stream_with_an_error_event() {
     assert!(!message.contains("mock upstream failed"), "{last}");
     assert!(message.contains("'upstream' failed mid-stream"), "{last}");
     assert_eq!(last["error"]["code"], "upstream_stream_broken");
-    assert!(streamed_content(&data[..data.len() - 1]).starts_with("Mock upstream"), "{data:?}");
+    assert!(delta_text(&sse_json(&data)).starts_with("Mock upstream"), "{data:?}");
 }
 
 #[tokio::test]
@@ -622,5 +616,5 @@ async fn upstream_stream_cut_short_ends_the_stream_with_an_error_event() {
     assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
     let last: Value = serde_json::from_str(data.last().unwrap()).unwrap();
     assert!(last["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "last event is no error: {last}");
-    assert!(streamed_content(&data[..data.len() - 1]).starts_with("Mock upstream"), "{data:?}");
+    assert!(delta_text(&sse_json(&data)).starts_with("Mock upstream"), "{data:?}");
 }

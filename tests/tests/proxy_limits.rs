@@ -19,29 +19,7 @@ fn body(text: &str) -> Value {
     json!({"model": "mock-model", "messages": user_message(text), "max_tokens": 50})
 }
 
-async fn post(stack: &Stack, base: &str, key: &str, body: &Value) -> reqwest::Response {
-    stack
-        .http
-        .post(format!("{base}/v1/chat/completions"))
-        .bearer_auth(key)
-        .json(body)
-        .send()
-        .await
-        .expect("chat request")
-}
-
 /// A key of a new org, with the given settings (`budget`, `rate_limits`, `team_id`).
-async fn key_with(stack: &Stack, s: &Session, settings: Value) -> (String, String) {
-    let mut body = json!({"name": "limited"});
-    for (k, v) in settings.as_object().cloned().unwrap_or_default() {
-        body[k] = v;
-    }
-    let resp = stack.create_key(s, body).await;
-    assert_eq!(resp.status(), 201);
-    let b: Value = resp.json().await.unwrap();
-    (b["key"].as_str().unwrap().to_string(), b["id"].as_str().unwrap().to_string())
-}
-
 /// Waits until the current UTC minute has at least `secs` seconds left, so a burst stays in it.
 async fn room_in_minute(secs: u64) {
     loop {
@@ -92,10 +70,10 @@ async fn an_rpm_limit_admits_exactly_n_per_minute_across_three_replicas() {
     let proxies: Vec<String> =
         std::iter::once(stack.proxy.clone()).chain(replicas.iter().map(|r| r.1.clone())).collect();
     let s = stack.register().await;
-    let (key, _) = key_with(&stack, &s, json!({"rate_limits": {"rpm": 25}})).await;
+    let (key, _) = stack.key_with(&s, json!({"rate_limits": {"rpm": 25}})).await;
     room_in_minute(20).await;
     let b = body("count me");
-    let sends = (0..90).map(|i| post(&stack, &proxies[i % 3], &key, &b));
+    let sends = (0..90).map(|i| stack.chat_with(&proxies[i % 3], &key, &b, &[]));
     let responses = join_all(sends).await;
     let ok = responses.iter().filter(|r| r.status() == 200).count();
     let refused: Vec<&reqwest::Response> = responses.iter().filter(|r| r.status() == 429).collect();
@@ -128,7 +106,7 @@ async fn a_team_budget_overshoots_by_at_most_one_request_across_three_replicas()
         )
         .await;
     assert_eq!(resp.status(), 200);
-    let (key, _) = key_with(&stack, &s, json!({"team_id": team})).await;
+    let (key, _) = stack.key_with(&s, json!({"team_id": team})).await;
     // Let the proxies forget any copy of the team from before the budget (none was read yet, but
     // the invalidation is asynchronous by design).
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -139,7 +117,7 @@ async fn a_team_budget_overshoots_by_at_most_one_request_across_three_replicas()
     let mut sent = 0;
     let mut statuses = Vec::new();
     for _round in 0..30 {
-        let sends = (0..300).map(|i| post(&stack, &proxies[i % 3], &key, &b));
+        let sends = (0..300).map(|i| stack.chat_with(&proxies[i % 3], &key, &b, &[]));
         let round: Vec<u16> = join_all(sends).await.iter().map(|r| r.status().as_u16()).collect();
         sent += 300;
         assert!(round.iter().all(|s| *s == 200 || *s == 429), "{round:?}");
@@ -158,7 +136,7 @@ async fn a_team_budget_overshoots_by_at_most_one_request_across_three_replicas()
     assert!(statuses.contains(&200));
 
     // The refusals are budget refusals.
-    let r = post(&stack, &stack.proxy, &key, &b).await;
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[]).await;
     assert_eq!(header(&r, "x-should-retry"), "false");
     let e = expect_openai_error(r, 429).await;
     assert_eq!(e["error"]["code"], "budget_exceeded");
@@ -209,7 +187,7 @@ async fn every_response_carries_the_tightest_windows() {
         .admin_patch("/organizations/current", &s.access_token, &json!({"rate_limits": {"rpm": 100, "tpm": 100000}}))
         .await;
     assert_eq!(resp.status(), 200);
-    let (key, key_id) = key_with(&stack, &s, json!({"rate_limits": {"rpm": 5}})).await;
+    let (key, key_id) = stack.key_with(&s, json!({"rate_limits": {"rpm": 5}})).await;
     room_in_minute(10).await;
     let r = stack.chat(&key, body("headers please")).await;
     assert_eq!(r.status(), 200);
@@ -239,7 +217,7 @@ async fn every_response_carries_the_tightest_windows() {
 async fn a_request_larger_than_the_token_limit_is_refused_as_such() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let (key, key_id) = key_with(&stack, &s, json!({"rate_limits": {"tpm": 40}})).await;
+    let (key, key_id) = stack.key_with(&s, json!({"rate_limits": {"tpm": 40}})).await;
     let e = expect_openai_error(stack.chat(&key, body("too big")).await, 429).await;
     assert_eq!(e["error"]["code"], "rate_limit_exceeded");
     assert_eq!(e["error"]["type"], "tokens");
@@ -255,7 +233,7 @@ async fn a_request_larger_than_the_token_limit_is_refused_as_such() {
 async fn per_model_limits_count_only_their_model() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let (key, _) = key_with(&stack, &s, json!({"rate_limits": {"models": {"mock-model": {"rpm": 1}}}})).await;
+    let (key, _) = stack.key_with(&s, json!({"rate_limits": {"models": {"mock-model": {"rpm": 1}}}})).await;
     room_in_minute(10).await;
     let r = stack.chat(&key, body("one")).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
@@ -269,7 +247,7 @@ async fn per_model_limits_count_only_their_model() {
 async fn concurrent_requests_past_the_limit_are_refused_and_leases_end() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let (key, _) = key_with(&stack, &s, json!({"rate_limits": {"max_concurrent": 1}})).await;
+    let (key, _) = stack.key_with(&s, json!({"rate_limits": {"max_concurrent": 1}})).await;
     let slow = json!({"model": "gpt-4o-mini", "messages": user_message("slow"), "mock": {"latency_ms": 800}});
     let (first, second) = tokio::join!(stack.chat(&key, slow), async {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -288,8 +266,7 @@ async fn concurrent_requests_past_the_limit_are_refused_and_leases_end() {
 async fn alert_only_budgets_alert_but_never_refuse() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    let (key, _) = key_with(
-        &stack,
+    let (key, _) = stack.key_with(
         &s,
         json!({"budget": {"amount_usd": 0.000001, "period": "day", "hard_limit": false, "alert_thresholds": [100]}}),
     )
@@ -322,9 +299,9 @@ async fn a_redis_outage_fails_no_request_and_shared_limiting_resumes() {
     })
     .await;
     let s = stack.register().await;
-    let (key, key_id) =
-        key_with(&stack, &s, json!({"budget": {"amount_usd": 100, "period": "day"}, "rate_limits": {"rpm": 100000}}))
-            .await;
+    let (key, key_id) = stack
+        .key_with(&s, json!({"budget": {"amount_usd": 100, "period": "day"}, "rate_limits": {"rpm": 100000}}))
+        .await;
     let b = body("through the outage");
     for _ in 0..5 {
         assert_eq!(stack.chat(&key, b.clone()).await.status(), 200);

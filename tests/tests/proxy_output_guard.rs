@@ -22,10 +22,6 @@ async fn embed(stack: &Stack, key: &str, policy: Option<&str>, body: &Value) -> 
     req.send().await.expect("embeddings request")
 }
 
-fn chat(text: &str, tag: &str) -> Value {
-    json!({"model": "gpt-4o-mini", "messages": user_message(text), "mock": {"tag": tag}})
-}
-
 fn streamed(mut body: Value, chunk_chars: usize) -> Value {
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
@@ -78,7 +74,7 @@ async fn refused_for_logprobs(extra: Value) {
     let stack = Stack::shared().await;
     let key = with_output_policy(&stack).await;
     let tag = unique_tag();
-    let mut body = chat("hello there", &tag);
+    let mut body = tagged_chat("hello there", &tag);
     for (k, v) in extra.as_object().cloned().unwrap_or_default() {
         body[k] = v;
     }
@@ -115,7 +111,7 @@ async fn logprobs_pass_without_a_policy() {
     let stack = Stack::shared().await;
     let (_, key, _) = stack.org_with_key().await;
     let tag = unique_tag();
-    let mut body = chat("hello there", &tag);
+    let mut body = tagged_chat("hello there", &tag);
     body["logprobs"] = json!(true);
     let resp = post_chat(&stack, &key, None, &body).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
@@ -125,7 +121,7 @@ async fn logprobs_pass_without_a_policy() {
 // --- b. logprobs the upstream sends unasked never leave --------------------------------------
 
 fn reply_with_logprobs(tag: &str) -> Value {
-    let mut body = chat("hello there", tag);
+    let mut body = tagged_chat("hello there", tag);
     body["mock"]["reply"] = json!(format!("Reach me at {EMAIL} today"));
     body["mock"]["logprobs"] = json!(true);
     body
@@ -166,7 +162,7 @@ async fn unasked_logprobs_of_a_stream_are_dropped() {
 // --- c. tool-call arguments ----------------------------------------------------------------
 
 fn tool_call(tag: &str) -> Value {
-    let mut body = chat("Mail the report, please", tag);
+    let mut body = tagged_chat("Mail the report, please", tag);
     body["tools"] = json!([{"type": "function", "function": {"name": "send_mail",
         "parameters": {"type": "object", "properties": {"email": {"type": "string"}, "city": {"type": "string"}}}}}]);
     body["mock"]["tool_call_arguments"] = json!(format!(r#"{{"email":"{EMAIL}","city":"Paris"}}"#));
@@ -215,7 +211,7 @@ async fn tool_call_arguments_split_across_stream_deltas_are_redacted() {
 // --- d. refusals ---------------------------------------------------------------------------
 
 fn refusal(tag: &str) -> Value {
-    let mut body = chat("Mail the report, please", tag);
+    let mut body = tagged_chat("Mail the report, please", tag);
     body["mock"]["refusal"] = json!(format!("I cannot write to {EMAIL} for you."));
     body
 }
@@ -257,7 +253,8 @@ async fn an_address_split_by_a_zero_width_space_is_redacted_before_the_upstream(
     let (_, key, _) = stack.org_with_key().await;
     let tag = unique_tag();
     let resp =
-        post_chat(&stack, &key, Some("pii_redact"), &chat("Write to jane\u{200B}.roe@example.com today", &tag)).await;
+        post_chat(&stack, &key, Some("pii_redact"), &tagged_chat("Write to jane\u{200B}.roe@example.com today", &tag))
+            .await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
     assert_eq!(header(&resp, "x-gw-policy-action"), "redacted");
     let seen = stack.mock_stats_for(&tag).await;

@@ -11,8 +11,8 @@
 //! organization.
 
 use gw_tests::{
-    db, dec, expect_openai_error, header, per_million, request_id, sse_data, user_message, Stack, StackOptions,
-    GW_HEADERS,
+    db, dec, delta_text, expect_openai_error, header, per_million, request_id, sse_data, user_message, Stack,
+    StackOptions, GW_HEADERS,
 };
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
@@ -93,11 +93,6 @@ fn chunks_of(text: &str) -> Vec<Value> {
         .iter()
         .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("chunk is not JSON ({e}): {d}")))
         .collect()
-}
-
-/// The text content a stream's chunks carry, in order.
-fn streamed_content(chunks: &[Value]) -> String {
-    chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect()
 }
 
 /// The finish reasons a stream's chunks carry.
@@ -275,7 +270,7 @@ async fn stream_matches_plain(m: &Served) {
         assert_eq!(c["choices"].as_array().map(Vec::len), Some(1), "{c}");
     }
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant", "{}", chunks[0]);
-    assert_eq!(streamed_content(&chunks), plain_content);
+    assert_eq!(delta_text(&chunks), plain_content);
     assert_eq!(finish_reasons(&chunks), ["stop"]);
     assert_eq!(stream_cost(&text), plain_cost);
 
@@ -297,7 +292,7 @@ async fn stream_matches_plain(m: &Served) {
     assert_eq!(last["usage"]["completion_tokens"], plain["usage"]["completion_tokens"], "{last}");
     assert_eq!(last["usage"]["total_tokens"], plain["usage"]["total_tokens"], "{last}");
     assert!(rest.iter().all(|c| c.get("usage").is_none_or(Value::is_null)), "usage before the last chunk");
-    assert_eq!(streamed_content(rest), plain_content);
+    assert_eq!(delta_text(rest), plain_content);
     assert_eq!(stream_cost(&text), plain_cost);
 
     let row = db::audit_row(session.org_id, id).await;
@@ -401,7 +396,7 @@ async fn streamed_tool_call(model: &str) {
     let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|e| panic!("{e}: {call:?}"));
     assert_eq!(arguments, json!({"city": "Paris"}));
     assert_eq!(finish_reasons(&chunks), ["tool_calls"]);
-    assert_eq!(streamed_content(&chunks), "", "a tool call carries no text");
+    assert_eq!(delta_text(&chunks), "", "a tool call carries no text");
 }
 
 #[tokio::test]

@@ -11,14 +11,6 @@ use gw_tests::{user_message, PrivatePostgres, Stack, StackOptions};
 use serde_json::json;
 
 /// A counter from the proxy's `/metrics`, 0 when absent.
-async fn metric(stack: &Stack, series: &str) -> u64 {
-    let text = stack.http.get(format!("{}/metrics", stack.proxy_metrics)).send().await.unwrap().text().await.unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()))
-        .map(|v| v as u64)
-        .unwrap_or(0)
-}
-
 const KEY_QUERIES: &str = "gw_proxy_store_queries_total{lookup=\"api_key\"}";
 const TEAM_QUERIES: &str = "gw_proxy_store_queries_total{lookup=\"team\"}";
 
@@ -33,7 +25,7 @@ async fn ten_thousand_random_keys_cost_a_bounded_number_of_postgres_queries() {
     let (_, key, _) = stack.org_with_key().await;
     let models = format!("{}/v1/models", stack.proxy);
     assert_eq!(stack.http.get(&models).bearer_auth(&key).send().await.unwrap().status(), 200);
-    let before = metric(&stack, KEY_QUERIES).await;
+    let before = stack.proxy_metric(KEY_QUERIES).await as u64;
 
     let valid_ok = Arc::new(AtomicU64::new(0));
     let statuses = futures::stream::iter(0..10_000u32)
@@ -52,7 +44,7 @@ async fn ten_thousand_random_keys_cost_a_bounded_number_of_postgres_queries() {
         .buffer_unordered(32)
         .collect::<Vec<u16>>()
         .await;
-    let queries = metric(&stack, KEY_QUERIES).await - before;
+    let queries = (stack.proxy_metric(KEY_QUERIES).await as u64) - before;
     let unauthorized = statuses.iter().filter(|s| **s == 401).count();
     let throttled = statuses.iter().filter(|s| **s == 429).count();
     assert_eq!(unauthorized + throttled, 10_000, "every random key is refused");
@@ -73,7 +65,7 @@ async fn an_unknown_team_is_remembered_as_unknown() {
     let stack = Stack::start_with(StackOptions::default()).await;
     let (_, key, _) = stack.org_with_key().await;
     let team = uuid::Uuid::new_v4().to_string();
-    let before = metric(&stack, TEAM_QUERIES).await;
+    let before = stack.proxy_metric(TEAM_QUERIES).await as u64;
     for _ in 0..50 {
         let r = stack
             .http
@@ -85,7 +77,7 @@ async fn an_unknown_team_is_remembered_as_unknown() {
             .unwrap();
         assert_eq!(r.status(), 400);
     }
-    assert_eq!(metric(&stack, TEAM_QUERIES).await - before, 1, "one query, then the negative cache");
+    assert_eq!((stack.proxy_metric(TEAM_QUERIES).await as u64) - before, 1, "one query, then the negative cache");
 }
 
 #[tokio::test]
@@ -143,7 +135,7 @@ async fn postgres_outage_longer_than_the_key_cache_fails_no_request() {
     }
     assert_eq!(failed.load(Ordering::Relaxed), 0, "requests failed because of the outage");
     assert!(served_in_outage > 50, "only {served_in_outage} requests served during the outage");
-    let stale = metric(&stack, "gw_proxy_cache_stale_served_total{lookup=\"api_key\"}").await;
+    let stale = stack.proxy_metric("gw_proxy_cache_stale_served_total{lookup=\"api_key\"}").await as u64;
     assert!(stale > 0, "the outage never needed a stale entry: the test did not outlast the cache");
 
     // The audit rows written behind those requests land once Postgres is back.
