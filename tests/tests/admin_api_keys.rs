@@ -118,6 +118,15 @@ async fn create_as_member_for_another_team_is_403() {
     let member = stack.join(&s, "member", &[theirs]).await;
     let r = stack.admin_post("/api-keys", &member.access_token, &json!({"name": "x", "team_id": other})).await;
     let b = expect_api_error(r, 403).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "forbidden",
+        "fields": [],
+        "message": "members act only on the teams they belong to"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "forbidden");
     assert_eq!(stack.list_keys(&s.access_token, "").await["data"], json!([]));
     // For their own team it works, and they may revoke it; an admin's team-less key they may not.
@@ -324,6 +333,15 @@ async fn revoke_of_another_tenants_key_is_404() {
     let b = stack.register().await;
     let r = stack.admin_delete(&format!("/api-keys/{id_a}"), &b.access_token).await;
     let body = expect_api_error(r, 404).await;
+    insta::assert_json_snapshot!(body, @r#"
+    {
+      "error": {
+        "code": "not_found",
+        "fields": [],
+        "message": "api key not found"
+      }
+    }
+    "#);
     assert_eq!(body["error"]["code"], "not_found");
     // A's key still works.
     assert_eq!(stack.chat(&key_a, mock_chat("hi")).await.status(), 200);
@@ -356,6 +374,15 @@ async fn put_on_the_collection_is_405_with_allow() {
     let allow = header(&r, "allow").to_string();
     assert!(allow.contains("GET") && allow.contains("POST"), "Allow: {allow}");
     let b = expect_api_error(r, 405).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "method_not_allowed",
+        "fields": [],
+        "message": "method not allowed on this path; allowed: GET, POST"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "method_not_allowed");
 }
 
@@ -542,6 +569,15 @@ async fn update_refuses_bad_changes() {
     expect_api_error(stack.admin_patch(&path, t, &json!({"secret": "x"})).await, 400).await;
     assert_eq!(stack.admin_delete(&path, t).await.status(), 204);
     let b = expect_api_error(stack.admin_patch(&path, t, &json!({"name": "late"})).await, 409).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "conflict",
+        "fields": [],
+        "message": "api key is revoked"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "conflict");
 }
 

@@ -42,6 +42,15 @@ async fn register_with_a_taken_email_is_409() {
         )
         .await;
     let b = expect_api_error(dup, 409).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "conflict",
+        "fields": [],
+        "message": "this e-mail address cannot be registered; sign in instead"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "conflict");
 }
 
@@ -82,6 +91,15 @@ async fn register_with_a_wrong_method_is_405_with_allow() {
     let r = stack.http.get(format!("{}/api/v1/auth/register", stack.admin)).send().await.unwrap();
     assert_eq!(header(&r, "allow"), "POST");
     let b = expect_api_error(r, 405).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "method_not_allowed",
+        "fields": [],
+        "message": "method not allowed on this path; allowed: POST"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "method_not_allowed");
 }
 
@@ -115,6 +133,15 @@ async fn login_with_a_wrong_password_is_401() {
     let s = stack.register().await;
     let r = stack.public_post("/auth/login", &json!({"email": s.email, "password": "wrong password!"})).await;
     let b = expect_api_error(r, 401).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "unauthorized",
+        "fields": [],
+        "message": "invalid email or password"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "unauthorized");
 }
 
@@ -226,6 +253,16 @@ async fn failed_logins_lock_the_account_for_a_while() {
     let retry: u64 = header(&r, "retry-after").parse().unwrap();
     assert!(retry > 0 && retry <= 900, "{retry}");
     let b = expect_api_error(r, 429).await;
+    assert_eq!(b["error"]["message"], format!("too many attempts; retry in {retry} seconds"));
+    insta::assert_json_snapshot!(b, {".error.message" => "[message]"}, @r#"
+    {
+      "error": {
+        "code": "rate_limited",
+        "fields": [],
+        "message": "[message]"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "rate_limited");
     // Upper-case and full-width spellings are the same account: no way around the lock.
     let r = stack.public_post("/auth/login", &json!({"email": s.email.to_uppercase(), "password": PASSWORD})).await;

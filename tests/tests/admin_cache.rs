@@ -59,7 +59,15 @@ async fn a_team_patch_changes_only_what_it_names_and_null_inherits_again() {
     let got = json_of(stack.admin_patch(&path, &s.access_token, &json!({"l1": null})).await, 200).await;
     assert_eq!(got["teams"][0]["settings"], json!({"ttl_seconds": 60}));
     let r = stack.admin_patch(&format!("/teams/{}/cache", Uuid::new_v4()), &s.access_token, &json!({})).await;
-    expect_api_error(r, 404).await;
+    insta::assert_json_snapshot!(expect_api_error(r, 404).await, @r#"
+    {
+      "error": {
+        "code": "not_found",
+        "fields": [],
+        "message": "team not found"
+      }
+    }
+    "#);
 }
 
 #[tokio::test]

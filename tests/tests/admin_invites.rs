@@ -100,6 +100,20 @@ async fn create_with_invalid_fields_names_the_field() {
         expect_field_error(invite(&stack, &s, bad.clone()).await, field, &bad.to_string()).await;
     }
     let b = expect_api_error(invite(&stack, &s, json!({"email": new_email(), "colour": "blue"})).await, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "colour",
+            "message": "is not a known field"
+          }
+        ],
+        "message": "colour: is not a known field"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "validation_error");
     let list = json_of(stack.admin_get("/invites", &s.access_token).await, 200).await;
     assert_eq!(list["data"], json!([]));
@@ -122,6 +136,15 @@ async fn member_cannot_invite_or_list_invites() {
     let s = stack.register().await;
     let m = stack.join(&s, "member", &[]).await;
     let b = expect_api_error(invite(&stack, &m, json!({"email": new_email()})).await, 403).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "forbidden",
+        "fields": [],
+        "message": "this action needs the admin role or higher; you are member"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "forbidden");
     expect_api_error(stack.admin_get("/invites", &m.access_token).await, 403).await;
 }

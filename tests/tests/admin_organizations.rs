@@ -72,5 +72,14 @@ async fn current_with_a_wrong_method_is_405_with_allow() {
     let r = stack.http.post(current_url(&stack)).bearer_auth(&s.access_token).send().await.unwrap();
     assert_eq!(header(&r, "allow"), "GET, PATCH");
     let b = expect_api_error(r, 405).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "method_not_allowed",
+        "fields": [],
+        "message": "method not allowed on this path; allowed: GET, PATCH"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "method_not_allowed");
 }

@@ -66,6 +66,15 @@ async fn the_get_body_goes_back_through_put_and_patch_merges() {
     // Sent back once more, it names a version that is no longer current: the change in between
     // is not overwritten.
     let b = expect_api_error(put(&stack, &s.access_token, &read).await, 409).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "conflict",
+        "fields": [],
+        "message": "the policy changed since version 1 was read (it is at version 2); read it again"
+      }
+    }
+    "#);
     assert!(b["error"]["message"].as_str().unwrap().contains("version 1"), "{b}");
     // PATCH changes the fields it names and keeps the rest.
     let r = stack
@@ -156,7 +165,15 @@ async fn templates_apply_to_the_organization_and_revert() {
     assert_eq!(v["has_more"], false);
 
     let r = stack.admin_post("/organizations/current/policy/revert", &s.access_token, &json!({"version": 99})).await;
-    expect_api_error(r, 404).await;
+    insta::assert_json_snapshot!(expect_api_error(r, 404).await, @r#"
+    {
+      "error": {
+        "code": "not_found",
+        "fields": [],
+        "message": "policy version not found"
+      }
+    }
+    "#);
     let r = stack.admin_get("/organizations/current/policy/versions?limit=0", &s.access_token).await;
     expect_api_error(r, 400).await;
 }
@@ -201,7 +218,15 @@ async fn members_read_but_do_not_change_the_policy() {
     let member = stack.join(&owner, "member", &[]).await;
     assert_eq!(get(&stack, &member.access_token).await["version"], 0);
     let r = put(&stack, &member.access_token, &json!({})).await;
-    expect_api_error(r, 403).await;
+    insta::assert_json_snapshot!(expect_api_error(r, 403).await, @r#"
+    {
+      "error": {
+        "code": "forbidden",
+        "fields": [],
+        "message": "this action needs the admin role or higher; you are member"
+      }
+    }
+    "#);
     let r = stack
         .admin_post("/organizations/current/policy/apply-template", &member.access_token, &json!({"template": "pci"}))
         .await;

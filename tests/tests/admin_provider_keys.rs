@@ -299,6 +299,15 @@ async fn create_without_a_master_key_is_503() {
     let s = stack.register().await;
     let r = create(&stack, &s.access_token, json!({"provider": "upstream", "name": "x", "secret": new_secret()})).await;
     let b = expect_api_error(r, 503).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "unavailable",
+        "fields": [],
+        "message": "provider keys need GW_ENCRYPTION_KEY"
+      }
+    }
+    "#);
     assert!(b["error"]["message"].as_str().unwrap().contains("GW_ENCRYPTION_KEY"), "{b}");
     // Listing needs no master key.
     let list: Value = stack.admin_get("/provider-keys", &s.access_token).await.json().await.unwrap();

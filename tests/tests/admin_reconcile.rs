@@ -369,6 +369,20 @@ async fn a_malformed_body_is_400() {
     expect_field_error(reconcile(&stack, &s, body).await, "from", "").await;
     let body = json!({"provider": "upstream", "from": today(), "secret": new_secret()});
     let b = expect_api_error(reconcile(&stack, &s, body).await, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "secret",
+            "message": "is not a known field"
+          }
+        ],
+        "message": "secret: is not a known field"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "validation_error");
 }
 
@@ -389,6 +403,15 @@ async fn an_unreachable_provider_is_502_and_nothing_is_stored() {
     // Provider `dead` is of kind openai at an address where nothing listens.
     let r = reconcile(&stack, &s, json!({"provider": "dead", "from": today(), "admin_key": secret})).await;
     let b = expect_api_error(r, 502).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "bad_gateway",
+        "fields": [],
+        "message": "provider \"dead\", usage report: could not connect"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "bad_gateway");
     let message = b["error"]["message"].as_str().unwrap();
     assert!(message.contains("dead") && message.contains("could not connect"), "{message}");
@@ -430,6 +453,15 @@ async fn another_organizations_run_is_404() {
 
     let b =
         expect_api_error(stack.admin_get(&format!("/analytics/reconcile/{id}"), &mine.access_token).await, 404).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "not_found",
+        "fields": [],
+        "message": "reconcile run not found"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "not_found");
     let list: Value = stack.admin_get("/analytics/reconcile", &mine.access_token).await.json().await.unwrap();
     assert_eq!(list["data"], json!([]));

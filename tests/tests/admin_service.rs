@@ -36,6 +36,15 @@ async fn unknown_api_path_is_404() {
     let stack = Stack::shared().await;
     let r = stack.http.get(format!("{}/api/v1/nope", stack.admin)).send().await.unwrap();
     let b = expect_api_error(r, 404).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "not_found",
+        "fields": [],
+        "message": "route not found"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "not_found");
 }
 
@@ -46,6 +55,15 @@ async fn exotic_method_is_refused_and_never_becomes_a_metric_label() {
     let r = stack.http.request(foobar.clone(), format!("{}/api/v1/api-keys", stack.admin)).send().await.unwrap();
     assert!(!r.status().is_server_error(), "{}", r.status());
     let b = expect_api_error(r, 405).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "method_not_allowed",
+        "fields": [],
+        "message": "method not allowed on this path; allowed: GET, POST"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "method_not_allowed");
     let r = stack.http.request(foobar, format!("{}/api/v1/nope", stack.admin)).send().await.unwrap();
     assert!(!r.status().is_server_error(), "{}", r.status());

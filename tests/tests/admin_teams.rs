@@ -167,6 +167,20 @@ async fn create_with_an_unknown_field_is_400() {
     let s = stack.register().await;
     let r = stack.admin_post("/teams", &s.access_token, &json!({"name": "x", "colour": "blue"})).await;
     let b = expect_api_error(r, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "colour",
+            "message": "is not a known field"
+          }
+        ],
+        "message": "colour: is not a known field"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "validation_error");
 }
 
@@ -177,6 +191,15 @@ async fn create_with_a_taken_name_is_409_whatever_the_case() {
     stack.create_team(&s, "Ops").await;
     let r = stack.admin_post("/teams", &s.access_token, &json!({"name": "ops"})).await;
     let b = expect_api_error(r, 409).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "conflict",
+        "fields": [],
+        "message": "a team of this organization already has this name"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "conflict");
     // Another organization may use the name.
     let other = stack.register().await;

@@ -127,6 +127,15 @@ async fn only_owners_grant_change_or_remove_the_owner_role() {
     let m = stack.join(&s, "member", &[]).await;
 
     let b = expect_api_error(set_role(&stack, &admin, m.user_id, "owner").await, 403).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "forbidden",
+        "fields": [],
+        "message": "only an owner may grant the owner role or change or remove an owner"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "forbidden");
     expect_api_error(set_role(&stack, &admin, s.user_id, "member").await, 403).await;
     expect_api_error(stack.admin_delete(&format!("/users/{}", s.user_id), &admin.access_token).await, 403).await;
@@ -158,7 +167,20 @@ async fn update_with_an_unknown_role_is_400_naming_role() {
     let m = stack.join(&s, "member", &[]).await;
     expect_field_error(set_role(&stack, &s, m.user_id, "boss").await, "role", "boss").await;
     let r = stack.admin_patch(&format!("/users/{}", m.user_id), &s.access_token, &json!({})).await;
-    expect_api_error(r, 400).await;
+    insta::assert_json_snapshot!(expect_api_error(r, 400).await, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "role",
+            "message": "is required"
+          }
+        ],
+        "message": "role: is required"
+      }
+    }
+    "#);
 }
 
 #[tokio::test]
@@ -185,6 +207,15 @@ async fn the_last_owner_cannot_leave() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let b = expect_api_error(stack.admin_delete(&format!("/users/{}", s.user_id), &s.access_token).await, 409).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "conflict",
+        "fields": [],
+        "message": "the organization must keep at least one owner: make another member owner first"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "conflict");
     assert!(b["error"]["message"].as_str().unwrap().contains("owner"), "{b}");
 

@@ -272,6 +272,16 @@ async fn the_ttl_header_bounds_the_entry_and_a_bad_one_is_refused() {
 
     let r = stack.chat_with(&stack.proxy, &key, &b, &[("x-gw-cache-ttl", "forever")]).await;
     let e = expect_openai_error(r, 400).await;
+    insta::assert_json_snapshot!(e, @r#"
+    {
+      "error": {
+        "code": "invalid_request",
+        "message": "x-gw-cache-ttl must be a whole number of seconds from 1 to 2592000.",
+        "param": "x-gw-cache-ttl",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(e["error"]["param"], "x-gw-cache-ttl");
 }
 
@@ -446,7 +456,20 @@ async fn analytics_count_hits_per_tier_and_the_cost_they_saved() {
     assert_eq!(overview["requests"], 5);
     assert_eq!(overview["cache"]["hit_rate"], 0.75);
     let r = stack.admin_get("/analytics/cache?from=2026-01-02&to=2026-01-01", &s.access_token).await;
-    expect_api_error(r, 400).await;
+    insta::assert_json_snapshot!(expect_api_error(r, 400).await, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "to",
+            "message": "must be after from"
+          }
+        ],
+        "message": "to: must be after from"
+      }
+    }
+    "#);
 }
 
 #[tokio::test]

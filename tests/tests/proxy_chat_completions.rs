@@ -217,6 +217,16 @@ async fn a_stream_failing_before_any_content_is_a_plain_error() {
     let resp = stack.chat(&key, body).await;
     // Everything arrived in one read and failed before gw wrote a byte: nothing was promised yet.
     let b = expect_openai_error(resp, 502).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "upstream_stream_broken",
+        "message": "Upstream provider 'upstream' failed mid-stream.",
+        "param": null,
+        "type": "api_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "upstream_stream_broken");
 }
 
@@ -268,6 +278,16 @@ async fn team_bound_key_attributes_to_its_team_without_the_header() {
 async fn without_credentials_is_401_invalid_api_key() {
     let stack = Stack::shared().await;
     let b = expect_openai_error(post_raw(&stack, None, VALID).await, 401).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "invalid_api_key",
+        "message": "You didn't provide an API key. Send it as 'Authorization: Bearer <API_KEY>'.",
+        "param": null,
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "invalid_api_key");
     insta::assert_json_snapshot!("error_missing_api_key", &b);
 }
@@ -352,6 +372,16 @@ async fn key_without_the_proxy_permission_is_403() {
     };
     let (_, key) = gw_shared::accounts::issue_api_key(&mut conn, spec).await.unwrap();
     let b = expect_openai_error(stack.chat(&key, mock_model_body()).await, 403).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "insufficient_permissions",
+        "message": "This API key lacks the 'proxy:chat' permission.",
+        "param": null,
+        "type": "permission_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "insufficient_permissions");
 }
 
@@ -360,6 +390,16 @@ async fn team_header_not_a_uuid_is_400_invalid_team() {
     let stack = Stack::shared().await;
     let (_, key, _) = stack.org_with_key().await;
     let b = expect_openai_error(chat_with_team(&stack, &key, "not-a-uuid").await, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "invalid_team",
+        "message": "x-gw-team must be a team id (UUID).",
+        "param": "x-gw-team",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "invalid_team");
 }
 
@@ -445,7 +485,16 @@ async fn hostile_model_names_cannot_wedge_the_audit_log() {
     // Postgres TEXT refuses NUL; a huge name must not bloat the row either.
     let nul = stack.chat(&key, json!({"model": "bad\u{0}model", "messages": user_message("x")})).await;
     let nul_id = Uuid::parse_str(header(&nul, "x-gw-request-id")).unwrap();
-    expect_openai_error(nul, 404).await;
+    insta::assert_json_snapshot!(expect_openai_error(nul, 404).await, @r#"
+    {
+      "error": {
+        "code": "model_not_found",
+        "message": "The model 'bad\u0000model' does not exist or you do not have access to it.",
+        "param": "model",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     let long = stack.chat(&key, json!({"model": "m".repeat(10_000), "messages": user_message("x")})).await;
     expect_openai_error(long, 404).await;
     let ok = stack.chat(&key, json!({"model": "mock-model", "messages": user_message("x")})).await;
@@ -465,6 +514,16 @@ async fn body_over_the_limit_is_413() {
     // The test config limits bodies to 64 KiB.
     let big = format!(r#"{{"model":"gpt-4o-mini","messages":[{{"role":"user","content":"{}"}}]}}"#, "a".repeat(70_000));
     let b = expect_openai_error(post_raw(&stack, Some(&key), big).await, 413).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "request_too_large",
+        "message": "Request body is larger than the 65536-byte limit.",
+        "param": null,
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "request_too_large");
 }
 
@@ -484,7 +543,16 @@ async fn wrong_method_is_405_with_allow() {
     let (_, key, _) = stack.org_with_key().await;
     let r = stack.http.get(chat_url(&stack)).bearer_auth(&key).send().await.unwrap();
     assert_eq!(header(&r, "allow"), "POST");
-    expect_openai_error(r, 405).await;
+    insta::assert_json_snapshot!(expect_openai_error(r, 405).await, @r#"
+    {
+      "error": {
+        "code": "method_not_allowed",
+        "message": "Method GET is not allowed on /v1/chat/completions; use POST.",
+        "param": null,
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
 }
 
 // ---- the upstream ----
@@ -551,6 +619,16 @@ async fn upstream_rate_limit_is_429() {
     let (_, key, _) = stack.org_with_key().await;
     let r = stack.chat(&key, upstream_body(json!({"status": 429}))).await;
     let b = expect_openai_error(r, 429).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "upstream_rate_limited",
+        "message": "Upstream provider 'upstream' is rate limiting requests; retry later.",
+        "param": null,
+        "type": "rate_limit_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "upstream_rate_limited");
 }
 
@@ -579,6 +657,16 @@ async fn upstream_slower_than_the_read_timeout_is_504() {
     // The test config gives the upstream 5 s per read.
     let r = stack.chat(&key, upstream_body(json!({"latency_ms": 6000}))).await;
     let b = expect_openai_error(r, 504).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "upstream_timeout",
+        "message": "Upstream provider 'upstream' did not answer in time.",
+        "param": null,
+        "type": "api_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "upstream_timeout");
 }
 

@@ -79,7 +79,16 @@ async fn unknown_url_is_404() {
     let stack = Stack::shared().await;
     let (_, key, _) = stack.org_with_key().await;
     let r = stack.http.get(format!("{}/v1/nope", stack.proxy)).bearer_auth(&key).send().await.unwrap();
-    expect_openai_error(r, 404).await;
+    insta::assert_json_snapshot!(expect_openai_error(r, 404).await, @r#"
+    {
+      "error": {
+        "code": "unknown_url",
+        "message": "Unknown request URL: GET /v1/nope. Supported: GET /v1/models, POST /v1/chat/completions, POST /v1/embeddings.",
+        "param": null,
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
 }
 
 #[tokio::test]

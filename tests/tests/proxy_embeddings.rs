@@ -263,6 +263,16 @@ async fn chat_model_on_embeddings_is_400_wrong_endpoint() {
     let (_, key, _) = stack.org_with_key().await;
     let resp = embed(&stack, &key, json!({"model": "gpt-4o-mini", "input": "x"})).await;
     let b = expect_openai_error(resp, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "wrong_endpoint",
+        "message": "The model 'gpt-4o-mini' is not served on /v1/embeddings; it serves /v1/chat/completions.",
+        "param": "model",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "wrong_endpoint", "{b}");
     assert_eq!(b["error"]["param"], "model", "{b}");
     assert!(b["error"]["message"].as_str().unwrap().contains("/v1/chat/completions"), "{b}");
@@ -304,6 +314,16 @@ async fn unknown_model_is_404_model_not_found() {
     let (_, key, _) = stack.org_with_key().await;
     let b =
         expect_openai_error(embed(&stack, &key, json!({"model": "no-such-embedder", "input": "x"})).await, 404).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "model_not_found",
+        "message": "The model 'no-such-embedder' does not exist or you do not have access to it.",
+        "param": "model",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "model_not_found", "{b}");
     assert_eq!(b["error"]["param"], "model", "{b}");
 }
@@ -324,6 +344,16 @@ async fn without_credentials_is_401() {
     let resp =
         stack.http.post(embeddings_url(&stack)).json(&json!({"model": "mock-embedding", "input": "x"})).send().await;
     let b = expect_openai_error(resp.unwrap(), 401).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "invalid_api_key",
+        "message": "You didn't provide an API key. Send it as 'Authorization: Bearer <API_KEY>'.",
+        "param": null,
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "invalid_api_key", "{b}");
 }
 
@@ -334,5 +364,15 @@ async fn get_is_405_with_allow_post() {
     let resp = stack.http.get(embeddings_url(&stack)).bearer_auth(&key).send().await.unwrap();
     assert_eq!(header(&resp, "allow"), "POST");
     let b = expect_openai_error(resp, 405).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "method_not_allowed",
+        "message": "Method GET is not allowed on /v1/embeddings; use POST.",
+        "param": null,
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "method_not_allowed", "{b}");
 }

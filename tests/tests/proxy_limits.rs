@@ -86,6 +86,20 @@ async fn an_rpm_limit_admits_exactly_n_per_minute_across_three_replicas() {
         assert!((1..=60).contains(&retry));
     }
     let b = expect_openai_error(responses.into_iter().find(|r| r.status() == 429).unwrap(), 429).await;
+    // The message names the key's prefix and the seconds left in the minute: checked apart.
+    let message = b["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("Rate limit reached for API key 'test key' (sk_live_"), "{message}");
+    assert!(message.contains("on requests per minute: limit 25, used 25. Retry in "), "{message}");
+    insta::assert_json_snapshot!(b, {".error.message" => "[message]"}, @r#"
+    {
+      "error": {
+        "code": "rate_limit_exceeded",
+        "message": "[message]",
+        "param": null,
+        "type": "requests"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "rate_limit_exceeded");
     assert_eq!(b["error"]["type"], "requests");
 }
@@ -225,7 +239,7 @@ async fn a_request_larger_than_the_token_limit_is_refused_as_such() {
     assert!(message.contains("Request too large"), "{e}");
     // The key is named as its owner knows it: its name and the prefix the console shows.
     let prefix = &key[..gw_shared::keys::DISPLAY_PREFIX_LEN];
-    assert!(message.contains(&format!("API key 'limited' ({prefix}...)")), "{e}");
+    assert!(message.contains(&format!("API key 'test key' ({prefix}...)")), "{e}");
     assert!(!message.contains(&key_id), "{e}");
 }
 

@@ -53,6 +53,16 @@ async fn without_credentials_is_401_invalid_api_key() {
     let stack = Stack::shared().await;
     let r = stack.http.get(models_url(&stack)).send().await.unwrap();
     let b = expect_openai_error(r, 401).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "invalid_api_key",
+        "message": "You didn't provide an API key. Send it as 'Authorization: Bearer <API_KEY>'.",
+        "param": null,
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "invalid_api_key");
 }
 
@@ -95,6 +105,16 @@ async fn team_header_not_a_uuid_is_400_invalid_team() {
     let r =
         stack.http.get(models_url(&stack)).bearer_auth(&key).header("x-gw-team", "not-a-uuid").send().await.unwrap();
     let b = expect_openai_error(r, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "invalid_team",
+        "message": "x-gw-team must be a team id (UUID).",
+        "param": "x-gw-team",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "invalid_team");
 }
 
@@ -104,5 +124,14 @@ async fn wrong_method_is_405_with_allow() {
     let (_, key, _) = stack.org_with_key().await;
     let r = stack.http.post(models_url(&stack)).bearer_auth(&key).send().await.unwrap();
     assert_eq!(header(&r, "allow"), "GET");
-    expect_openai_error(r, 405).await;
+    insta::assert_json_snapshot!(expect_openai_error(r, 405).await, @r#"
+    {
+      "error": {
+        "code": "method_not_allowed",
+        "message": "Method POST is not allowed on /v1/models; use GET.",
+        "param": null,
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
 }

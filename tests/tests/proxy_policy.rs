@@ -66,6 +66,16 @@ async fn unknown_policy_is_a_400_naming_it() {
     let (_, key, _) = stack.org_with_key().await;
     let resp = post_chat(&stack, &key, Some("pii_redact, nope"), &tagged_chat("hi", &unique_tag())).await;
     let err = expect_openai_error(resp, 400).await;
+    insta::assert_json_snapshot!(err, @r#"
+    {
+      "error": {
+        "code": "invalid_policy",
+        "message": "Unknown policy 'nope' in x-gw-policy. Available policies: pii_redact, topic_guard, prompt_injection.",
+        "param": "x-gw-policy",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(err["error"]["code"], "invalid_policy");
     assert_eq!(err["error"]["param"], "x-gw-policy");
     let msg = err["error"]["message"].as_str().unwrap_or_default();
@@ -263,6 +273,16 @@ async fn a_broken_stored_policy_fails_closed() {
     .expect("insert");
     let resp = post_chat(&stack, &key, None, &tagged_chat("hi", &unique_tag())).await;
     let err = expect_openai_error(resp, 503).await;
+    insta::assert_json_snapshot!(err, @r#"
+    {
+      "error": {
+        "code": "guardrail_failed",
+        "message": "A guardrail of policy '(organization policy)' failed and the policy fails closed; the request was not sent.",
+        "param": null,
+        "type": "api_error"
+      }
+    }
+    "#);
     assert_eq!(err["error"]["code"], "guardrail_failed");
     let metrics = stack
         .http

@@ -168,6 +168,16 @@ async fn a_model_outside_the_keys_allow_list_looks_like_a_missing_one() {
     let key = key_with_models(&stack, &session.access_token, json!(["mock-model"])).await;
     let r = stack.chat(&key, json!({"model": "gpt-4o-mini", "messages": user_message("hi")})).await;
     let e = expect_openai_error(r, 404).await;
+    insta::assert_json_snapshot!(e, @r#"
+    {
+      "error": {
+        "code": "model_not_found",
+        "message": "The model 'gpt-4o-mini' does not exist or you do not have access to it.",
+        "param": "model",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(e["error"]["code"], "model_not_found");
     let r = stack
         .http

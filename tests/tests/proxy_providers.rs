@@ -324,6 +324,16 @@ async fn bedrock_stream_is_400_unsupported_parameter() {
     let resp =
         stack.chat(&key, json!({"model": "bedrock-test", "messages": user_message("stream me"), "stream": true})).await;
     let b = expect_openai_error(resp, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "unsupported_parameter",
+        "message": "Streaming is not available for this model's Bedrock deployment; set 'stream' to false.",
+        "param": null,
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["code"], "unsupported_parameter", "{b}");
     assert_eq!(b["error"]["type"], "invalid_request_error", "{b}");
 }
@@ -476,6 +486,16 @@ async fn anthropic_overloaded_529_is_502_api_error() {
     let resp = stack.chat(&key, json!({"model": "claude-overloaded", "messages": user_message("x")})).await;
     let id = request_id(&resp);
     let b = expect_openai_error(resp, 502).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "upstream_unavailable",
+        "message": "Upstream provider 'claude-overloaded-provider' returned HTTP 529.",
+        "param": null,
+        "type": "api_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["type"], "api_error", "{b}");
     assert_eq!(b["error"]["code"], "upstream_unavailable", "{b}");
     assert!(b["error"]["message"].as_str().unwrap().contains("529"), "{b}");
@@ -498,6 +518,16 @@ async fn gemini_429_is_429_rate_limit_error() {
     let (_, key, _) = stack.org_with_key().await;
     let resp = stack.chat(&key, json!({"model": "gemini-limited", "messages": user_message("x")})).await;
     let b = expect_openai_error(resp, 429).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "upstream_rate_limited",
+        "message": "Upstream provider 'gemini-limited-provider' is rate limiting requests; retry later.",
+        "param": null,
+        "type": "rate_limit_error"
+      }
+    }
+    "#);
     assert_eq!(b["error"]["type"], "rate_limit_error", "{b}");
     assert_eq!(b["error"]["code"], "upstream_rate_limited", "{b}");
 }
