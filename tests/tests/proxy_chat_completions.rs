@@ -289,7 +289,6 @@ async fn without_credentials_is_401_invalid_api_key() {
     }
     "#);
     assert_eq!(b["error"]["code"], "invalid_api_key");
-    insta::assert_json_snapshot!("error_missing_api_key", &b);
 }
 
 #[tokio::test]
@@ -474,8 +473,16 @@ async fn unknown_model_is_404_model_not_found() {
         404,
     )
     .await;
-    assert_eq!(b["error"]["code"], "model_not_found");
-    insta::assert_json_snapshot!("error_unknown_model", &b);
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "model_not_found",
+        "message": "The model 'no-such-model' does not exist or you do not have access to it.",
+        "param": "model",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
 }
 
 #[tokio::test]

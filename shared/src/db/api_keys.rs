@@ -44,22 +44,30 @@ pub struct NewApiKey<'a> {
     pub rate_limits: Option<&'a serde_json::Value>,
 }
 
-/// The names of an organization's keys among `ids` (revoked keys keep theirs), for display.
-pub async fn names(
+/// How a key is shown where it is referenced (the request log, the overview): its name and
+/// prefix. Revoked keys keep theirs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLabel {
+    pub name: String,
+    pub key_prefix: String,
+}
+
+/// The labels of an organization's keys among `ids`.
+pub async fn labels(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
     ids: &[Uuid],
-) -> Result<std::collections::HashMap<Uuid, String>> {
+) -> Result<std::collections::HashMap<Uuid, KeyLabel>> {
     if ids.is_empty() {
         return Ok(Default::default());
     }
-    let rows: Vec<(Uuid, String)> = api_keys::table
+    let rows: Vec<(Uuid, String, String)> = api_keys::table
         .filter(api_keys::org_id.eq(org_id))
         .filter(api_keys::id.eq_any(ids))
-        .select((api_keys::id, api_keys::name))
+        .select((api_keys::id, api_keys::name, api_keys::key_prefix))
         .load(conn)
         .await?;
-    Ok(rows.into_iter().collect())
+    Ok(rows.into_iter().map(|(id, name, key_prefix)| (id, KeyLabel { name, key_prefix })).collect())
 }
 
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewApiKey<'_>) -> Result<ApiKey> {

@@ -145,25 +145,6 @@ pub async fn list(
     Ok(q.load(conn).await?)
 }
 
-/// The prefixes of these keys (the audit row references the key; its prefix is not repeated).
-pub async fn key_prefixes(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    ids: &[Uuid],
-) -> Result<std::collections::HashMap<Uuid, String>> {
-    use super::schema::api_keys;
-    if ids.is_empty() {
-        return Ok(Default::default());
-    }
-    let rows: Vec<(Uuid, String)> = api_keys::table
-        .filter(api_keys::org_id.eq(org_id))
-        .filter(api_keys::id.eq_any(ids))
-        .select((api_keys::id, api_keys::key_prefix))
-        .load(conn)
-        .await?;
-    Ok(rows.into_iter().collect())
-}
-
 pub async fn user_agent(conn: &mut AsyncPgConnection, id: i64) -> Result<Option<String>> {
     use super::schema::audit_user_agents;
     Ok(audit_user_agents::table

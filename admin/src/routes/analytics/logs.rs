@@ -5,6 +5,7 @@ use actix_web::{get, web, HttpResponse};
 use chrono::{DateTime, Utc};
 use gw_shared::audit::detail::{Attempt, Decision};
 use gw_shared::audit::AuditRecord;
+use gw_shared::db::api_keys;
 use gw_shared::db::audit_logs::{self, LogCursor, LogFilter, StatusFilter};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -222,7 +223,11 @@ pub async fn list(
     let mut keys: Vec<Uuid> = rows.iter().filter_map(|r| r.api_key_id).collect();
     keys.sort_unstable();
     keys.dedup();
-    let prefixes = audit_logs::key_prefixes(&mut conn, session.org_id, &keys).await?;
+    let prefixes: std::collections::HashMap<Uuid, String> = api_keys::labels(&mut conn, session.org_id, &keys)
+        .await?
+        .into_iter()
+        .map(|(id, l)| (id, l.key_prefix))
+        .collect();
     let next_cursor = if more { rows.last().map(cursor_text) } else { None };
     let data = rows.iter().map(|r| LogEntry::from(r, r.api_key_id.and_then(|k| prefixes.get(&k).cloned()))).collect();
     Ok(HttpResponse::Ok().json(LogPage { data, next_cursor }))
@@ -266,7 +271,7 @@ pub async fn detail(state: web::Data<AppState>, session: Session, path: web::Pat
     let mut conn = state.conn().await?;
     let r = audit_logs::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("log entry"))?;
     let prefix = match r.api_key_id {
-        Some(k) => audit_logs::key_prefixes(&mut conn, session.org_id, &[k]).await?.remove(&k),
+        Some(k) => api_keys::labels(&mut conn, session.org_id, &[k]).await?.remove(&k).map(|l| l.key_prefix),
         None => None,
     };
     let user_agent = match r.user_agent_id {

@@ -241,7 +241,8 @@ pub async fn overview(
         }
         Some(GroupBy::Key) => {
             let ids: Vec<Uuid> = groups.keys().flatten().filter_map(|k| k.parse().ok()).collect();
-            gw_shared::db::api_keys::names(&mut conn, session.org_id, &ids).await?
+            let labels = gw_shared::db::api_keys::labels(&mut conn, session.org_id, &ids).await?;
+            labels.into_iter().map(|(id, l)| (id, l.name)).collect()
         }
         _ => Default::default(),
     };
