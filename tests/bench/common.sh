@@ -1,6 +1,10 @@
-# Shared set-up of the benchmark scripts (sourced): services, a release build, a config, gw-admin,
-# and an organization with an API key. Callers set WORK (a scratch directory) and PIDS (an array
-# of processes to stop on exit) before sourcing.
+# Shared set-up of the benchmark scripts (sourced): a scratch directory (WORK) and the processes to
+# stop on exit (PIDS, appended to by the caller), services, a release build, a config, gw-admin,
+# and an organization with an API key.
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
 command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 scripts/services.sh start
 eval "$(scripts/services.sh env)"
