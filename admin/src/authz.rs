@@ -91,6 +91,7 @@ pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/api-keys/{key_id}", VIEWER),
     rule("PATCH", "/api/v1/api-keys/{key_id}", MEMBER),
     rule("DELETE", "/api/v1/api-keys/{key_id}", MEMBER),
+    rule("POST", "/api/v1/api-keys/{key_id}/regenerate", MEMBER),
     rule("GET", "/api/v1/api-keys/{key_id}/limits", VIEWER),
     rule("GET", "/api/v1/provider-keys", VIEWER),
     rule("POST", "/api/v1/provider-keys", ADMIN),

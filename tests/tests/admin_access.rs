@@ -297,6 +297,7 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/api-keys/{key_id}/limits"), Foreign(None)),
         (("PATCH", "/api/v1/api-keys/{key_id}"), Foreign(Some(json!({"name": "stolen"})))),
         (("DELETE", "/api/v1/api-keys/{key_id}"), Foreign(None)),
+        (("POST", "/api/v1/api-keys/{key_id}/regenerate"), Foreign(Some(json!({})))),
         (("GET", "/api/v1/provider-keys"), List),
         (
             ("POST", "/api/v1/provider-keys"),

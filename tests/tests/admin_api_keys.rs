@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use gw_shared::db::schema::api_keys;
-use gw_tests::{db, expect_api_error, expect_field_error, header, json_of, mock_chat, Stack};
+use gw_tests::{db, expect_api_error, expect_field_error, expect_openai_error, header, json_of, mock_chat, Stack};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -40,9 +40,9 @@ async fn what_get_answers_can_be_patched_back() {
         assert_eq!(back[field], got[field], "{field}");
     }
     let mut changed = got.clone();
-    changed["permissions"] = json!(["proxy:chat"]);
+    changed["key_prefix"] = json!("sk_live_other");
     let r = stack.admin_patch(&format!("/api-keys/{id}"), &s.access_token, &changed).await;
-    expect_field_error(r, "permissions", "").await;
+    expect_field_error(r, "key_prefix", "").await;
 }
 
 // ---- POST /api-keys ----
@@ -600,4 +600,172 @@ async fn lists_filter_by_team_status_and_name() {
     let r = stack.admin_get("/api-keys?status=sleeping", &s.access_token).await;
     let b = expect_api_error(r, 400).await;
     assert_eq!(b["error"]["fields"][0]["field"], "status");
+}
+
+// ---- POST /api-keys/{id}/regenerate, permissions ----
+
+/// Sends chats with `key` until one is answered with `status` (proxies drop cached keys
+/// asynchronously, within milliseconds of the change): panics after 20 s.
+async fn until_chat_status(stack: &Stack, key: &str, status: u16) -> reqwest::Response {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let r = stack.chat(key, mock_chat("still me?")).await;
+        if r.status() == status {
+            return r;
+        }
+        assert!(std::time::Instant::now() < deadline, "the key never got {status} (last {})", r.status());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn regenerate_gives_a_new_secret_under_the_same_id_and_the_old_one_stops() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (old, id) =
+        stack.key_with(&s, json!({"name": "rotated", "budget": {"amount_usd": "5"}, "models": ["mock-model"]})).await;
+    assert_eq!(stack.chat(&old, mock_chat("before")).await.status(), 200);
+    let r = stack.admin_post(&format!("/api-keys/{id}/regenerate"), &s.access_token, &json!({})).await;
+    let b = json_of(r, 200).await;
+    let new = b["key"].as_str().unwrap();
+    assert_ne!(new, old);
+    assert_eq!(
+        (b["id"].as_str(), &b["name"], &b["models"]),
+        (Some(id.as_str()), &json!("rotated"), &json!(["mock-model"]))
+    );
+    assert_eq!(b["budget"]["amount_usd"], "5");
+    assert!(new.starts_with(b["key_prefix"].as_str().unwrap()) && !old.starts_with(b["key_prefix"].as_str().unwrap()));
+    assert_eq!(b["previous_key_expires_at"], Value::Null);
+    let refused = expect_openai_error(until_chat_status(&stack, &old, 401).await, 401).await;
+    assert_eq!(refused["error"]["code"], "invalid_api_key");
+    assert_eq!(stack.chat(new, mock_chat("after")).await.status(), 200);
+    // The history is the key's: both requests are logged under the same id.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let logs = stack.get_ok(&s, &format!("/analytics/logs?key_id={id}")).await;
+        if logs["data"].as_array().unwrap().len() == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{logs}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let trail = stack.get_ok(&s, &format!("/audit-events?resource_id={id}&action=api_key.regenerate")).await;
+    assert_eq!(trail["data"][0]["detail"]["grace_seconds"], 0);
+}
+
+#[tokio::test]
+async fn regenerate_with_a_grace_keeps_the_old_secret_until_it_ends() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (old, id) = stack.key_with(&s, json!({})).await;
+    let r =
+        stack.admin_post(&format!("/api-keys/{id}/regenerate"), &s.access_token, &json!({"grace_seconds": 3})).await;
+    let b = json_of(r, 200).await;
+    assert!(b["previous_key_expires_at"].is_string(), "{b}");
+    // Right after: both secrets work (the grace has three seconds to run).
+    assert_eq!(stack.chat(&old, mock_chat("old")).await.status(), 200);
+    assert_eq!(stack.chat(b["key"].as_str().unwrap(), mock_chat("new")).await.status(), 200);
+    // Once it ends, the old secret is refused as an expired key.
+    let refused = expect_openai_error(until_chat_status(&stack, &old, 401).await, 401).await;
+    assert_eq!(refused["error"]["code"], "expired_api_key");
+    assert_eq!(stack.chat(b["key"].as_str().unwrap(), mock_chat("new")).await.status(), 200);
+    // Revoking the key ends every secret of it.
+    let (other_old, other) = stack.key_with(&s, json!({})).await;
+    let r = stack
+        .admin_post(&format!("/api-keys/{other}/regenerate"), &s.access_token, &json!({"grace_seconds": 600}))
+        .await;
+    let fresh = json_of(r, 200).await["key"].as_str().unwrap().to_string();
+    assert_eq!(stack.admin_delete(&format!("/api-keys/{other}"), &s.access_token).await.status(), 204);
+    until_chat_status(&stack, &other_old, 401).await;
+    until_chat_status(&stack, &fresh, 401).await;
+}
+
+#[tokio::test]
+async fn regenerate_with_a_bad_grace_is_400() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (_, id) = stack.key_with(&s, json!({})).await;
+    let path = format!("/api-keys/{id}/regenerate");
+    let b =
+        expect_api_error(stack.admin_post(&path, &s.access_token, &json!({"grace_seconds": 86401})).await, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "grace_seconds",
+            "message": "must be between 0 and 86400"
+          }
+        ],
+        "message": "grace_seconds: must be between 0 and 86400"
+      }
+    }
+    "#);
+    expect_field_error(
+        stack.admin_post(&path, &s.access_token, &json!({"grace_seconds": -1})).await,
+        "grace_seconds",
+        "",
+    )
+    .await;
+    expect_field_error(stack.admin_post(&path, &s.access_token, &json!({"grace": 5})).await, "grace", "").await;
+}
+
+#[tokio::test]
+async fn regenerate_of_a_revoked_key_is_409() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (_, id) = stack.key_with(&s, json!({})).await;
+    assert_eq!(stack.admin_delete(&format!("/api-keys/{id}"), &s.access_token).await.status(), 204);
+    let r = stack.admin_post(&format!("/api-keys/{id}/regenerate"), &s.access_token, &json!({})).await;
+    insta::assert_json_snapshot!(expect_api_error(r, 409).await, @r#"
+    {
+      "error": {
+        "code": "conflict",
+        "fields": [],
+        "message": "api key is revoked"
+      }
+    }
+    "#);
+}
+
+#[tokio::test]
+async fn permissions_change_what_the_key_may_call() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let (key, id) = stack.key_with(&s, json!({})).await;
+    let r = stack
+        .admin_patch(&format!("/api-keys/{id}"), &s.access_token, &json!({"permissions": ["proxy:embeddings"]}))
+        .await;
+    assert_eq!(json_of(r, 200).await["permissions"], json!(["proxy:embeddings"]));
+    let refused = expect_openai_error(until_chat_status(&stack, &key, 403).await, 403).await;
+    assert_eq!(refused["error"]["code"], "insufficient_permissions");
+    assert_eq!(embeddings(&stack, &key).await.status(), 200);
+    let r =
+        stack.admin_patch(&format!("/api-keys/{id}"), &s.access_token, &json!({"permissions": ["proxy:fly"]})).await;
+    expect_field_error(r, "permissions", "").await;
+}
+
+#[tokio::test]
+async fn members_cannot_change_permissions() {
+    let stack = Stack::shared().await;
+    let owner = stack.register().await;
+    let team = stack.create_team(&owner, "perm team").await;
+    let member = stack.join(&owner, "member", &[team]).await;
+    let (_, id) = stack.key_with(&member, json!({"team_id": team})).await;
+    let path = format!("/api-keys/{id}");
+    let r = stack.admin_patch(&path, &member.access_token, &json!({"permissions": ["proxy:chat"]})).await;
+    insta::assert_json_snapshot!(expect_api_error(r, 403).await, @r#"
+    {
+      "error": {
+        "code": "forbidden",
+        "fields": [],
+        "message": "changing a key's permissions needs the admin role or higher"
+      }
+    }
+    "#);
+    // Their other settings they may change, and the permissions as they are.
+    let r =
+        stack.admin_patch(&path, &member.access_token, &json!({"name": "renamed", "permissions": ["proxy:llm"]})).await;
+    assert_eq!(json_of(r, 200).await["name"], "renamed");
 }

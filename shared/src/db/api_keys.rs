@@ -25,6 +25,8 @@ pub struct ApiKey {
     pub allowed_models: Option<Vec<String>>,
     pub budget: Option<serde_json::Value>,
     pub rate_limits: Option<serde_json::Value>,
+    /// Until when the secret a regeneration replaced still works.
+    pub previous_key_expires_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Insertable)]
@@ -132,6 +134,7 @@ pub async fn list(
 #[diesel(table_name = api_keys)]
 pub struct Change {
     pub name: Option<String>,
+    pub permissions: Option<Vec<String>>,
     pub expires_at: Option<Option<DateTime<Utc>>>,
     pub allowed_models: Option<Option<Vec<String>>>,
     pub budget: Option<Option<serde_json::Value>>,
@@ -144,7 +147,7 @@ pub async fn update(
     org_id: Uuid,
     id: Uuid,
     change: &Change,
-) -> Result<Option<(ApiKey, Vec<u8>)>> {
+) -> Result<Option<(ApiKey, Vec<Vec<u8>>)>> {
     let row: Option<ApiKey> = diesel::update(
         api_keys::table
             .filter(api_keys::org_id.eq(org_id))
@@ -159,8 +162,12 @@ pub async fn update(
     let Some(row) = row else {
         return Ok(None);
     };
-    let hash: Vec<u8> = api_keys::table.filter(api_keys::id.eq(id)).select(api_keys::key_hash).first(conn).await?;
-    Ok(Some((row, hash)))
+    let (hash, previous): (Vec<u8>, Option<Vec<u8>>) = api_keys::table
+        .filter(api_keys::id.eq(id))
+        .select((api_keys::key_hash, api_keys::previous_key_hash))
+        .first(conn)
+        .await?;
+    Ok(Some((row, std::iter::once(hash).chain(previous).collect())))
 }
 
 pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<ApiKey>> {
@@ -175,18 +182,21 @@ pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Resul
 
 /// Revokes a key of `org_id`; returns its hash (to invalidate caches) when it was live. A key
 /// already revoked keeps its original `revoked_at`.
-pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<Vec<u8>>> {
-    Ok(diesel::update(
+/// Revokes a live key; the hashes its secrets had (the current one, and one still in a
+/// regeneration's grace), for invalidation. `None` when missing or already revoked.
+pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<Vec<Vec<u8>>>> {
+    let hashes: Option<(Vec<u8>, Option<Vec<u8>>)> = diesel::update(
         api_keys::table
             .filter(api_keys::org_id.eq(org_id))
             .filter(api_keys::id.eq(id))
             .filter(api_keys::revoked_at.is_null()),
     )
     .set(api_keys::revoked_at.eq(Utc::now()))
-    .returning(api_keys::key_hash)
+    .returning((api_keys::key_hash, api_keys::previous_key_hash))
     .get_result(conn)
     .await
-    .optional()?)
+    .optional()?;
+    Ok(hashes.map(|(h, p)| std::iter::once(h).chain(p).collect()))
 }
 
 /// What the proxy needs to authorize a request made with a key (also what Redis caches of it).
@@ -217,8 +227,72 @@ pub struct KeyAuth {
 }
 
 /// Authentication lookup: by digest across all tenants (the digest is the credential).
+/// The key a secret authenticates: its current secret, or the one a regeneration replaced while
+/// its grace period lasts (then the key expires, for that secret, when the grace ends).
 pub async fn find_by_hash(conn: &mut AsyncPgConnection, hash: &[u8]) -> Result<Option<KeyAuth>> {
-    Ok(api_keys::table.filter(api_keys::key_hash.eq(hash)).select(KeyAuth::as_select()).first(conn).await.optional()?)
+    let current = api_keys::table
+        .filter(api_keys::key_hash.eq(hash))
+        .select(KeyAuth::as_select())
+        .first(conn)
+        .await
+        .optional()?;
+    if current.is_some() {
+        return Ok(current);
+    }
+    let previous: Option<(KeyAuth, Option<DateTime<Utc>>)> = api_keys::table
+        .filter(api_keys::previous_key_hash.eq(hash))
+        .select((KeyAuth::as_select(), api_keys::previous_key_expires_at))
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(previous.map(|(mut key, until)| {
+        key.expires_at = match (key.expires_at, until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        key
+    }))
+}
+
+/// A regenerated key's row and the hashes that no longer authenticate it as they did (the
+/// replaced secret, or the one an earlier regeneration left in grace), for invalidation.
+pub struct Regenerated {
+    pub key: ApiKey,
+    pub stale_hashes: Vec<Vec<u8>>,
+}
+
+/// Gives a live key a new secret (its prefix and hash); the replaced secret keeps working until
+/// `grace_until` (`None`: not at all). `None` when the key is missing or revoked.
+pub async fn regenerate(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+    new_prefix: &str,
+    new_hash: &[u8],
+    grace_until: Option<DateTime<Utc>>,
+) -> Result<Option<Regenerated>> {
+    let old: Option<(Vec<u8>, Option<Vec<u8>>)> = api_keys::table
+        .filter(api_keys::org_id.eq(org_id))
+        .filter(api_keys::id.eq(id))
+        .filter(api_keys::revoked_at.is_null())
+        .select((api_keys::key_hash, api_keys::previous_key_hash))
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?;
+    let Some((old_hash, older_hash)) = old else { return Ok(None) };
+    let key = diesel::update(api_keys::table.filter(api_keys::org_id.eq(org_id)).filter(api_keys::id.eq(id)))
+        .set((
+            api_keys::key_prefix.eq(new_prefix),
+            api_keys::key_hash.eq(new_hash),
+            api_keys::previous_key_hash.eq(grace_until.map(|_| old_hash.clone())),
+            api_keys::previous_key_expires_at.eq(grace_until),
+            api_keys::updated_at.eq(Utc::now()),
+        ))
+        .returning(ApiKey::as_returning())
+        .get_result(conn)
+        .await?;
+    Ok(Some(Regenerated { key, stale_hashes: std::iter::once(old_hash).chain(older_hash).collect() }))
 }
 
 /// Records last use for a batch of keys in one statement (called by the audit flusher, never on

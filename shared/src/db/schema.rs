@@ -81,6 +81,8 @@ diesel::table! {
         updated_at -> Timestamptz,
         budget -> Nullable<Jsonb>,
         rate_limits -> Nullable<Jsonb>,
+        previous_key_hash -> Nullable<Bytea>,
+        previous_key_expires_at -> Nullable<Timestamptz>,
     }
 }
 

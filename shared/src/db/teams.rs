@@ -397,7 +397,7 @@ pub async fn ids_of_member(conn: &mut AsyncPgConnection, org_id: Uuid, user_id: 
         .await?)
 }
 
-/// The team's live API keys (not revoked, not expired): id and hash.
+/// The team's live API keys (not revoked, not expired): id and hash (the current secret's).
 pub async fn live_keys_of_team(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
@@ -429,9 +429,13 @@ pub async fn revoke_keys_of_team(
             .filter(api_keys::revoked_at.is_null()),
     )
     .set((api_keys::revoked_at.eq(now), api_keys::updated_at.eq(now)))
-    .returning((api_keys::id, api_keys::key_hash))
-    .get_results(conn)
-    .await?)
+    .returning((api_keys::id, api_keys::key_hash, api_keys::previous_key_hash))
+    .get_results::<(Uuid, Vec<u8>, Option<Vec<u8>>)>(conn)
+    .await?
+    .into_iter()
+    // A secret still in a regeneration's grace is a second hash of the same key.
+    .flat_map(|(id, hash, previous)| std::iter::once((id, hash)).chain(previous.map(|p| (id, p))))
+    .collect())
 }
 
 /// The names of `ids` among the organization's teams, deleted ones included (their spend is still

@@ -27,10 +27,15 @@ use crate::state::AppState;
 use crate::trail::{self, Entry, Trail};
 use crate::validate;
 
+/// What a key's `GET` body holds that the server derives (ignored when sent back).
+const KEY_DERIVED: &[&str] = &["created_at", "last_used_at", "status", "spend", "previous_key_expires_at"];
+
 const WARNING: &str = "Store this key now: it is shown only once and cannot be retrieved again.";
 
+mod regenerate;
+
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(list).service(create).service(get_one).service(update).service(revoke);
+    cfg.service(list).service(create).service(get_one).service(update).service(revoke).service(regenerate::regenerate);
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -62,6 +67,9 @@ pub struct CreateApiKey {
 pub struct UpdateApiKey {
     #[serde(default)]
     name: Option<String>,
+    /// What the key may call (as on creation); changed by admins and owners only.
+    #[serde(default)]
+    permissions: Option<Vec<String>>,
     /// A future time, or null for no expiry.
     #[serde(default, deserialize_with = "crate::validate::double_option")]
     #[schema(value_type = Option<DateTime<Utc>>)]
@@ -111,6 +119,8 @@ pub struct ApiKeyOut {
     rate_limits: Option<RateLimits>,
     /// `active`, `expired` or `revoked`.
     status: &'static str,
+    /// After a regeneration with a grace period: until when the replaced secret still works.
+    previous_key_expires_at: Option<DateTime<Utc>>,
     /// The key's spend in its budget's current period, or this calendar month without one.
     spend: PeriodSpend,
 }
@@ -139,6 +149,7 @@ impl ApiKeyOut {
             budget: k.budget.and_then(|v| serde_json::from_value(v).ok()),
             rate_limits: k.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
             status,
+            previous_key_expires_at: k.previous_key_expires_at.filter(|t| *t > Utc::now()),
             spend,
         }
     }
@@ -198,9 +209,13 @@ async fn require_key_access(
     }
 }
 
-async fn drop_cached(state: &AppState, id: Uuid, hash: Vec<u8>, what: &str) -> ApiResult<()> {
-    let hash: KeyHash = hash.try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
-    state.invalidate(&Invalidation::ApiKey(hash), format!("the {what} of key {id}")).await;
+/// Tells the proxies to forget what they hold of the key under each of its secrets' hashes.
+async fn drop_cached(state: &AppState, id: Uuid, hashes: Vec<Vec<u8>>, what: &str) -> ApiResult<()> {
+    for hash in hashes {
+        let hash: KeyHash =
+            hash.try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
+        state.invalidate(&Invalidation::ApiKey(hash), format!("the {what} of key {id}")).await;
+    }
     Ok(())
 }
 
@@ -319,9 +334,9 @@ pub async fn get_one(state: web::Data<AppState>, session: Session, id: web::Path
 }
 
 /// Update a live key's name, expiry, model allow-list, budget or rate limits; absent fields stay
-/// as they are. The body `GET` answers may be sent back: `id`, `key_prefix`, `team_id`,
-/// `permissions`, `created_by` and `revoked_at` as they are; `created_at`, `last_used_at`,
-/// `status` and `spend` ignored.
+/// as they are; `permissions` too, by admins and owners. The body `GET` answers may be sent back:
+/// `id`, `key_prefix`, `team_id`, `created_by` and `revoked_at` as they are; `created_at`,
+/// `last_used_at`, `status`, `spend` and `previous_key_expires_at` ignored.
 #[utoipa::path(operation_id = "update_api_key", tag = "api-keys", params(("key_id" = Uuid, Path, description = "The key's id")),
     request_body = UpdateApiKey, responses((status = 200, body = ApiKeyOut), Errors))]
 #[patch("/api-keys/{key_id}")]
@@ -339,13 +354,12 @@ pub async fn update(
         Fixed::new("id", key.id, "it names the key"),
         Fixed::new("key_prefix", &key.key_prefix, "it is part of the secret"),
         Fixed::new("team_id", key.team_id, "a key stays with its team"),
-        Fixed::new("permissions", &key.permissions, "create a key with the permissions needed"),
         Fixed::new("created_by", key.created_by, "it records who created the key"),
         Fixed::new("revoked_at", key.revoked_at, "revoke with DELETE"),
     ];
-    let b: UpdateApiKey =
-        read_only::writable(body.into_inner(), &fixed, &["created_at", "last_used_at", "status", "spend"])?;
+    let b: UpdateApiKey = read_only::writable(body.into_inner(), &fixed, KEY_DERIVED)?;
     let name = b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?;
+    let perms = b.permissions.map(|p| permissions(Some(p))).transpose()?;
     if let Some(t) = b.expires_at {
         future("expires_at", t)?;
     }
@@ -357,6 +371,7 @@ pub async fn update(
     let rate_limits = b.rate_limits.map(|o| o.map(validate::rate_limits).transpose()).transpose()?;
     let changed: Vec<&str> = [
         ("name", name.is_some()),
+        ("permissions", perms.is_some()),
         ("expires_at", b.expires_at.is_some()),
         ("models", allowed_models.is_some()),
         ("budget", budget.is_some()),
@@ -367,11 +382,15 @@ pub async fn update(
     .collect();
     if changed.is_empty() {
         return Err(ApiError::Validation(
-            "nothing to update: send name, expires_at, models, budget or rate_limits".into(),
+            "nothing to update: send name, permissions, expires_at, models, budget or rate_limits".into(),
         ));
     }
     require_key_access(&mut conn, &session, &key).await?;
-    let change = api_keys::Change { name, expires_at: b.expires_at, allowed_models, budget, rate_limits };
+    if perms.as_ref().is_some_and(|p| *p != key.permissions) && !session.is_admin() {
+        return Err(ApiError::Forbidden("changing a key's permissions needs the admin role or higher".into()));
+    }
+    let change =
+        api_keys::Change { name, permissions: perms, expires_at: b.expires_at, allowed_models, budget, rate_limits };
     let Some((row, hash)) = api_keys::update(&mut conn, session.org_id, id, &change).await? else {
         return Err(ApiError::Conflict("api key is revoked".into()));
     };
@@ -401,7 +420,7 @@ pub async fn revoke(
     let mut conn = state.conn().await?;
     let key = api_keys::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("api key"))?;
     require_key_access(&mut conn, &session, &key).await?;
-    if let Some(hash) = api_keys::revoke(&mut conn, session.org_id, id).await? {
+    if let Some(hashes) = api_keys::revoke(&mut conn, session.org_id, id).await? {
         let entry = Entry {
             action: "api_key.revoke",
             resource_type: "api_key",
@@ -410,7 +429,7 @@ pub async fn revoke(
         };
         trail::by(&mut conn, &session, &req, entry).await?;
         log::info!("api key {id} revoked in org {}", session.org_id);
-        drop_cached(&state, id, hash, "revocation").await?;
+        drop_cached(&state, id, hashes, "revocation").await?;
     }
     Ok(HttpResponse::NoContent().finish())
 }
