@@ -16,11 +16,11 @@ use gw_tests::{db, expect_api_error, header, unique_tag, Session, Stack, StackOp
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 12] = [
     "created_at",
     "created_by",
     "id",
-    "key_version",
+    "master_key_version",
     "name",
     "provider",
     "revoked_at",
@@ -28,6 +28,7 @@ const FIELDS: [&str; 11] = [
     "secret_hint",
     "status",
     "updated_at",
+    "version",
 ];
 
 fn url(stack: &Stack, path: &str) -> String {
@@ -147,7 +148,7 @@ async fn create_returns_the_key_without_its_secret_and_seals_it() {
     assert_eq!(body["provider"], "upstream");
     assert_eq!(body["name"], "prod key");
     assert_eq!(body["secret_hint"], "sk-…WXYZ");
-    assert_eq!(body["key_version"], 1);
+    assert_eq!((&body["version"], &body["master_key_version"]), (&json!(1), &json!(1)));
     assert_eq!(body["status"], "active");
     assert_eq!(body["created_by"], s.user_id.to_string());
     assert!(body["rotated_at"].is_null() && body["revoked_at"].is_null(), "{body}");
@@ -440,7 +441,17 @@ async fn rename_changes_only_the_name() {
     let renamed: Value = r.json().await.unwrap();
     assert_eq!(renamed["name"], "renamed");
     assert!(time(&renamed["updated_at"]) >= time(&key["updated_at"]));
-    for f in ["id", "provider", "secret_hint", "key_version", "status", "created_at", "rotated_at", "revoked_at"] {
+    for f in [
+        "id",
+        "provider",
+        "secret_hint",
+        "version",
+        "master_key_version",
+        "status",
+        "created_at",
+        "rotated_at",
+        "revoked_at",
+    ] {
         assert_eq!(renamed[f], key[f], "{f}");
     }
     assert_eq!(get_key(&stack, &id, &s.access_token).await, renamed);
@@ -523,7 +534,8 @@ async fn rotate_replaces_the_secret_under_the_same_id() {
     let rotated: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(rotated["id"], key["id"]);
     assert_eq!(rotated["secret_hint"], "sk-…WXYZ");
-    assert_eq!(rotated["key_version"], 1);
+    // The key's own version counts the rotation; the master key that sealed it is the same.
+    assert_eq!((&rotated["version"], &rotated["master_key_version"]), (&json!(2), &json!(1)));
     assert_eq!(rotated["status"], "active");
     assert_eq!(rotated["name"], key["name"]);
     assert_eq!(rotated["created_at"], key["created_at"]);

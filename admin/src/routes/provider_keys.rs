@@ -68,7 +68,11 @@ pub struct ProviderKeyOut {
     provider: String,
     name: String,
     secret_hint: String,
-    key_version: i16,
+    /// The key's own version: 1 when added, one more per rotation.
+    version: i32,
+    /// The version of gw's master key that sealed the secret (it changes when the operator
+    /// re-encrypts after a master key rotation, not when this key is rotated).
+    master_key_version: i16,
     /// `active` or `revoked`.
     status: &'static str,
     created_by: Option<Uuid>,
@@ -85,7 +89,8 @@ impl From<ProviderKey> for ProviderKeyOut {
             provider: k.provider,
             name: k.name,
             secret_hint: k.secret_hint,
-            key_version: k.key_version,
+            version: k.version,
+            master_key_version: k.key_version,
             status: if k.revoked_at.is_some() { "revoked" } else { "active" },
             created_by: k.created_by,
             created_at: k.created_at,

@@ -20,7 +20,10 @@ pub struct ProviderKey {
     pub provider: String,
     pub name: String,
     pub secret_hint: String,
+    /// The master key's version that sealed the secret (not the key's own version).
     pub key_version: i16,
+    /// The key's own version: 1 when added, one more per rotation.
+    pub version: i32,
     pub created_by: Option<Uuid>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -165,6 +168,7 @@ pub async fn rotate(
         provider_keys::secret_ciphertext.eq(sealed),
         provider_keys::key_version.eq(version),
         provider_keys::secret_hint.eq(hint(secret)),
+        provider_keys::version.eq(provider_keys::version + 1),
         provider_keys::rotated_at.eq(now),
         provider_keys::updated_at.eq(now),
     ))

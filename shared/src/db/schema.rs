@@ -115,6 +115,7 @@ diesel::table! {
         revoked_at -> Nullable<Timestamptz>,
         key_version -> SmallInt,
         updated_at -> Timestamptz,
+        version -> Int4,
     }
 }
 
