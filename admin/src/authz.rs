@@ -99,6 +99,7 @@ pub const MATRIX: &[Rule] = &[
     rule("PATCH", "/api/v1/provider-keys/{key_id}", ADMIN),
     rule("DELETE", "/api/v1/provider-keys/{key_id}", ADMIN),
     rule("POST", "/api/v1/provider-keys/{key_id}/rotate", ADMIN),
+    rule("POST", "/api/v1/provider-keys/{key_id}/test", ADMIN),
     rule("GET", "/api/v1/sso/connections", ADMIN),
     rule("POST", "/api/v1/sso/connections", ADMIN),
     rule("GET", "/api/v1/sso/connections/{connection_id}", ADMIN),

@@ -18,6 +18,7 @@ mod decode;
 mod error;
 mod hashing;
 mod jobs;
+mod key_check;
 mod metrics;
 mod oidc;
 mod openapi;

@@ -307,6 +307,7 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("PATCH", "/api/v1/provider-keys/{key_id}"), Foreign(Some(json!({"name": "stolen"})))),
         (("DELETE", "/api/v1/provider-keys/{key_id}"), Foreign(None)),
         (("POST", "/api/v1/provider-keys/{key_id}/rotate"), Foreign(Some(json!({"secret": "sk-stolen"})))),
+        (("POST", "/api/v1/provider-keys/{key_id}/test"), Foreign(None)),
         (("GET", "/api/v1/sso/connections"), List),
         (
             ("POST", "/api/v1/sso/connections"),

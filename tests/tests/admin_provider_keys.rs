@@ -812,3 +812,40 @@ fn reencrypt_without_a_master_key_fails() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("GW_ENCRYPTION_KEY"));
 }
+
+// ---- POST /provider-keys/{id}/test ----
+
+#[tokio::test]
+async fn testing_a_key_reports_what_the_provider_answered_in_its_dialect() {
+    // Providers that answer 401 unless they get one credential (a knob in the base URL).
+    let extra = "[[providers]]\nname = \"guarded\"\nkind = \"openai\"\n\
+                 base_url = \"{mock}/k/require_credential=sk-good-openai-1234/v1\"\n\
+                 [[providers]]\nname = \"guarded-claude\"\nkind = \"anthropic\"\n\
+                 base_url = \"{mock}/k/require_credential=sk-good-claude-1234/v1\"\n\
+                 [[models]]\nname = \"guarded-model\"\ndeployments = [{ provider = \"guarded\", model = \"gpt-4o-mini\" }]\n\
+                 [[models]]\nname = \"guarded-claude\"\n\
+                 deployments = [{ provider = \"guarded-claude\", model = \"claude-sonnet-4-5\" }]\n";
+    let stack = Stack::start_with(StackOptions { extra_config: extra.into(), ..Default::default() }).await;
+    let s = stack.register().await;
+    for (provider, good, bad) in [
+        ("guarded", "sk-good-openai-1234", "sk-bad-openai-98765"),
+        ("guarded-claude", "sk-good-claude-1234", "sk-bad-claude-98765"),
+    ] {
+        let key = add_key(&stack, &s, provider, good).await;
+        let id = id_of(&key);
+        let path = format!("/provider-keys/{id}/test");
+        let r = stack.admin_post(&path, &s.access_token, &json!({})).await;
+        assert_eq!(r.status(), 200);
+        let ok: Value = r.json().await.unwrap();
+        assert_eq!((&ok["ok"], &ok["status"], &ok["provider"]), (&json!(true), &json!(200), &json!(provider)), "{ok}");
+        let r =
+            stack.admin_post(&format!("/provider-keys/{id}/rotate"), &s.access_token, &json!({"secret": bad})).await;
+        assert_eq!(r.status(), 200);
+        let refused: Value = stack.admin_post(&path, &s.access_token, &json!({})).await.json().await.unwrap();
+        assert_eq!((&refused["ok"], &refused["status"]), (&json!(false), &json!(401)), "{refused}");
+        let message = refused["message"].as_str().unwrap();
+        assert!(!message.is_empty() && !message.contains(bad), "{refused}");
+        let trail = stack.get_ok(&s, &format!("/audit-events?resource_id={id}&action=provider_key.test")).await;
+        assert_eq!(trail["data"][0]["detail"]["ok"], false);
+    }
+}

@@ -26,7 +26,7 @@ use crate::trail::{self, Entry};
 use crate::validate;
 
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(list).service(create).service(get).service(rename).service(revoke).service(rotate);
+    cfg.service(list).service(create).service(get).service(rename).service(revoke).service(rotate).service(test);
 }
 /// The provider kind served in process: it takes no key.
 const IN_PROCESS_KIND: &str = "mock";
@@ -283,6 +283,36 @@ pub async fn rotate(
         }
         None => Err(not_live(&mut conn, session.org_id, id).await),
     }
+}
+
+/// Test a live key: one minimal call (one token at most) to its provider through gw's adapter,
+/// answering what the provider said. 200 whatever the provider answered; `ok` says whether it
+/// accepted the key.
+#[utoipa::path(operation_id = "test_provider_key", tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), responses((status = 200, body = crate::key_check::KeyCheck), Errors))]
+#[post("/provider-keys/{key_id}/test")]
+pub async fn test(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    id: web::Path<Uuid>,
+) -> ApiResult<HttpResponse> {
+    let ring = keyring(&state)?;
+    let id = id.into_inner();
+    let mut conn = state.conn().await?;
+    let live = provider_keys::live_for_org(&mut conn, session.org_id).await?;
+    let Some(key) = live.keys.iter().find(|k| k.id == id) else {
+        return Err(not_live(&mut conn, session.org_id, id).await);
+    };
+    let secret = key.open(ring, session.org_id).map_err(|e| ApiError::Internal(format!("provider key {id}: {e}")))?;
+    let result = crate::key_check::check(&state.cfg, &key.provider, &secret).await?;
+    let entry = Entry {
+        action: "provider_key.test",
+        resource_type: "provider_key",
+        resource_id: Some(id.to_string()),
+        detail: json!({"provider": key.provider, "ok": result.ok, "status": result.status}),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
+    Ok(HttpResponse::Ok().json(result))
 }
 
 /// Revoke a provider key. Revoking again is a no-op.
