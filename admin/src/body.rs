@@ -62,6 +62,20 @@ impl<T: DeserializeOwned + 'static> FromRequest for Json<T> {
     }
 }
 
+/// An optional JSON body: absent (or only whitespace) is `T::default()`, anything else must be a
+/// JSON object that reads as `T` (problems named like [`Json`]'s).
+pub fn optional_json<T: DeserializeOwned + Default>(raw: &[u8]) -> Result<T, ApiError> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    let value: Value =
+        serde_json::from_slice(raw).map_err(|e| ApiError::Validation(format!("invalid JSON body: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::Validation("the body must be a JSON object".into()));
+    }
+    crate::decode::json(value)
+}
+
 /// A query string read into `T`; problems are 400s naming each parameter at fault.
 pub struct Query<T>(pub T);
 

@@ -624,7 +624,7 @@ async fn regenerate_gives_a_new_secret_under_the_same_id_and_the_old_one_stops()
     let s = stack.register().await;
     let (old, id) =
         stack.key_with(&s, json!({"name": "rotated", "budget": {"amount_usd": "5"}, "models": ["mock-model"]})).await;
-    assert_eq!(stack.chat(&old, mock_chat("before")).await.status(), 200);
+    let before = stack.chat_request_id(&old, "before").await;
     let r = stack.admin_post(&format!("/api-keys/{id}/regenerate"), &s.access_token, &json!({})).await;
     let b = json_of(r, 200).await;
     let new = b["key"].as_str().unwrap();
@@ -638,16 +638,10 @@ async fn regenerate_gives_a_new_secret_under_the_same_id_and_the_old_one_stops()
     assert_eq!(b["previous_key_expires_at"], Value::Null);
     let refused = expect_openai_error(until_chat_status(&stack, &old, 401).await, 401).await;
     assert_eq!(refused["error"]["code"], "invalid_api_key");
-    assert_eq!(stack.chat(new, mock_chat("after")).await.status(), 200);
+    let after = stack.chat_request_id(new, "after").await;
     // The history is the key's: both requests are logged under the same id.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let logs = stack.get_ok(&s, &format!("/analytics/logs?key_id={id}")).await;
-        if logs["data"].as_array().unwrap().len() == 2 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{logs}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    for request in [before, after] {
+        assert_eq!(stack.log_entry(&s, request).await["key_id"], id.as_str());
     }
     let trail = stack.get_ok(&s, &format!("/audit-events?resource_id={id}&action=api_key.regenerate")).await;
     assert_eq!(trail["data"][0]["detail"]["grace_seconds"], 0);

@@ -45,13 +45,7 @@ pub async fn regenerate(
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
-    let b: RegenerateApiKey = if body.iter().all(u8::is_ascii_whitespace) {
-        RegenerateApiKey::default()
-    } else {
-        let value: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|_| ApiError::Validation("the body must be a JSON object".into()))?;
-        crate::decode::json(value)?
-    };
+    let b: RegenerateApiKey = crate::body::optional_json(&body)?;
     let grace = b.grace_seconds.unwrap_or(0);
     if !(0..=MAX_GRACE_SECONDS).contains(&grace) {
         return Err(ApiError::field("grace_seconds", format!("must be between 0 and {MAX_GRACE_SECONDS}")));

@@ -68,15 +68,7 @@ pub async fn list_team_members(
 
 /// The optional body of an add: absent or empty means the default role.
 pub(super) fn add_member_body(raw: &[u8]) -> ApiResult<AddMemberBody> {
-    if raw.iter().all(u8::is_ascii_whitespace) {
-        return Ok(AddMemberBody::default());
-    }
-    let invalid = |e: serde_json::Error| ApiError::Validation(format!("invalid JSON body: {e}"));
-    let value: serde_json::Value = serde_json::from_slice(raw).map_err(invalid)?;
-    if !value.is_object() {
-        return Err(ApiError::Validation("the body must be a JSON object".into()));
-    }
-    crate::decode::json(value)
+    crate::body::optional_json(raw)
 }
 
 /// Add a member of the organization to the team, or change their role in it. The body is
