@@ -23,6 +23,9 @@ pub enum Access {
     Public,
     /// A live session whose member has at least this role.
     Least(Role),
+    /// A live session of a gateway operator (a role above organizations, whatever the member's
+    /// role in its own): the route catalog.
+    Operator,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +40,7 @@ const fn rule(method: &'static str, path: &'static str, access: Access) -> Rule 
     Rule { method, path, access }
 }
 
-use Access::{Least, Public};
+use Access::{Least, Operator, Public};
 const VIEWER: Access = Least(Role::Viewer);
 const MEMBER: Access = Least(Role::Member);
 const ADMIN: Access = Least(Role::Admin);
@@ -119,7 +122,30 @@ pub const MATRIX: &[Rule] = &[
     rule("POST", "/api/v1/analytics/reconcile", ADMIN),
     rule("GET", "/api/v1/analytics/reconcile", ADMIN),
     rule("GET", "/api/v1/analytics/reconcile/{run_id}", ADMIN),
+    rule("GET", "/api/v1/gateway/routes", Operator),
+    rule("GET", "/api/v1/gateway/routes/versions", Operator),
+    rule("GET", "/api/v1/gateway/routes/versions/{version}", Operator),
+    rule("POST", "/api/v1/gateway/routes/versions/{version}/restore", Operator),
+    rule("GET", "/api/v1/gateway/providers", Operator),
+    rule("POST", "/api/v1/gateway/providers", Operator),
+    rule("GET", "/api/v1/gateway/providers/{name}", Operator),
+    rule("PATCH", "/api/v1/gateway/providers/{name}", Operator),
+    rule("DELETE", "/api/v1/gateway/providers/{name}", Operator),
+    rule("GET", "/api/v1/gateway/models", Operator),
+    rule("POST", "/api/v1/gateway/models", Operator),
+    rule("GET", "/api/v1/gateway/models/{name}", Operator),
+    rule("PATCH", "/api/v1/gateway/models/{name}", Operator),
+    rule("DELETE", "/api/v1/gateway/models/{name}", Operator),
+    rule("POST", "/api/v1/gateway/models/{name}/deployments", Operator),
+    rule("PATCH", "/api/v1/gateway/models/{name}/deployments/{deployment_id}", Operator),
+    rule("DELETE", "/api/v1/gateway/models/{name}/deployments/{deployment_id}", Operator),
 ];
+
+/// Whether the session's user is a gateway operator now (re-read on every request, like roles).
+async fn operator(state: &AppState, session: &session::Session) -> Result<bool, ApiError> {
+    let mut conn = state.conn().await?;
+    Ok(gw_shared::db::route_catalog::is_operator(&mut conn, session.user_id).await?)
+}
 
 /// The rule for a route, if the matrix has one.
 pub fn lookup(method: &str, path: &str) -> Option<Access> {
@@ -158,9 +184,9 @@ pub async fn authorize(
             return refuse(req, ApiError::MethodNotAllowed(allow.join(", ")));
         }
     };
-    let Access::Least(least) = access else {
+    if access == Public {
         return Ok(next.call(req).await?.map_into_left_body());
-    };
+    }
     let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
         return refuse(req, ApiError::Internal("application state missing".into()));
     };
@@ -168,9 +194,20 @@ pub async fn authorize(
         Ok(s) => s,
         Err(e) => return refuse(req, e),
     };
-    if session.role < least {
-        let e = ApiError::Forbidden(format!("this action needs the {least} role or higher; you are {}", session.role));
-        return refuse(req, e);
+    match access {
+        Least(least) if session.role < least => {
+            let e =
+                ApiError::Forbidden(format!("this action needs the {least} role or higher; you are {}", session.role));
+            return refuse(req, e);
+        }
+        Operator => match operator(&state, &session).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return refuse(req, ApiError::Forbidden("this action needs the gateway operator role".into()));
+            }
+            Err(e) => return refuse(req, e),
+        },
+        _ => {}
     }
     req.extensions_mut().insert(session);
     Ok(next.call(req).await?.map_into_left_body())

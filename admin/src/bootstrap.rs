@@ -63,6 +63,8 @@ pub async fn run(cfg: &Config, out: &Path, email: &str) -> Result<(), BoxError> 
         rate_limits: None,
     };
     let (_, api_key) = issue_api_key(&mut conn, spec).await?;
+    // The local operator manages the gateway's route catalog too.
+    gw_shared::db::route_catalog::set_operator(&mut conn, &address.normalized, true).await?;
     let creds = Creds { email: email.to_string(), password, api_key };
     save(out, &creds)?;
     print(&creds, out);

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use gw_shared::config::Config;
+use gw_shared::config::{Config, Routes};
 use gw_shared::openai::request::ChatRequest;
 use gw_shared::providers::{Call, Endpoint, Exchange, Registry};
-use gw_shared::routing::Router;
+use gw_shared::routing::RouteTable;
 use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
@@ -43,9 +43,9 @@ fn clip(text: &str, secret: &str) -> String {
 
 /// Calls `provider_name` with `secret` and reports the answer. An unknown provider or one no
 /// model routes to is the caller's 400; a provider gw serves in-process accepts any key.
-pub async fn check(cfg: &Config, provider_name: &str, secret: &str) -> ApiResult<KeyCheck> {
-    let router = Router::from_config(cfg, &Registry::builtin())
-        .map_err(|e| ApiError::Internal(format!("the routing configuration does not load: {e}")))?;
+pub async fn check(cfg: &Config, routes: &Routes, provider_name: &str, secret: &str) -> ApiResult<KeyCheck> {
+    let router = RouteTable::build(cfg, routes, &Registry::builtin(), &|_| None, None)
+        .map_err(|e| ApiError::Internal(format!("the route catalog does not load: {}: {e}", e.path)))?;
     let provider = router
         .providers()
         .iter()

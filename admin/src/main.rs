@@ -28,6 +28,7 @@ mod passwords;
 mod period;
 mod read_only;
 mod reports;
+mod route_catalog;
 mod routes;
 mod session;
 mod spend;
@@ -60,7 +61,10 @@ fn main() {
         Some("migrate") => migrate(),
         Some("bootstrap") => bootstrap_cmd(&args[1..]),
         Some("reencrypt") => reencrypt(),
-        Some(other) => Err(format!("unknown command {other:?}; use serve, migrate, bootstrap or reencrypt").into()),
+        Some("operator") => operator_cmd(&args[1..]),
+        Some(other) => {
+            Err(format!("unknown command {other:?}; use serve, migrate, bootstrap, reencrypt or operator").into())
+        }
     };
     if let Err(e) = result {
         log::error!("gw-admin: {e}");
@@ -96,6 +100,28 @@ fn bootstrap_cmd(args: &[String]) -> Result<(), BoxError> {
     let cfg = Config::load()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(bootstrap::run(&cfg, &out, &email))
+}
+
+/// `gw-admin operator grant|revoke <email>`: the gateway operator role (the route catalog).
+fn operator_cmd(args: &[String]) -> Result<(), BoxError> {
+    let usage = "usage: gw-admin operator grant|revoke <email>";
+    let (grant, email) = match args {
+        [verb, email] if verb == "grant" => (true, email),
+        [verb, email] if verb == "revoke" => (false, email),
+        _ => return Err(usage.into()),
+    };
+    let cfg = Config::load()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let db = gw_shared::db::pool(&cfg.database.url, 1)?;
+        let mut conn = db.get().await?;
+        let normalized = gw_shared::email::normalize(email);
+        if !gw_shared::db::route_catalog::set_operator(&mut conn, &normalized, grant).await? {
+            return Err::<(), BoxError>(format!("no account has the address {email:?}").into());
+        }
+        println!("{} {email} the gateway operator role", if grant { "granted" } else { "revoked from" });
+        Ok(())
+    })
 }
 
 /// Re-seals every provider key sealed under an older master key with the current one, then
@@ -204,6 +230,14 @@ fn serve() -> Result<(), BoxError> {
 
     let rt = actix_web::rt::System::new();
     rt.block_on(async move {
+        match state.db.get().await {
+            Ok(mut conn) => {
+                if let Err(e) = route_catalog::seed(&state.cfg, &mut conn).await {
+                    log::error!("could not seed the route catalog from the configuration file: {e}");
+                }
+            }
+            Err(e) => log::error!("could not seed the route catalog (database unreachable): {e}"),
+        }
         jobs::spawn(state.clone().into_inner());
         let server = HttpServer::new(move || {
             let metrics = state.metrics.clone();
@@ -215,9 +249,13 @@ fn serve() -> Result<(), BoxError> {
                 )
                 .app_data(
                     web::PathConfig::default()
-                        // Every path parameter is an id; serde's message would describe the UUID parser.
+                        // Path parameters are ids (and catalog versions); serde's message would describe
+                        // the parser.
                         .error_handler(|_, _| {
-                            ApiError::Validation("invalid path parameter: expected an id (a UUID)".into()).into()
+                            ApiError::Validation(
+                                "invalid path parameter: expected an id (a UUID), or a catalog version number".into(),
+                            )
+                            .into()
                         }),
                 )
                 .wrap(actix_web::middleware::from_fn(authz::authorize))

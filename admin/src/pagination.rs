@@ -38,6 +38,25 @@ impl<T> Page<T> {
     }
 }
 
+/// One page of a list ordered by something other than an id (a version number, a catalog's
+/// order): the cursor is opaque text.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CursorPage<T> {
+    pub data: Vec<T>,
+    /// Pass as `cursor` to get the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+impl<T> CursorPage<T> {
+    /// As [`Page::from_rows`], with `cursor` giving each row's cursor text.
+    pub fn from_rows<R>(mut rows: Vec<R>, limit: i64, cursor: impl Fn(&R) -> String, out: impl FnMut(R) -> T) -> Self {
+        let more = rows.len() as i64 > limit;
+        rows.truncate(limit.max(0) as usize);
+        let next_cursor = if more { rows.last().map(&cursor) } else { None };
+        CursorPage { data: rows.into_iter().map(out).collect(), next_cursor }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

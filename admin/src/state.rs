@@ -44,6 +44,12 @@ impl AppState {
         Ok(self.db.get().await?)
     }
 
+    /// The route catalog in force (see `crate::route_catalog`).
+    pub async fn routes(&self) -> ApiResult<gw_shared::config::Routes> {
+        let mut conn = self.conn().await?;
+        crate::route_catalog::routes(self, &mut conn).await
+    }
+
     /// Tells the proxies to drop their copies of what a committed change touched. The change
     /// stands whatever happens here: a failed publish is logged (naming `what` changed), and the
     /// proxies' cache TTL still ends the stale copy.

@@ -65,11 +65,11 @@ pub const MAX_MODELS: usize = 100;
 
 /// A model allow-list (of a key or a team) as stored: every entry a configured model name or
 /// alias, duplicates dropped (first occurrence kept, so the caller's order holds).
-pub fn models(cfg: &gw_shared::config::Config, requested: Vec<String>) -> ApiResult<Vec<String>> {
+pub fn models(routes: &gw_shared::config::Routes, requested: Vec<String>) -> ApiResult<Vec<String>> {
     if requested.len() > MAX_MODELS {
         return Err(ApiError::field("models", format!("must have at most {MAX_MODELS} entries")));
     }
-    let known = |m: &str| cfg.models.iter().any(|c| c.name == m || c.aliases.iter().any(|a| a == m));
+    let known = |m: &str| routes.knows_model(m);
     let mut out: Vec<String> = Vec::with_capacity(requested.len());
     for m in requested {
         if !known(&m) {

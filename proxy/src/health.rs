@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gw_shared::routing::Provider;
+use gw_shared::routing::{Provider, Router};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use pingora_load_balancing::discovery;
@@ -19,7 +19,8 @@ use pingora_load_balancing::{Backend, Backends, LoadBalancer};
 use crate::metrics::Metrics;
 
 pub struct HealthChecks {
-    pub providers: Vec<Arc<Provider>>,
+    /// Its current table's providers are checked: a new catalog version brings its own.
+    pub router: Arc<Router>,
     pub interval: Duration,
     pub metrics: Arc<Metrics>,
 }
@@ -87,8 +88,18 @@ impl BackgroundService for HealthChecks {
             return;
         }
         let mut targets = Vec::new();
-        let mut pending: Vec<Arc<Provider>> = self.providers.iter().filter(|p| p.health_check).cloned().collect();
+        let mut pending: Vec<Arc<Provider>> = Vec::new();
+        let mut version = None;
         loop {
+            let table = self.router.table();
+            if version != Some(table.version) {
+                // Providers the new table took over unchanged keep their checker.
+                let now: Vec<Arc<Provider>> = table.providers().iter().filter(|p| p.health_check).cloned().collect();
+                targets.retain(|t: &Target| now.iter().any(|p| Arc::ptr_eq(p, &t.provider)));
+                pending = now.into_iter().filter(|p| !targets.iter().any(|t| Arc::ptr_eq(p, &t.provider))).collect();
+                version = Some(table.version);
+            }
+            drop(table);
             self.round(&mut targets, &mut pending).await;
             tokio::select! {
                 _ = tokio::time::sleep(self.interval) => {}

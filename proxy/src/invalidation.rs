@@ -10,6 +10,7 @@ use futures::StreamExt;
 use gw_shared::redis::{Invalidation, INVALIDATION_CHANNEL};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
+use tokio::sync::Notify;
 
 use crate::response_cache::ResponseCache;
 use crate::sources::Lookups;
@@ -18,6 +19,8 @@ use crate::sources::Lookups;
 pub struct Caches {
     pub lookups: Arc<Lookups>,
     pub responses: Arc<ResponseCache>,
+    /// Wakes the route catalog's watcher (`crate::routes_watch`).
+    pub routes: Arc<Notify>,
 }
 
 impl Caches {
@@ -32,14 +35,16 @@ impl Caches {
             Invalidation::Policy { org_id } => l.policies.invalidate(org_id).await,
             Invalidation::CacheSettings { org_id } => l.cache_settings.invalidate(org_id).await,
             Invalidation::CachePurge { org_id, model } => self.responses.purge_local(*org_id, *model),
+            Invalidation::Routes { .. } => self.routes.notify_one(),
             Invalidation::All => self.clear(),
         }
     }
 
     pub fn clear(&self) {
         self.lookups.clear();
-        // A purge may have been missed too.
+        // A purge may have been missed too, and a new route catalog.
         self.responses.clear_local();
+        self.routes.notify_one();
     }
 }
 

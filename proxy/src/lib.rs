@@ -19,6 +19,7 @@ mod ops;
 mod pipeline;
 mod priority;
 mod response_cache;
+mod routes_watch;
 mod server;
 mod sources;
 mod state;

@@ -31,6 +31,14 @@ pub struct Metrics {
     pub audit_flush_duration: prometheus::Histogram,
     /// 1 while a provider passes its health check.
     pub provider_healthy: IntGaugeVec,
+    /// The route catalog version this proxy routes with (0: the configuration file's).
+    pub routes_version: IntGauge,
+    /// The newest version this proxy knows of, whether or not it could apply it.
+    pub routes_latest: IntGauge,
+    /// Route catalogs this proxy could not load or build (it kept the last good one).
+    pub routes_failures: IntCounter,
+    /// Route catalogs applied.
+    pub routes_reloads: IntCounter,
     /// Admissions against rate limits and budgets, by where they were decided and the outcome.
     pub limit_decisions: IntCounterVec,
     pub limit_redis_errors: IntCounter,
@@ -112,6 +120,19 @@ impl Metrics {
             &["provider"],
         )?;
         registry.register(Box::new(provider_healthy.clone()))?;
+        let routes_version =
+            IntGauge::new("gw_proxy_routes_version", "Route catalog version in use (0: the configuration file)")?;
+        let routes_latest =
+            IntGauge::new("gw_proxy_routes_latest_version", "Newest route catalog version known, applied or not")?;
+        let routes_failures = IntCounter::new(
+            "gw_proxy_routes_reload_failures_total",
+            "Route catalogs that could not be loaded or built (the last good one stays in use)",
+        )?;
+        let routes_reloads = IntCounter::new("gw_proxy_routes_reloads_total", "Route catalogs applied")?;
+        registry.register(Box::new(routes_version.clone()))?;
+        registry.register(Box::new(routes_latest.clone()))?;
+        registry.register(Box::new(routes_failures.clone()))?;
+        registry.register(Box::new(routes_reloads.clone()))?;
         registry.register(Box::new(lookups.clone()))?;
         registry.register(Box::new(store_queries.clone()))?;
         registry.register(Box::new(cache_stale_served.clone()))?;
@@ -221,6 +242,10 @@ impl Metrics {
             upstream_duration,
             upstream_attempts,
             provider_healthy,
+            routes_version,
+            routes_latest,
+            routes_failures,
+            routes_reloads,
             lookups,
             store_queries,
             cache_stale_served,

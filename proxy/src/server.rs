@@ -43,7 +43,8 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     let metrics = Arc::new(Metrics::new()?);
     let db = gw_shared::db::pool(&cfg.database.url, cfg.database.pool_size)?;
     let redis = gw_shared::redis::pool(&cfg.redis.url, cfg.redis.pool_size)?;
-    let router = Router::from_config(&cfg, &registry)?;
+    let router = Arc::new(Router::new(cfg.routing.clone(), crate::routes_watch::initial(&cfg, &registry)?));
+    let routes_wake = Arc::new(tokio::sync::Notify::new());
     let lookups = LookupConfig {
         max_bytes: p.lookup_cache_max_bytes,
         fresh_for: Duration::from_secs(p.key_cache_ttl_secs),
@@ -83,7 +84,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         metrics.clone(),
     ));
     let health = HealthChecks {
-        providers: router.providers().to_vec(),
+        router: router.clone(),
         interval: Duration::from_millis(cfg.routing.health_check_interval_ms),
         metrics: metrics.clone(),
     };
@@ -107,6 +108,22 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         spool,
         metrics.clone(),
     );
+    let table = router.table();
+    let traffic = Arc::new(TrafficMetrics::new(
+        &metrics.registry,
+        table.names().map(str::to_string),
+        table.providers().iter().map(|p| p.name.to_string()),
+    )?);
+    drop(table);
+    let routes_watch = crate::routes_watch::RoutesWatch {
+        cfg: arc_swap::ArcSwap::from_pointee(cfg.clone()),
+        registry,
+        router: router.clone(),
+        db: db.clone(),
+        metrics: metrics.clone(),
+        traffic: traffic.clone(),
+        wake: routes_wake.clone(),
+    };
     let gateway = Gateway {
         router,
         lookups: lookups.clone(),
@@ -126,11 +143,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         drain_max_bytes: p.stream_drain_max_bytes,
         audit: sink,
         audit_max_body: p.audit_max_body_bytes,
-        traffic: TrafficMetrics::new(
-            &metrics.registry,
-            cfg.models.iter().flat_map(|m| std::iter::once(m.name.clone()).chain(m.aliases.iter().cloned())),
-            cfg.providers.iter().map(|p| p.name.clone()),
-        )?,
+        traffic: traffic.clone(),
         metrics: metrics.clone(),
         limits: Limits {
             max_body_bytes: p.max_body_bytes,
@@ -162,9 +175,10 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         "invalidation-listener",
         InvalidationListener {
             redis_url: cfg.redis.url.clone(),
-            caches: Caches { lookups: lookups.clone(), responses: responses.clone() },
+            caches: Caches { lookups: lookups.clone(), responses: responses.clone(), routes: routes_wake },
         },
     ));
+    server.add_service(background_service("routes-watch", routes_watch));
     server.add_service(background_service("health-checks", health));
     server.add_service(background_service("cache-writer", CacheWriter(responses)));
     server.add_service(background_service("limiter", LimiterService(limiter)));

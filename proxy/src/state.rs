@@ -30,7 +30,7 @@ pub struct Limits {
 }
 
 pub struct Gateway {
-    pub router: Router,
+    pub router: Arc<Router>,
     pub lookups: Arc<Lookups>,
     pub cache: Arc<ResponseCache>,
     pub limiter: Arc<Limiter>,
@@ -48,7 +48,7 @@ pub struct Gateway {
     pub audit: AuditSink,
     pub metrics: Arc<Metrics>,
     /// Requests, tokens and spend by model, provider and team (bounded labels).
-    pub traffic: TrafficMetrics,
+    pub traffic: Arc<TrafficMetrics>,
     /// Longest body kept in an audit row when the organization logs bodies.
     pub audit_max_body: usize,
     pub limits: Limits,

@@ -7,6 +7,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
+
 use prometheus::{CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use uuid::Uuid;
 
@@ -28,12 +30,20 @@ pub struct TrafficMetrics {
     pub ttft: HistogramVec,
     /// Failed upstream attempts by provider and kind (`timeout`, `connect`, `status_5xx`, ...).
     pub upstream_errors: IntCounterVec,
-    models: HashSet<String>,
-    providers: HashSet<String>,
+    /// Names with a label of their own: the gateway catalog's, replaced with each version (names
+    /// it drops keep their series until the process ends; names only a later version adds
+    /// count as `other` until it is applied).
+    names: ArcSwap<Names>,
     /// Each labelled team's label, formatted once.
     teams: Mutex<HashMap<Uuid, Arc<str>>>,
     other: Arc<str>,
     none: Arc<str>,
+}
+
+#[derive(Default)]
+struct Names {
+    models: HashSet<String>,
+    providers: HashSet<String>,
 }
 
 pub fn status_class(status: u16) -> &'static str {
@@ -97,17 +107,25 @@ impl TrafficMetrics {
             overhead,
             ttft,
             upstream_errors,
-            models: models.into_iter().collect(),
-            providers: providers.into_iter().collect(),
+            names: ArcSwap::from_pointee(Names {
+                models: models.into_iter().collect(),
+                providers: providers.into_iter().collect(),
+            }),
             teams: Mutex::new(HashMap::new()),
             other: Arc::from("other"),
             none: Arc::from("none"),
         })
     }
 
+    /// Labels models and providers by these names from now on.
+    pub fn set_names(&self, models: impl IntoIterator<Item = String>, providers: impl IntoIterator<Item = String>) {
+        let names = Names { models: models.into_iter().collect(), providers: providers.into_iter().collect() };
+        self.names.store(Arc::new(names));
+    }
+
     pub fn model<'a>(&self, model: Option<&'a str>) -> &'a str {
         match model {
-            Some(m) if self.models.contains(m) => m,
+            Some(m) if self.names.load().models.contains(m) => m,
             Some(_) => "other",
             None => "none",
         }
@@ -115,7 +133,7 @@ impl TrafficMetrics {
 
     pub fn provider<'a>(&self, provider: Option<&'a str>) -> &'a str {
         match provider {
-            Some(p) if self.providers.contains(p) => p,
+            Some(p) if self.names.load().providers.contains(p) => p,
             Some(_) => "other",
             None => "none",
         }
@@ -149,6 +167,10 @@ mod tests {
         assert_eq!(m.model(Some("made-up")), "other");
         assert_eq!(m.provider(Some("openai")), "openai");
         assert_eq!(m.provider(Some("x")), "other");
+        m.set_names(["made-up".to_string()], ["x".to_string()]);
+        assert_eq!(m.model(Some("made-up")), "made-up");
+        assert_eq!(m.model(Some("gpt-4o")), "other");
+        assert_eq!(m.provider(Some("x")), "x");
         let labels: HashSet<String> = (0..MAX_TEAMS + 50).map(|_| m.team(Some(Uuid::new_v4())).to_string()).collect();
         assert_eq!(labels.len(), MAX_TEAMS + 1);
         assert!(labels.contains("other"));

@@ -3,36 +3,36 @@
 use std::collections::BTreeMap;
 
 use rust_decimal::Decimal;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// USD per million tokens. Cached input, cache writes and reasoning default to the plain input
 /// and output prices when a provider does not price them apart.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPrice {
     #[serde(with = "rust_decimal::serde::str")]
     pub input_per_mtok: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub output_per_mtok: Decimal,
-    #[serde(default, with = "rust_decimal::serde::str_option")]
+    #[serde(default, with = "rust_decimal::serde::str_option", skip_serializing_if = "Option::is_none")]
     pub cached_input_per_mtok: Option<Decimal>,
-    #[serde(default, with = "rust_decimal::serde::str_option")]
+    #[serde(default, with = "rust_decimal::serde::str_option", skip_serializing_if = "Option::is_none")]
     pub cache_write_per_mtok: Option<Decimal>,
-    #[serde(default, with = "rust_decimal::serde::str_option")]
+    #[serde(default, with = "rust_decimal::serde::str_option", skip_serializing_if = "Option::is_none")]
     pub reasoning_per_mtok: Option<Decimal>,
     /// Prices under other service tiers (`priority`, `flex`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tiers: BTreeMap<String, TierPrice>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TierPrice {
     #[serde(with = "rust_decimal::serde::str")]
     pub input_per_mtok: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub output_per_mtok: Decimal,
-    #[serde(default, with = "rust_decimal::serde::str_option")]
+    #[serde(default, with = "rust_decimal::serde::str_option", skip_serializing_if = "Option::is_none")]
     pub cached_input_per_mtok: Option<Decimal>,
 }
 

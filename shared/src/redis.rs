@@ -36,6 +36,8 @@ pub enum Invalidation {
     CacheSettings { org_id: Uuid },
     /// An organization's cached answers (all, or one model's): every replica drops its copies.
     CachePurge { org_id: Uuid, model: Option<crate::cache::key::ModelTag> },
+    /// The route catalog: a new version is in force.
+    Routes { version: i64 },
     /// Everything cached from Postgres.
     All,
 }
@@ -51,6 +53,7 @@ impl Invalidation {
             Invalidation::CacheSettings { org_id } => format!("cache_settings:{org_id}"),
             Invalidation::CachePurge { org_id, model: None } => format!("cache_purge:{org_id}"),
             Invalidation::CachePurge { org_id, model: Some(m) } => format!("cache_purge:{org_id}:{}", hex::encode(m)),
+            Invalidation::Routes { version } => format!("routes:{version}"),
             Invalidation::All => "all".into(),
         }
     }
@@ -58,6 +61,9 @@ impl Invalidation {
     pub fn decode(msg: &str) -> Option<Self> {
         if msg == "all" {
             return Some(Invalidation::All);
+        }
+        if let Some(version) = msg.strip_prefix("routes:") {
+            return Some(Invalidation::Routes { version: version.parse().ok()? });
         }
         if let Some(org) = msg.strip_prefix("provider_keys:") {
             return Some(Invalidation::ProviderKeys { org_id: org.parse().ok()? });
@@ -96,7 +102,7 @@ impl Invalidation {
             Invalidation::Org { org_id } => Some(org_cache_key(*org_id)),
             Invalidation::Policy { org_id } => Some(policy_cache_key(*org_id)),
             Invalidation::CacheSettings { org_id } => Some(cache_settings_key(*org_id)),
-            Invalidation::CachePurge { .. } | Invalidation::All => None,
+            Invalidation::CachePurge { .. } | Invalidation::Routes { .. } | Invalidation::All => None,
         }
     }
 }

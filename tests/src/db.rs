@@ -10,6 +10,23 @@ pub async fn connect() -> AsyncPgConnection {
     AsyncPgConnection::establish(&super::database_url()).await.expect("connect to postgres")
 }
 
+/// A new, migrated database on the shared Postgres server, for a stack whose gateway-wide state
+/// (the route catalog) no other test may see or change. Returns its URL.
+pub async fn fresh_database() -> String {
+    use diesel_async::RunQueryDsl;
+    let name = format!("gw_t_{}", Uuid::new_v4().simple());
+    let base = super::database_url();
+    let (prefix, _) = base.rsplit_once('/').expect("a database URL");
+    let url = format!("{prefix}/{name}");
+    let mut admin = connect().await;
+    diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
+    let u = url.clone();
+    tokio::task::spawn_blocking(move || gw_shared::db::run_migrations(&u).expect("migrate the new database"))
+        .await
+        .expect("migrations thread");
+    url
+}
+
 /// Sets an organization's plan (billing's job in production; SSO needs growth or higher).
 pub async fn set_plan(org_id: Uuid, plan: &str) {
     use diesel::prelude::*;

@@ -233,6 +233,33 @@ impl Stack {
         (proc, url)
     }
 
+    /// The generated config file of a private stack (rewrite it and send SIGHUP to reload).
+    pub fn config_path(&self) -> &std::path::Path {
+        self.config.as_deref().expect("the shared stack's config is not for tests to change")
+    }
+
+    /// Runs `gw-admin <args>` on this private stack's config; panics unless it succeeds.
+    pub fn admin_command(&self, args: &[&str]) {
+        let status = Command::new(crate::process::bin("gw-admin"))
+            .args(args)
+            .env("GW_CONFIG", self.config_path())
+            .env("GW_JWT_SECRET", JWT_SECRET)
+            .env("RUST_LOG", "warn")
+            .env_remove("DATABASE_URL")
+            .env_remove("REDIS_URL")
+            .stdout(Stdio::null())
+            .status()
+            .expect("run gw-admin");
+        assert!(status.success(), "gw-admin {args:?} failed");
+    }
+
+    /// A new organization's owner who is also a gateway operator (`gw-admin operator grant`).
+    pub async fn operator(&self) -> Session {
+        let s = self.register().await;
+        self.admin_command(&["operator", "grant", &s.email]);
+        s
+    }
+
     /// Whether this handle points at the shared stack.
     pub fn is_shared(&self) -> bool {
         self.shared

@@ -12,6 +12,7 @@ pub mod api_keys;
 pub mod audit_events;
 pub mod auth;
 pub mod cache;
+pub mod gateway;
 pub mod health;
 pub mod invites;
 pub mod limits;
@@ -43,7 +44,8 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(sso_connections::routes)
             .configure(audit_events::routes)
             .configure(analytics::routes)
-            .configure(limits::routes),
+            .configure(limits::routes)
+            .configure(gateway::routes),
     );
 }
 

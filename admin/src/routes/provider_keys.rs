@@ -8,6 +8,7 @@
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
+use gw_shared::config::Routes;
 use gw_shared::crypto::Keyring;
 use gw_shared::db::provider_keys::{self, NewKey, ProviderKey};
 use gw_shared::ids::new_id;
@@ -109,21 +110,21 @@ fn keyring(state: &AppState) -> ApiResult<&Keyring> {
     })
 }
 
-/// The configured providers an organization may bring a key for (not the in-process ones).
-fn keyed_providers(state: &AppState) -> impl Iterator<Item = &str> {
-    state.cfg.providers.iter().filter(|p| p.kind != IN_PROCESS_KIND).map(|p| p.name.as_str())
+/// The catalog's providers an organization may bring a key for (not the in-process ones).
+fn keyed_providers(routes: &Routes) -> impl Iterator<Item = &str> {
+    routes.providers.iter().filter(|p| p.kind != IN_PROCESS_KIND).map(|p| p.name.as_str())
 }
 
-fn provider(state: &AppState, requested: &str) -> ApiResult<String> {
+fn provider(routes: &Routes, requested: &str) -> ApiResult<String> {
     let known = || {
-        let names: Vec<&str> = keyed_providers(state).collect();
+        let names: Vec<&str> = keyed_providers(routes).collect();
         if names.is_empty() {
             "none are configured".to_string()
         } else {
             names.join(", ")
         }
     };
-    match state.cfg.providers.iter().find(|p| p.name == requested) {
+    match routes.provider(requested) {
         Some(p) if p.kind != IN_PROCESS_KIND => Ok(p.name.clone()),
         Some(p) => Err(ApiError::field(
             "provider",
@@ -166,7 +167,7 @@ pub async fn create(
 ) -> ApiResult<HttpResponse> {
     let ring = keyring(&state)?;
     let b = body.into_inner();
-    let provider = provider(&state, &b.provider)?;
+    let provider = provider(&state.routes().await?, &b.provider)?;
     let name = validate::text("name", &b.name, 200)?;
     let secret = secret(&b.secret)?;
     let mut conn = state.conn().await?;
@@ -304,7 +305,8 @@ pub async fn test(
         return Err(not_live(&mut conn, session.org_id, id).await);
     };
     let secret = key.open(ring, session.org_id).map_err(|e| ApiError::Internal(format!("provider key {id}: {e}")))?;
-    let result = crate::key_check::check(&state.cfg, &key.provider, &secret).await?;
+    let routes = crate::route_catalog::routes(&state, &mut conn).await?;
+    let result = crate::key_check::check(&state.cfg, &routes, &key.provider, &secret).await?;
     let entry = Entry {
         action: "provider_key.test",
         resource_type: "provider_key",

@@ -12,8 +12,8 @@ use crate::state::Gateway;
 pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let key_models = ctx.key.as_ref().and_then(|k| k.allowed_models.as_deref());
     let team_models = ctx.team_models();
-    let data = gw
-        .router
+    let table = gw.router.table();
+    let data = table
         .models()
         .filter(|m| m.admitted_by(key_models) && m.admitted_by(team_models))
         .map(|m| ModelObject::new(&m.name, gw.started_at, &m.owned_by))

@@ -1,15 +1,18 @@
 //! Configuration both binaries read: `conf/gw.toml` (or `GW_CONFIG`), then environment overrides.
 //! Secrets never live in the file: they come from the environment only.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 mod admin;
+mod routes;
 
 pub use admin::AdminConfig;
+pub use routes::{give_id, RouteError, Routes, RoutesSource, MAX_DEPLOYMENTS, MAX_MODELS, MAX_PROVIDERS};
 
 use crate::catalog::Catalog;
 use crate::catalog::ModelMode;
@@ -61,6 +64,13 @@ pub struct RoutingConfig {
     pub health_check_interval_ms: u64,
     /// Weight of the newest sample in the latency average (lowest-latency strategy).
     pub latency_ewma_alpha: f64,
+    /// Where providers and models come from: `file` (this file's `[[providers]]` and
+    /// `[[models]]`, reloaded on SIGHUP) or `database` (managed through `/api/v1/gateway`, seeded
+    /// from this file once; see `docs/catalog-routes.md`).
+    pub routes: RoutesSource,
+    /// With `routes = "database"`: how often a proxy checks the catalog's version when no change
+    /// message arrived (messages are lost while Redis is unreachable).
+    pub routes_poll_ms: u64,
 }
 
 impl Default for RoutingConfig {
@@ -70,6 +80,8 @@ impl Default for RoutingConfig {
             circuit_cooldown_ms: 30_000,
             health_check_interval_ms: 10_000,
             latency_ewma_alpha: 0.3,
+            routes: RoutesSource::File,
+            routes_poll_ms: 5_000,
         }
     }
 }
@@ -235,7 +247,7 @@ impl Default for ProxyConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     pub name: String,
@@ -246,16 +258,17 @@ pub struct ProviderConfig {
     /// e.g. `https://api.openai.com/v1`; required for HTTP providers.
     #[serde(default)]
     pub base_url: Option<String>,
-    /// Name of the environment variable holding the provider's API key.
-    #[serde(default)]
+    /// Name of the environment variable holding the provider's API key (the credential
+    /// reference: the catalog never holds a secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
     #[serde(skip)]
     pub api_key: Option<String>,
     /// Azure OpenAI `api-version`; Anthropic `anthropic-version`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
     /// AWS region (Bedrock).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// Defaults for this provider's deployments.
     #[serde(default, flatten)]
@@ -270,17 +283,17 @@ fn yes() -> bool {
 }
 
 /// Per-attempt timeouts; unset ones fall back to the provider's, then to `[proxy]`'s.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TimeoutConfig {
     /// Establishing the connection (TCP and TLS).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<u64>,
     /// From sending the request to the response header.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_byte_timeout_ms: Option<u64>,
     /// The whole attempt, body or stream included.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
 }
 
@@ -296,7 +309,7 @@ impl TimeoutConfig {
 }
 
 /// How one model's deployments are ordered for a request.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// As listed: the first is primary, the rest fallbacks.
@@ -312,7 +325,7 @@ pub enum Strategy {
     LowestCost,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// The name clients send as `model`.
@@ -345,28 +358,35 @@ fn default_owned_by() -> String {
     "gw".into()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentConfig {
+    /// Stable within its model: given when the deployment is added through the API (the file's
+    /// deployments get one when the catalog is seeded from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Uuid>,
     pub provider: String,
     /// Model name sent upstream; defaults to the public name.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Share of traffic under the `weighted` strategy.
     #[serde(default = "one")]
     pub weight: u32,
     /// Requests per minute this deployment may take (per proxy replica); past it, it is skipped.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rpm: Option<u32>,
     /// Tokens per minute this deployment may take (per proxy replica).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpm: Option<u64>,
     /// Where the deployment runs (reported in the audit row's routing detail).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// A key for this deployment only, instead of the provider's.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// The upstream model's price, when neither `[pricing]` nor the built-in catalog knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<ModelPrice>,
     #[serde(skip)]
     pub api_key: Option<String>,
     #[serde(default, flatten)]
@@ -481,61 +501,18 @@ impl Config {
         Ok(())
     }
 
+    /// The providers and models of this file, as a route catalog.
+    pub fn routes(&self) -> Routes {
+        Routes { providers: self.providers.clone(), models: self.models.clone() }
+    }
+
+    /// The price of a deployment's upstream model: its own `price`, else [`Config::price_of`].
+    pub fn deployment_price(&self, kind: &str, d: &DeploymentConfig, model: &str) -> Option<ModelPrice> {
+        d.price.clone().or_else(|| self.price_of(kind, d.model.as_deref().unwrap_or(model)))
+    }
+
     fn validate(&self) -> Result<()> {
-        let mut names = HashSet::new();
-        for p in &self.providers {
-            if !names.insert(p.name.as_str()) {
-                return Err(Error::Config(format!("provider {:?} is defined twice", p.name)));
-            }
-            // Whether the kind needs a base_url is the adapter's to say (see `Router`).
-            if let Some(url) = p.base_url.as_deref() {
-                crate::providers::UpstreamUrl::parse(url)
-                    .map_err(|e| Error::Config(format!("provider {:?}: {e}", p.name)))?;
-            }
-        }
-        let kinds: HashMap<&str, &str> = self.providers.iter().map(|p| (p.name.as_str(), p.kind.as_str())).collect();
-        let mut models = HashSet::new();
-        for m in &self.models {
-            for name in std::iter::once(&m.name).chain(&m.aliases) {
-                if !models.insert(name.as_str()) {
-                    return Err(Error::Config(format!("model name {name:?} is defined twice")));
-                }
-            }
-            if m.deployments.is_empty() {
-                return Err(Error::Config(format!("model {:?} has no deployments", m.name)));
-            }
-            for d in &m.deployments {
-                let Some(kind) = kinds.get(d.provider.as_str()) else {
-                    return Err(Error::Config(format!("model {:?} uses unknown provider {:?}", m.name, d.provider)));
-                };
-                let upstream = d.model.as_deref().unwrap_or(&m.name);
-                // A model without a price would be served for free and silently under-billed.
-                if self.price_of(kind, upstream).is_none() {
-                    return Err(Error::Config(format!(
-                        "model {:?}: upstream model {upstream:?} is not in the catalog and has no [pricing] entry",
-                        m.name
-                    )));
-                }
-                if d.weight == 0 {
-                    return Err(Error::Config(format!("model {:?}: deployment weights must be positive", m.name)));
-                }
-            }
-        }
-        for m in &self.models {
-            for f in &m.fallbacks {
-                let target = self.models.iter().find(|o| &o.name == f || o.aliases.contains(f));
-                match target {
-                    None => return Err(Error::Config(format!("model {:?}: unknown fallback {f:?}", m.name))),
-                    Some(t) if t.name == m.name => {
-                        return Err(Error::Config(format!("model {:?} lists itself as a fallback", m.name)))
-                    }
-                    Some(t) if t.mode != m.mode => {
-                        return Err(Error::Config(format!("model {:?}: fallback {f:?} serves another mode", m.name)))
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
+        self.routes().validate(self).map_err(|e| Error::Config(e.to_string()))?;
         let r = &self.routing;
         if r.circuit_failures == 0 || !(r.latency_ewma_alpha > 0.0 && r.latency_ewma_alpha <= 1.0) {
             return Err(Error::Config(

@@ -16,6 +16,7 @@ pub mod reconcile_runs;
 pub mod refresh_tokens;
 pub mod registrations;
 pub mod rollups;
+pub mod route_catalog;
 pub mod schema;
 pub mod sessions;
 pub mod sso;

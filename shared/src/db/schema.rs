@@ -377,3 +377,20 @@ diesel::table! {
         updated_at -> Timestamptz,
     }
 }
+
+diesel::table! {
+    route_catalog_versions (version) {
+        version -> Int8,
+        routes -> Jsonb,
+        change -> Text,
+        actor_user_id -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    gateway_operators (user_id) {
+        user_id -> Uuid,
+        granted_at -> Timestamptz,
+    }
+}

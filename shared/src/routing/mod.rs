@@ -15,7 +15,9 @@ pub use breaker::{DeploymentState, Gate, InflightGuard};
 pub use strategy::{order, Candidate};
 
 use crate::catalog::ModelMode;
-use crate::config::{Config, RoutingConfig, Strategy, TimeoutConfig};
+use arc_swap::ArcSwap;
+
+use crate::config::{Config, RouteError, Routes, RoutingConfig, Strategy, TimeoutConfig};
 use crate::error::{Error, Result};
 use crate::pricing::ModelPrice;
 use crate::providers::{Adapter, Endpoint, ProviderOptions, Registry, UpstreamUrl};
@@ -63,6 +65,8 @@ pub struct Timeouts {
 }
 
 pub struct Deployment {
+    /// The catalog's id of this deployment (none for one the file defines without the database).
+    pub id: Option<uuid::Uuid>,
     pub provider: Arc<Provider>,
     pub upstream_model: Arc<str>,
     pub price: ModelPrice,
@@ -76,7 +80,8 @@ pub struct Deployment {
     /// A key for this deployment only; else the provider's.
     pub api_key: Option<String>,
     pub timeouts: Timeouts,
-    pub state: DeploymentState,
+    /// Kept across catalog versions while the deployment is unchanged.
+    pub state: Arc<DeploymentState>,
 }
 
 impl Deployment {
@@ -131,90 +136,145 @@ impl ModelRoute {
     }
 }
 
-#[derive(Debug)]
-pub struct Router {
+/// One version of the catalog, ready to route: what a request resolves its model in. A request
+/// keeps the routes it resolved (and so this table's deployments) to its end, whatever replaces
+/// the table meanwhile.
+#[derive(Debug, Default)]
+pub struct RouteTable {
     models: HashMap<String, Arc<ModelRoute>>,
-    /// Canonical names in configuration order, for `/v1/models`.
+    /// Canonical names in catalog order, for `/v1/models`.
     order: Vec<String>,
     providers: Vec<Arc<Provider>>,
-    pub settings: RoutingConfig,
-    epoch: Instant,
+    /// The catalog version it was built from (0: the configuration file).
+    pub version: i64,
 }
 
-impl Router {
-    pub fn from_config(cfg: &Config, registry: &Registry) -> Result<Self> {
-        let mut providers = HashMap::new();
-        let mut provider_list = Vec::new();
+impl RouteTable {
+    pub fn resolve(&self, model: &str) -> Option<Arc<ModelRoute>> {
+        self.models.get(model).cloned()
+    }
+
+    /// Every model, canonical names in catalog order.
+    pub fn models(&self) -> impl Iterator<Item = &ModelRoute> {
+        self.order.iter().filter_map(|n| self.models.get(n).map(|m| m.as_ref()))
+    }
+
+    /// Every name a client may send (models and aliases).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.models.keys().map(String::as_str)
+    }
+
+    pub fn providers(&self) -> &[Arc<Provider>] {
+        &self.providers
+    }
+
+    /// Builds the table for `routes`; `cfg` gives the defaults (timeouts, prices) and `env` the
+    /// credentials the providers' `api_key_env` name. Providers and deployments that `previous`
+    /// already has, unchanged, are taken over with their state (health, circuit, latency, caps).
+    pub fn build(
+        cfg: &Config,
+        routes: &Routes,
+        registry: &Registry,
+        env: &dyn Fn(&str) -> Option<String>,
+        previous: Option<&RouteTable>,
+    ) -> std::result::Result<RouteTable, RouteError> {
+        routes.validate(cfg)?;
+        let fault = |path: String, message: String| RouteError { path, message };
         let defaults = TimeoutConfig {
             connect_timeout_ms: Some(cfg.proxy.upstream_connect_timeout_ms),
             first_byte_timeout_ms: Some(cfg.proxy.upstream_read_timeout_ms),
             timeout_ms: None,
         };
+        let mut providers = HashMap::new();
+        let mut provider_list = Vec::new();
         let mut provider_timeouts = HashMap::new();
-        for p in &cfg.providers {
+        for (i, p) in routes.providers.iter().enumerate() {
             let adapter = registry.get(&p.kind).ok_or_else(|| {
-                Error::Config(format!(
-                    "provider {:?}: unknown kind {:?} (known: {})",
-                    p.name,
-                    p.kind,
-                    registry.kinds().join(", ")
-                ))
+                fault(
+                    format!("providers[{i}].kind"),
+                    format!(
+                        "provider {:?}: unknown kind {:?} (known: {})",
+                        p.name,
+                        p.kind,
+                        registry.kinds().join(", ")
+                    ),
+                )
             })?;
             let upstream = match (&p.base_url, adapter.needs_base_url()) {
-                (Some(url), _) => Some(UpstreamUrl::parse(url).map_err(|e| Error::Config(e.to_string()))?),
+                (Some(url), _) => Some(
+                    UpstreamUrl::parse(url).map_err(|e| fault(format!("providers[{i}].base_url"), e.to_string()))?,
+                ),
                 (None, false) => None,
-                (None, true) => return Err(Error::Config(format!("provider {:?} needs base_url", p.name))),
+                (None, true) => {
+                    return Err(fault(
+                        format!("providers[{i}].base_url"),
+                        format!("provider {:?} needs base_url", p.name),
+                    ))
+                }
             };
             let options = ProviderOptions {
                 api_version: p.api_version.clone(),
                 region: p.region.clone(),
                 host: upstream.as_ref().map(UpstreamUrl::host_header).unwrap_or_default(),
             };
-            let provider = Arc::new(Provider {
-                name: Arc::from(p.name.as_str()),
-                kind: p.kind.clone(),
-                adapter,
-                health_check: p.health_check && upstream.is_some(),
-                upstream,
-                api_key: p.api_key.clone(),
-                options,
-                healthy: AtomicBool::new(true),
-            });
+            let api_key =
+                p.api_key.clone().or_else(|| p.api_key_env.as_deref().and_then(env).filter(|k| !k.is_empty()));
+            let health_check = p.health_check && upstream.is_some();
+            let same = |o: &&Arc<Provider>| {
+                *o.name == *p.name
+                    && o.kind == p.kind
+                    && o.upstream == upstream
+                    && o.api_key == api_key
+                    && o.options == options
+                    && o.health_check == health_check
+            };
+            let provider = match previous.and_then(|t| t.providers.iter().find(same)) {
+                Some(old) => old.clone(),
+                None => Arc::new(Provider {
+                    name: Arc::from(p.name.as_str()),
+                    kind: p.kind.clone(),
+                    adapter,
+                    health_check,
+                    upstream,
+                    api_key,
+                    options,
+                    healthy: AtomicBool::new(true),
+                }),
+            };
             provider_timeouts.insert(p.name.clone(), p.timeouts.or(defaults));
             provider_list.push(provider.clone());
             providers.insert(p.name.clone(), provider);
         }
-        let mut router = Router {
-            models: HashMap::new(),
-            order: Vec::new(),
-            providers: provider_list,
-            settings: cfg.routing.clone(),
-            epoch: Instant::now(),
-        };
-        for m in &cfg.models {
+        let mut table = RouteTable { providers: provider_list, ..RouteTable::default() };
+        for (i, m) in routes.models.iter().enumerate() {
             let mut deployments = Vec::with_capacity(m.deployments.len());
-            for d in &m.deployments {
+            let old_route = previous.and_then(|t| t.models.get(&m.name));
+            for (j, d) in m.deployments.iter().enumerate() {
+                let at = |field: &str| format!("models[{i}].deployments[{j}].{field}");
                 let provider = providers
                     .get(&d.provider)
                     .cloned()
-                    .ok_or_else(|| Error::Config(format!("unknown provider {:?}", d.provider)))?;
+                    .ok_or_else(|| fault(at("provider"), format!("unknown provider {:?}", d.provider)))?;
                 let endpoint = match m.mode {
                     ModelMode::Chat => Endpoint::ChatCompletions,
                     ModelMode::Embedding => Endpoint::Embeddings,
                 };
                 if !provider.adapter.supports(endpoint) {
-                    return Err(Error::Config(format!(
-                        "model {:?}: provider {:?} ({}) does not serve {}",
-                        m.name,
-                        d.provider,
-                        provider.kind,
-                        endpoint.as_str()
-                    )));
+                    return Err(fault(
+                        at("provider"),
+                        format!(
+                            "model {:?}: provider {:?} ({}) does not serve {}",
+                            m.name,
+                            d.provider,
+                            provider.kind,
+                            endpoint.as_str()
+                        ),
+                    ));
                 }
                 let upstream_model: Arc<str> = Arc::from(d.model.as_deref().unwrap_or(&m.name));
                 let price = cfg
-                    .price_of(&provider.kind, &upstream_model)
-                    .ok_or_else(|| Error::Config(format!("no price for {upstream_model:?}")))?;
+                    .deployment_price(&provider.kind, d, &m.name)
+                    .ok_or_else(|| fault(at("price"), format!("no price for {upstream_model:?}")))?;
                 let t = d.timeouts.or(provider_timeouts.get(&d.provider).copied().unwrap_or(defaults));
                 let timeouts = Timeouts {
                     connect: Duration::from_millis(t.connect_timeout_ms.unwrap_or(5_000)),
@@ -222,7 +282,22 @@ impl Router {
                     total: t.timeout_ms.map(Duration::from_millis),
                 };
                 let max_output_tokens = cfg.max_output_of(&provider.kind, &upstream_model);
+                let api_key =
+                    d.api_key.clone().or_else(|| d.api_key_env.as_deref().and_then(env).filter(|k| !k.is_empty()));
+                // Same provider, upstream model and caps: the circuit, latency and caps go on.
+                let state = old_route
+                    .and_then(|r| {
+                        r.deployments.iter().find(|o| {
+                            Arc::ptr_eq(&o.provider, &provider)
+                                && o.upstream_model == upstream_model
+                                && o.rpm == d.rpm
+                                && o.tpm == d.tpm
+                        })
+                    })
+                    .map(|o| o.state.clone())
+                    .unwrap_or_default();
                 deployments.push(Arc::new(Deployment {
+                    id: d.id,
                     provider,
                     upstream_model,
                     price,
@@ -231,13 +306,12 @@ impl Router {
                     rpm: d.rpm,
                     tpm: d.tpm,
                     region: d.region.as_deref().map(Arc::from),
-                    api_key: d.api_key.clone(),
+                    api_key,
                     timeouts,
-                    state: DeploymentState::default(),
+                    state,
                 }));
             }
-            let canonical =
-                |f: &String| cfg.models.iter().find(|o| &o.name == f || o.aliases.contains(f)).map(|o| o.name.clone());
+            let canonical = |f: &String| routes.model(f).map(|(_, o)| o.name.clone());
             let route = Arc::new(ModelRoute {
                 name: m.name.clone(),
                 aliases: m.aliases.clone(),
@@ -250,25 +324,52 @@ impl Router {
                 retry_backoff: Duration::from_millis(m.retry_backoff_ms),
                 rr: AtomicU64::new(0),
             });
-            router.order.push(m.name.clone());
+            table.order.push(m.name.clone());
             for name in std::iter::once(&m.name).chain(&m.aliases) {
-                router.models.insert(name.clone(), route.clone());
+                table.models.insert(name.clone(), route.clone());
             }
         }
-        Ok(router)
+        Ok(table)
+    }
+}
+
+/// Routes requests over the current [`RouteTable`], which a catalog change replaces whole.
+pub struct Router {
+    table: ArcSwap<RouteTable>,
+    pub settings: RoutingConfig,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router").field("version", &self.table.load().version).finish()
+    }
+}
+
+impl Router {
+    /// The router of the configuration file's providers and models.
+    pub fn from_config(cfg: &Config, registry: &Registry) -> Result<Self> {
+        let table = RouteTable::build(cfg, &cfg.routes(), registry, &|_| None, None)
+            .map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Router::new(cfg.routing.clone(), table))
+    }
+
+    pub fn new(settings: RoutingConfig, table: RouteTable) -> Self {
+        Router { table: ArcSwap::from_pointee(table), settings, epoch: Instant::now() }
+    }
+
+    /// The current table: resolve a request's routes in one snapshot.
+    pub fn table(&self) -> Arc<RouteTable> {
+        self.table.load_full()
+    }
+
+    /// Makes `table` the one new requests resolve in; requests under way keep theirs.
+    pub fn replace(&self, table: RouteTable) {
+        self.table.store(Arc::new(table));
     }
 
     pub fn resolve(&self, model: &str) -> Option<Arc<ModelRoute>> {
-        self.models.get(model).cloned()
-    }
-
-    /// Every model, canonical names in configuration order.
-    pub fn models(&self) -> impl Iterator<Item = &ModelRoute> {
-        self.order.iter().filter_map(|n| self.models.get(n).map(|m| m.as_ref()))
-    }
-
-    pub fn providers(&self) -> &[Arc<Provider>] {
-        &self.providers
+        self.table.load().resolve(model)
     }
 
     /// Milliseconds on the router's clock (breakers and caps use it).
@@ -415,7 +516,8 @@ deployments = [{ provider = "up", model = "real-b" }]
     #[test]
     fn resolves_names_aliases_and_fallbacks() {
         let r = router();
-        let names: Vec<_> = r.models().map(|m| m.name.as_str()).collect();
+        let table = r.table();
+        let names: Vec<_> = table.models().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["b", "a", "e"]);
         let b = r.resolve("bee").unwrap();
         assert_eq!(b.name, "b");

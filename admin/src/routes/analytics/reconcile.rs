@@ -14,7 +14,7 @@
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use gw_shared::config::ProviderConfig;
+use gw_shared::config::{ProviderConfig, Routes};
 use gw_shared::db::provider_keys;
 use gw_shared::db::reconcile_runs::{self, Run, RunSummary};
 use gw_shared::ids::new_id;
@@ -198,7 +198,8 @@ pub async fn create_run(
     body: crate::body::Json<ReconcileRequest>,
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
-    let (provider, dialect) = provider(&state, &b.provider)?;
+    let routes = state.routes().await?;
+    let (provider, dialect) = provider(&routes, &b.provider)?;
     let (start, end) = period(&b.from, b.to.as_deref(), Utc::now().date_naive())?;
     let base_url = provider
         .base_url
@@ -296,8 +297,8 @@ async fn store(conn: &mut AsyncPgConnection, trail: &Trail, run: &Run, credentia
 }
 
 /// The configured provider and the report dialect its kind speaks.
-fn provider<'a>(state: &'a AppState, requested: &str) -> ApiResult<(&'a ProviderConfig, Dialect)> {
-    let providers = &state.cfg.providers;
+fn provider<'a>(routes: &'a Routes, requested: &str) -> ApiResult<(&'a ProviderConfig, Dialect)> {
+    let providers = &routes.providers;
     let Some(p) = providers.iter().find(|p| p.name == requested) else {
         let reportable: Vec<&str> =
             providers.iter().filter(|p| Dialect::from_kind(&p.kind).is_some()).map(|p| p.name.as_str()).collect();

@@ -231,7 +231,10 @@ pub async fn create(
     let b = body.into_inner();
     let name = validate::text("name", &b.name, 200)?;
     let perms = permissions(b.permissions)?;
-    let allowed_models = b.models.map(|m| validate::models(&state.cfg, m)).transpose()?;
+    let allowed_models = match b.models {
+        Some(m) => Some(validate::models(&state.routes().await?, m)?),
+        None => None,
+    };
     future("expires_at", b.expires_at)?;
     let budget = b.budget.map(validate::budget).transpose()?;
     let rate_limits = b.rate_limits.map(validate::rate_limits).transpose()?;
@@ -364,7 +367,8 @@ pub async fn update(
         future("expires_at", t)?;
     }
     let allowed_models = match b.models {
-        Some(m) => Some(m.map(|m| validate::models(&state.cfg, m)).transpose()?),
+        Some(Some(m)) => Some(Some(validate::models(&state.routes().await?, m)?)),
+        Some(None) => Some(None),
         None => None,
     };
     let budget = b.budget.map(|o| o.map(validate::budget).transpose()).transpose()?;

@@ -239,7 +239,10 @@ pub async fn create_team(
         default_policies: policies(b.default_policies.unwrap_or_default(), &available)?,
         budget: b.budget.map(budget_value).transpose()?,
         rate_limits: b.rate_limits.map(rate_limits_value).transpose()?,
-        allowed_models: b.models.map(|m| validate::models(&state.cfg, m)).transpose()?,
+        allowed_models: match b.models {
+            Some(m) => Some(validate::models(&state.routes().await?, m)?),
+            None => None,
+        },
     };
     let trail = Trail::of(&session, &req);
     let team = conn.transaction(async |conn| create_tx(conn, &trail, new).await).await?;
@@ -309,7 +312,11 @@ pub async fn update_team(
         default_policies: b.default_policies.map(|p| policies(p, &available)).transpose()?,
         budget: b.budget.map(|o| o.map(budget_value).transpose()).transpose()?,
         rate_limits: b.rate_limits.map(|o| o.map(rate_limits_value).transpose()).transpose()?,
-        allowed_models: b.models.map(|o| o.map(|m| validate::models(&state.cfg, m)).transpose()).transpose()?,
+        allowed_models: match b.models {
+            Some(Some(m)) => Some(Some(validate::models(&state.routes().await?, m)?)),
+            Some(None) => Some(None),
+            None => None,
+        },
     };
     let changed: Vec<&'static str> = [
         ("name", change.name.is_some()),

@@ -1,0 +1,2 @@
+DROP TABLE gateway_operators;
+DROP TABLE route_catalog_versions;
