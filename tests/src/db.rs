@@ -27,6 +27,19 @@ pub async fn fresh_database() -> String {
     url
 }
 
+/// Makes a user a gateway operator (what `gw-admin operator grant` does), on the shared database.
+pub async fn grant_operator(user_id: Uuid) {
+    use diesel::prelude::*;
+    use diesel_async::RunQueryDsl;
+    use gw_shared::db::schema::gateway_operators;
+    let mut conn = connect().await;
+    diesel::insert_into(gateway_operators::table)
+        .values(gateway_operators::user_id.eq(user_id))
+        .execute(&mut conn)
+        .await
+        .expect("grant operator");
+}
+
 /// Sets an organization's plan (billing's job in production; SSO needs growth or higher).
 pub async fn set_plan(org_id: Uuid, plan: &str) {
     use diesel::prelude::*;

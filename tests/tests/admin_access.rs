@@ -37,7 +37,7 @@ async fn operations(stack: &Stack) -> Vec<(String, String, String)> {
     ops
 }
 
-/// `path` with each `{param}` replaced from `ids` (a fresh UUID when absent).
+/// `path` with each `{param}` replaced from `ids` (a fresh UUID when absent; `{version}` 1).
 fn fill(path: &str, ids: &BTreeMap<&str, String>) -> String {
     let mut out = String::new();
     for seg in path.split('/') {
@@ -94,10 +94,13 @@ async fn the_role_matrix_holds_for_every_operation_and_role() {
         ("an expired token", Some(expired.as_str())),
     ];
     sessions.push(("owner", owner.clone()));
+    // A gateway operator (no organization role above member is needed for the catalog).
+    let operator = stack.join(&owner, "member", &[team]).await;
+    db::grant_operator(operator.user_id).await;
     let mut ops = operations(&stack).await;
     // Signing out ends the session the rest of the walk uses: it goes last.
     ops.sort_by_key(|(_, path, _)| path.ends_with("/auth/logout"));
-    let ids = BTreeMap::from([("team_id", team.to_string())]);
+    let ids = BTreeMap::from([("team_id", team.to_string()), ("version", "1".to_string())]);
     let mut checked = 0;
     for (method, path, least) in &ops {
         let url = format!("{}{}", stack.admin, fill(path, &ids));
@@ -133,6 +136,12 @@ async fn the_role_matrix_holds_for_every_operation_and_role() {
                 assert!(![401, 403].contains(&status), "{role} on {method} {path} (needs {least}) got {status}");
             }
             checked += 1;
+        }
+        if least == "operator" {
+            // The shared stack's routes come from its file: reads answer, writes are refused 409.
+            let r = call(&stack, method, &url, Some(&operator.access_token), body.as_ref()).await;
+            let status = r.status().as_u16();
+            assert!(![401, 403].contains(&status), "an operator on {method} {path} got {status}");
         }
     }
     assert!(checked >= 4 * 30, "only {checked} role checks ran");
@@ -236,6 +245,8 @@ enum Case {
     OwnScope(Option<Value>),
     /// No session: sign-up, sign-in, refresh, SSO, invite acceptance, the document.
     Public,
+    /// The gateway's route catalog: no organization's, and refused to B (no operator).
+    Gateway,
 }
 
 fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
@@ -328,6 +339,23 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/analytics/compliance/export"), List),
         (("GET", "/api/v1/analytics/reconcile"), List),
         (("GET", "/api/v1/analytics/reconcile/{run_id}"), Foreign(None)),
+        (("GET", "/api/v1/gateway/routes"), Gateway),
+        (("GET", "/api/v1/gateway/routes/versions"), Gateway),
+        (("GET", "/api/v1/gateway/routes/versions/{version}"), Gateway),
+        (("POST", "/api/v1/gateway/routes/versions/{version}/restore"), Gateway),
+        (("GET", "/api/v1/gateway/providers"), Gateway),
+        (("POST", "/api/v1/gateway/providers"), Gateway),
+        (("GET", "/api/v1/gateway/providers/{name}"), Gateway),
+        (("PATCH", "/api/v1/gateway/providers/{name}"), Gateway),
+        (("DELETE", "/api/v1/gateway/providers/{name}"), Gateway),
+        (("GET", "/api/v1/gateway/models"), Gateway),
+        (("POST", "/api/v1/gateway/models"), Gateway),
+        (("GET", "/api/v1/gateway/models/{name}"), Gateway),
+        (("PATCH", "/api/v1/gateway/models/{name}"), Gateway),
+        (("DELETE", "/api/v1/gateway/models/{name}"), Gateway),
+        (("POST", "/api/v1/gateway/models/{name}/deployments"), Gateway),
+        (("PATCH", "/api/v1/gateway/models/{name}/deployments/{deployment_id}"), Gateway),
+        (("DELETE", "/api/v1/gateway/models/{name}/deployments/{deployment_id}"), Gateway),
         // B reconciles its own spend (no key of its own: refused without touching A's).
         (
             ("POST", "/api/v1/analytics/reconcile"),
@@ -393,6 +421,11 @@ async fn no_operation_reaches_another_organizations_resources() {
                 for id in secret_ids {
                     assert!(!text.contains(id.as_str()), "{method} {path} listed A's {id} to B");
                 }
+            }
+            Case::Gateway => {
+                let r = call(&stack, method, &url, Some(&b.access_token), Some(&json!({}))).await;
+                let b = expect_api_error(r, 403).await;
+                assert_eq!(b["error"]["message"], "this action needs the gateway operator role", "{method} {path}");
             }
             Case::ForeignReference(body) => {
                 let r = call(&stack, method, &url, Some(&b.access_token), Some(body)).await;

@@ -132,6 +132,136 @@ async fn rotation_under_load_fails_no_request() {
     assert!(!after.contains_key("sk-upstream-test"), "{after:?}");
 }
 
+/// The provider takes only the old secret (the new one is not active there yet): during the
+/// rotation's overlap every request still succeeds, a refused new secret retried with the old;
+/// once the overlap ends gw never sends the old secret again.
+#[tokio::test]
+async fn an_overlap_keeps_traffic_flowing_and_the_old_secret_stops_after_it() {
+    let stack = Stack::start_with(StackOptions::default()).await;
+    let (session, key, _) = stack.org_with_key().await;
+    let old = format!("sk-overlap-old-{}", uuid::Uuid::new_v4().simple());
+    let new = format!("sk-overlap-new-{}", uuid::Uuid::new_v4().simple());
+    let key_id = add_provider_key(&stack, &session.access_token, "upstream", &old).await;
+    let body = json!({"model": "gpt-4o-mini", "messages": user_message("hi"), "mock": {"require_credential": old}});
+    assert_eq!(stack.chat(&key, body.clone()).await.status(), 200);
+
+    let r = stack
+        .admin_post(
+            &format!("/provider-keys/{key_id}/rotate"),
+            &session.access_token,
+            &json!({"secret": new, "overlap_seconds": 3}),
+        )
+        .await;
+    let rotated: Value = r.json().await.unwrap();
+    let until: chrono::DateTime<chrono::Utc> = rotated["previous_valid_until"].as_str().unwrap().parse().unwrap();
+    assert_eq!(rotated["version"], 2);
+
+    // Load while the overlap lasts: 10 workers, a request every 100 ms each.
+    let stop_at = until - chrono::Duration::milliseconds(500);
+    let mut workers = Vec::new();
+    for _ in 0..10 {
+        let (stack_http, url, key, body) =
+            (stack.http.clone(), format!("{}/v1/chat/completions", stack.proxy), key.clone(), body.clone());
+        workers.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u64, 0u64);
+            while chrono::Utc::now() < stop_at {
+                match stack_http.post(&url).bearer_auth(&key).json(&body).send().await {
+                    Ok(r) if r.status() == 200 => ok += 1,
+                    _ => failed += 1,
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (ok, failed)
+        }));
+    }
+    let (mut ok, mut failed) = (0, 0);
+    for w in workers {
+        let (o, f) = w.await.unwrap();
+        ok += o;
+        failed += f;
+    }
+    assert_eq!(failed, 0, "{ok} ok");
+    assert!(ok >= 10, "{ok} requests");
+    let during = credentials(&stack).await;
+    assert!(during.get(&new).is_some_and(|n| *n >= ok), "the new secret is tried first: {during:?}");
+    let old_during = during.get(&old).copied().unwrap_or(0);
+    assert!(old_during > ok, "the old one answered every request: {during:?}");
+
+    // The overlap is over: the old secret is never sent again, so this provider refuses gw.
+    while chrono::Utc::now() <= until + chrono::Duration::milliseconds(100) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = expect_openai_error(stack.chat(&key, body.clone()).await, 502).await;
+    assert_eq!(body["error"]["code"], "upstream_unavailable", "{body}");
+    let after = credentials(&stack).await;
+    assert_eq!(after.get(&old).copied().unwrap_or(0), old_during, "the old secret was sent after the overlap");
+    let shown: Value =
+        stack.admin_get(&format!("/provider-keys/{key_id}"), &session.access_token).await.json().await.unwrap();
+    assert_eq!(shown["previous_valid_until"], Value::Null);
+}
+
+/// A second rotation ends the first one's overlap at once.
+#[tokio::test]
+async fn a_second_rotation_ends_the_first_ones_overlap() {
+    let stack = Stack::shared().await;
+    let (session, key, _) = stack.org_with_key().await;
+    let first = format!("sk-first-{}", uuid::Uuid::new_v4().simple());
+    let key_id = add_provider_key(&stack, &session.access_token, "upstream", &first).await;
+    let body = json!({"model": "gpt-4o-mini", "messages": user_message("hi"), "mock": {"require_credential": first}});
+    let rotate = |secret: String, overlap: u64| {
+        let path = format!("/provider-keys/{key_id}/rotate");
+        let token = session.access_token.clone();
+        let stack = &stack;
+        async move {
+            let r = stack.admin_post(&path, &token, &json!({"secret": secret, "overlap_seconds": overlap})).await;
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let second = rotate(format!("sk-second-{}", uuid::Uuid::new_v4().simple()), 600).await;
+    assert!(second["previous_valid_until"].is_string(), "{second}");
+    // The provider only knows the first secret: the overlap carries the request.
+    let wait_until = Instant::now() + Duration::from_secs(5);
+    while stack.chat(&key, body.clone()).await.status() != 200 {
+        assert!(Instant::now() < wait_until, "the overlap did not carry the request");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let third = rotate(format!("sk-third-{}", uuid::Uuid::new_v4().simple()), 600).await;
+    assert_eq!(third["version"], 3);
+    // The previous secret is now the second one; the first is gone for good.
+    let wait_until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = stack.chat(&key, body.clone()).await;
+        if r.status() == 502 {
+            break;
+        }
+        assert!(Instant::now() < wait_until, "the first secret is still sent after a second rotation");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let bad = stack
+        .admin_post(
+            &format!("/provider-keys/{key_id}/rotate"),
+            &session.access_token,
+            &json!({"secret": "sk-x", "overlap_seconds": 86401}),
+        )
+        .await;
+    let bad = gw_tests::expect_api_error(bad, 400).await;
+    insta::assert_json_snapshot!(bad, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "overlap_seconds",
+            "message": "must be between 0 and 86400"
+          }
+        ],
+        "message": "overlap_seconds: must be between 0 and 86400"
+      }
+    }
+    "#);
+}
+
 async fn key_with_models(stack: &Stack, token: &str, models: Value) -> String {
     let r = stack.admin_post("/api-keys", token, &json!({"name": "limited", "models": models})).await;
     assert_eq!(r.status(), 201);

@@ -50,7 +50,16 @@ pub struct RenameProviderKey {
 #[serde(deny_unknown_fields)]
 pub struct RotateProviderKey {
     secret: String,
+    /// Seconds the replaced secret stays usable (0 to 86400; default 300): proxies send the new
+    /// secret, and while the overlap lasts retry a refused one once with the previous. A second
+    /// rotation or a revocation ends it.
+    #[serde(default)]
+    overlap_seconds: Option<i64>,
 }
+
+/// The overlap a rotation keeps when the request names none.
+const DEFAULT_OVERLAP_SECS: i64 = 300;
+const MAX_OVERLAP_SECS: i64 = 86_400;
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -81,6 +90,9 @@ pub struct ProviderKeyOut {
     updated_at: DateTime<Utc>,
     rotated_at: Option<DateTime<Utc>>,
     revoked_at: Option<DateTime<Utc>>,
+    /// Until when the secret the last rotation replaced is still tried (a refused new secret
+    /// is retried with it); null when there is no overlap.
+    previous_valid_until: Option<DateTime<Utc>>,
 }
 
 impl From<ProviderKey> for ProviderKeyOut {
@@ -98,6 +110,7 @@ impl From<ProviderKey> for ProviderKeyOut {
             updated_at: k.updated_at,
             rotated_at: k.rotated_at,
             revoked_at: k.revoked_at,
+            previous_valid_until: k.previous_expires_at.filter(|t| *t > Utc::now()),
         }
     }
 }
@@ -255,7 +268,9 @@ pub async fn rename(
     }
 }
 
-/// Replace a live provider key's secret (same id); the old secret stops being used at once.
+/// Replace a live provider key's secret (same id). The old secret stays usable for
+/// `overlap_seconds` (default 300): a refused new secret is retried with it, so traffic does not
+/// fail while the provider takes the new one.
 #[utoipa::path(operation_id = "rotate_provider_key", tag = "provider-keys", params(("key_id" = Uuid, Path, description = "The provider key's id")), request_body = RotateProviderKey, responses((status = 200, body = ProviderKeyOut), Errors))]
 #[post("/provider-keys/{key_id}/rotate")]
 pub async fn rotate(
@@ -268,14 +283,19 @@ pub async fn rotate(
     let ring = keyring(&state)?;
     let id = id.into_inner();
     let secret = secret(&body.secret)?;
+    let overlap = body.overlap_seconds.unwrap_or(DEFAULT_OVERLAP_SECS);
+    if !(0..=MAX_OVERLAP_SECS).contains(&overlap) {
+        return Err(ApiError::field("overlap_seconds", format!("must be between 0 and {MAX_OVERLAP_SECS}")));
+    }
     let mut conn = state.conn().await?;
-    match provider_keys::rotate(&mut conn, ring, session.org_id, id, &secret).await? {
+    let overlap = chrono::Duration::seconds(overlap);
+    match provider_keys::rotate(&mut conn, ring, session.org_id, id, &secret, overlap).await? {
         Some(row) => {
             let entry = Entry {
                 action: "provider_key.rotate",
                 resource_type: "provider_key",
                 resource_id: Some(id.to_string()),
-                detail: json!({"provider": row.provider}),
+                detail: json!({"provider": row.provider, "overlap_seconds": overlap.num_seconds()}),
             };
             trail::by(&mut conn, &session, &req, entry).await?;
             log::info!("provider key {id} for {} rotated in org {}", row.provider, row.org_id);

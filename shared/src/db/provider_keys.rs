@@ -29,6 +29,9 @@ pub struct ProviderKey {
     pub updated_at: DateTime<Utc>,
     pub rotated_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// Until when the secret a rotation replaced may still be sent (a refused new one is retried
+    /// with it); `None`: no overlap.
+    pub previous_expires_at: Option<DateTime<Utc>>,
 }
 
 /// A live key as the proxy caches it (in Redis too): still sealed.
@@ -39,6 +42,14 @@ pub struct SealedKey {
     pub provider: String,
     pub key_version: i16,
     pub secret_ciphertext: Vec<u8>,
+    /// The replaced secret during a rotation's overlap, sealed, with its master key version and
+    /// the end of the overlap.
+    #[serde(default)]
+    pub previous_ciphertext: Option<Vec<u8>>,
+    #[serde(default)]
+    pub previous_key_version: Option<i16>,
+    #[serde(default)]
+    pub previous_expires_at: Option<DateTime<Utc>>,
 }
 
 /// An organization's live provider keys, one per provider at most.
@@ -63,6 +74,23 @@ impl SealedKey {
     pub fn open(&self, ring: &Keyring, org_id: Uuid) -> Result<String> {
         let plain = ring.open(self.key_version, &self.secret_ciphertext, &aad(org_id, self.id))?;
         String::from_utf8(plain).map_err(|_| Error::Crypto("provider key is not UTF-8".into()))
+    }
+
+    /// The replaced secret, opened, while the rotation's overlap lasts at `now`.
+    pub fn open_previous(&self, ring: &Keyring, org_id: Uuid, now: DateTime<Utc>) -> Option<Result<String>> {
+        let (Some(sealed), Some(version), Some(until)) =
+            (&self.previous_ciphertext, self.previous_key_version, self.previous_expires_at)
+        else {
+            return None;
+        };
+        if until <= now {
+            return None;
+        }
+        let plain = match ring.open(version, sealed, &aad(org_id, self.id)) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(String::from_utf8(plain).map_err(|_| Error::Crypto("provider key is not UTF-8".into())))
     }
 }
 
@@ -148,16 +176,32 @@ pub async fn rename(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid, name: 
     .optional()?)
 }
 
-/// Replaces a live key's secret: from the commit on, every lookup reads the new one.
+/// Replaces a live key's secret: from the commit on, every lookup reads the new one. With an
+/// `overlap`, the replaced secret stays as the previous one until then (any earlier previous
+/// one is dropped: a second rotation ends the first's overlap).
 pub async fn rotate(
     conn: &mut AsyncPgConnection,
     ring: &Keyring,
     org_id: Uuid,
     id: Uuid,
     secret: &str,
+    overlap: chrono::Duration,
 ) -> Result<Option<ProviderKey>> {
     let (version, sealed) = ring.seal(secret.as_bytes(), &aad(org_id, id))?;
     let now = Utc::now();
+    let keep = overlap > chrono::Duration::zero();
+    // SET reads the row as it was: the previous secret is the one being replaced.
+    let previous = (
+        provider_keys::previous_ciphertext.eq(diesel::dsl::case_when(
+            diesel::dsl::sql::<diesel::sql_types::Bool>(if keep { "true" } else { "false" }),
+            provider_keys::secret_ciphertext.nullable(),
+        )),
+        provider_keys::previous_key_version.eq(diesel::dsl::case_when(
+            diesel::dsl::sql::<diesel::sql_types::Bool>(if keep { "true" } else { "false" }),
+            provider_keys::key_version.nullable(),
+        )),
+        provider_keys::previous_expires_at.eq(keep.then(|| now + overlap)),
+    );
     Ok(diesel::update(
         provider_keys::table
             .filter(provider_keys::org_id.eq(org_id))
@@ -171,6 +215,7 @@ pub async fn rotate(
         provider_keys::version.eq(provider_keys::version + 1),
         provider_keys::rotated_at.eq(now),
         provider_keys::updated_at.eq(now),
+        previous,
     ))
     .returning(ProviderKey::as_returning())
     .get_result(conn)
@@ -187,7 +232,13 @@ pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Res
             .filter(provider_keys::id.eq(id))
             .filter(provider_keys::revoked_at.is_null()),
     )
-    .set((provider_keys::revoked_at.eq(now), provider_keys::updated_at.eq(now)))
+    .set((
+        provider_keys::revoked_at.eq(now),
+        provider_keys::updated_at.eq(now),
+        provider_keys::previous_ciphertext.eq(None::<Vec<u8>>),
+        provider_keys::previous_key_version.eq(None::<i16>),
+        provider_keys::previous_expires_at.eq(None::<DateTime<Utc>>),
+    ))
     .returning(ProviderKey::as_returning())
     .get_result(conn)
     .await
@@ -232,7 +283,14 @@ pub async fn reencrypt(conn: &mut AsyncPgConnection, ring: &Keyring) -> Result<V
                 .filter(provider_keys::key_version.eq(version))
                 .filter(provider_keys::secret_ciphertext.eq(&sealed)),
         )
-        .set((provider_keys::secret_ciphertext.eq(resealed), provider_keys::key_version.eq(v)))
+        // A rotation's overlap ends here: its previous secret may be sealed under the old key.
+        .set((
+            provider_keys::secret_ciphertext.eq(resealed),
+            provider_keys::key_version.eq(v),
+            provider_keys::previous_ciphertext.eq(None::<Vec<u8>>),
+            provider_keys::previous_key_version.eq(None::<i16>),
+            provider_keys::previous_expires_at.eq(None::<DateTime<Utc>>),
+        ))
         .execute(conn)
         .await?;
         if n == 1 {

@@ -116,6 +116,9 @@ diesel::table! {
         key_version -> SmallInt,
         updated_at -> Timestamptz,
         version -> Int4,
+        previous_ciphertext -> Nullable<Bytea>,
+        previous_key_version -> Nullable<SmallInt>,
+        previous_expires_at -> Nullable<Timestamptz>,
     }
 }
 

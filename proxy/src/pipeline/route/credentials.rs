@@ -24,6 +24,20 @@ pub async fn for_request(gw: &Gateway, ctx: &RequestCtx) -> Result<Arc<OrgProvid
     }
 }
 
+/// The secret a rotation replaced, opened, while its overlap lasts; `None` otherwise (or when it
+/// cannot be opened: the new secret's answer stands).
+pub fn previous_for(gw: &Gateway, keys: &OrgProviderKeys, org_id: Uuid, provider: &str) -> Option<String> {
+    let sealed = keys.for_provider(provider)?;
+    let ring = gw.keyring.as_ref()?;
+    match sealed.open_previous(ring, org_id, chrono::Utc::now())? {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log::warn!("organization {org_id}: the previous key for provider {provider} does not open: {e}");
+            None
+        }
+    }
+}
+
 /// The secret of the organization's key for `provider`, opened; `None` when it has none.
 pub fn secret_for(
     gw: &Gateway,

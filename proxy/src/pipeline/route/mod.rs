@@ -136,6 +136,29 @@ async fn try_one(
             return Err(e);
         }
     };
+    let api_key = own.as_deref().or(dep.configured_key());
+    let mut result = exchange_once(gw, session, ctx, req, dep, api_key, own.is_some()).await;
+    // During a rotation's overlap, a refused new secret is retried once with the replaced one.
+    if own.is_some() && refused_credential(&result) && !ctx.header_sent {
+        if let Some(previous) = credentials::previous_for(gw, org_keys, org_id, &dep.provider.name) {
+            result = exchange_once(gw, session, ctx, req, dep, Some(&previous), true).await;
+        }
+    }
+    let header_latency = ctx.attempts.last().and_then(|a| a.latency);
+    gw.router.record(dep, verdict(&result, header_latency));
+    result
+}
+
+/// One exchange on `dep` with `api_key`, recorded as an attempt, counted in the metrics.
+async fn exchange_once(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    req: Prompt<'_>,
+    dep: &Arc<Deployment>,
+    api_key: Option<&str>,
+    org_key: bool,
+) -> Result<(), ProxyError> {
     ctx.attempts.push(Attempt {
         provider: dep.provider.name.clone(),
         upstream_model: dep.upstream_model.clone(),
@@ -144,9 +167,8 @@ async fn try_one(
         latency: None,
         spent: None,
         region: dep.region.clone(),
-        org_key: own.is_some(),
+        org_key,
     });
-    let api_key = own.as_deref().or(dep.configured_key());
     let began = std::time::Instant::now();
     let result = {
         let _inflight = dep.state.begin();
@@ -160,16 +182,23 @@ async fn try_one(
         Err(e) if e.retryable() && !ctx.header_sent => AttemptOutcome::Retryable(e.label()),
         Err(e) => AttemptOutcome::Failed(e.label()),
     };
-    let header_latency = ctx.attempts.last().and_then(|a| a.latency);
     if let Some(a) = ctx.attempts.last_mut() {
         a.outcome = outcome;
     }
-    gw.router.record(dep, verdict(&result, header_latency));
     gw.metrics.upstream_attempts.with_label_values(&[&dep.provider.name, outcome.label()]).inc();
     if let AttemptOutcome::Retryable(kind) | AttemptOutcome::Failed(kind) = outcome {
         gw.traffic.upstream_errors.with_label_values(&[&dep.provider.name, kind]).inc();
     }
     result
+}
+
+/// Whether the upstream refused the credential itself (401 or 403).
+fn refused_credential(result: &Result<(), ProxyError>) -> bool {
+    matches!(
+        result,
+        Err(ProxyError::Upstream { error, .. })
+            if matches!(error.failure, gw_shared::providers::UpstreamFailure::Unavailable { status: Some(401 | 403) })
+    )
 }
 
 /// What an attempt says about its deployment's health.
