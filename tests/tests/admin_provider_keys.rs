@@ -16,12 +16,13 @@ use gw_tests::{db, expect_api_error, header, unique_tag, Session, Stack, StackOp
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-const FIELDS: [&str; 12] = [
+const FIELDS: [&str; 13] = [
     "created_at",
     "created_by",
     "id",
     "master_key_version",
     "name",
+    "previous_valid_until",
     "provider",
     "revoked_at",
     "rotated_at",
@@ -117,6 +118,9 @@ async fn opened(id: &str) -> String {
         provider: String::new(),
         key_version: version,
         secret_ciphertext: ciphertext,
+        previous_ciphertext: None,
+        previous_key_version: None,
+        previous_expires_at: None,
     };
     sealed.open(&ring, org).unwrap()
 }
@@ -785,8 +789,15 @@ async fn reencrypt_moves_every_key_to_the_new_master_key() {
         let (version, ciphertext) = sealed_row(&mut conn, *id).await;
         assert_eq!(version, 2);
         assert!(!contains(&ciphertext, secret.as_bytes()));
-        let sealed =
-            SealedKey { id: *id, provider: String::new(), key_version: version, secret_ciphertext: ciphertext };
+        let sealed = SealedKey {
+            id: *id,
+            provider: String::new(),
+            key_version: version,
+            secret_ciphertext: ciphertext,
+            previous_ciphertext: None,
+            previous_key_version: None,
+            previous_expires_at: None,
+        };
         assert_eq!(&sealed.open(&only_new, *org).unwrap(), secret);
     }
 

@@ -319,9 +319,24 @@ mod tests {
         let ring = Keyring::new(1, crate::crypto::EncryptionKey::generate(), Default::default());
         let (org, id) = (Uuid::now_v7(), Uuid::now_v7());
         let (v, ct) = ring.seal(b"sk-secret", &aad(org, id)).unwrap();
-        let k = SealedKey { id, provider: "p".into(), key_version: v, secret_ciphertext: ct };
+        let (pv, pct) = ring.seal(b"sk-before", &aad(org, id)).unwrap();
+        let now = Utc::now();
+        let mut k = SealedKey {
+            id,
+            provider: "p".into(),
+            key_version: v,
+            secret_ciphertext: ct,
+            previous_ciphertext: Some(pct),
+            previous_key_version: Some(pv),
+            previous_expires_at: Some(now + chrono::Duration::seconds(5)),
+        };
         assert_eq!(k.open(&ring, org).unwrap(), "sk-secret");
         assert!(k.open(&ring, Uuid::now_v7()).is_err());
+        assert_eq!(k.open_previous(&ring, org, now).unwrap().unwrap(), "sk-before");
+        assert!(k.open_previous(&ring, Uuid::now_v7(), now).unwrap().is_err());
+        assert!(k.open_previous(&ring, org, now + chrono::Duration::seconds(5)).is_none(), "the overlap ended");
+        k.previous_ciphertext = None;
+        assert!(k.open_previous(&ring, org, now).is_none());
         let keys = OrgProviderKeys { keys: vec![k] };
         assert!(keys.for_provider("p").is_some() && keys.for_provider("q").is_none());
     }
