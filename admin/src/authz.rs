@@ -59,6 +59,8 @@ pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/organizations/current", VIEWER),
     rule("PATCH", "/api/v1/organizations/current", ADMIN),
     rule("GET", "/api/v1/organizations/current/limits", VIEWER),
+    rule("GET", "/api/v1/organizations/current/routes", VIEWER),
+    rule("PUT", "/api/v1/organizations/current/routes", ADMIN),
     rule("GET", "/api/v1/organizations/current/policy", VIEWER),
     rule("PUT", "/api/v1/organizations/current/policy", ADMIN),
     rule("PATCH", "/api/v1/organizations/current/policy", ADMIN),

@@ -251,11 +251,13 @@ fn serve() -> Result<(), BoxError> {
                     web::PathConfig::default()
                         // Path parameters are ids (and catalog versions); serde's message would describe
                         // the parser.
-                        .error_handler(|_, _| {
-                            ApiError::Validation(
-                                "invalid path parameter: expected an id (a UUID), or a catalog version number".into(),
-                            )
-                            .into()
+                        .error_handler(|_, req| {
+                            let what = if req.match_pattern().is_some_and(|p| p.contains("{version}")) {
+                                "a catalog version number"
+                            } else {
+                                "an id (a UUID)"
+                            };
+                            ApiError::Validation(format!("invalid path parameter: expected {what}")).into()
                         }),
                 )
                 .wrap(actix_web::middleware::from_fn(authz::authorize))

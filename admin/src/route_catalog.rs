@@ -144,6 +144,7 @@ pub async fn write<T: Send>(
                 }
             };
             let out = edit(&mut routes)?;
+            routes.validate_gateway().map_err(refused)?;
             check(cfg, &routes)?;
             let version = number + 1;
             route_catalog::insert(conn, version, &routes, &summary, Some(actor)).await?;

@@ -36,6 +36,8 @@ impl Caches {
             Invalidation::CacheSettings { org_id } => l.cache_settings.invalidate(org_id).await,
             Invalidation::CachePurge { org_id, model } => self.responses.purge_local(*org_id, *model),
             Invalidation::Routes { .. } => self.routes.notify_one(),
+            // Tables are kept by version: the next read finds the new version.
+            Invalidation::OrgRoutes { org_id } => l.org_routes.lookup.invalidate(org_id).await,
             Invalidation::All => self.clear(),
         }
     }

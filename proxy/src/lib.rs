@@ -16,6 +16,7 @@ mod logline;
 mod lookup;
 mod metrics;
 mod ops;
+mod org_routes;
 mod pipeline;
 mod priority;
 mod response_cache;

@@ -10,7 +10,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use gw_shared::config::{Config, Routes, RoutesSource};
 use gw_shared::db::{route_catalog, DbPool};
@@ -21,6 +20,7 @@ use pingora::services::background::BackgroundService;
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
+use crate::org_routes::RouteBuilder;
 use crate::traffic_metrics::TrafficMetrics;
 
 /// What the catalog change written by the proxy itself says when it seeds an empty database.
@@ -66,9 +66,9 @@ fn env(name: &str) -> Option<String> {
 }
 
 pub struct RoutesWatch {
-    /// The configuration the catalog is built with (prices, timeouts); SIGHUP replaces it.
-    pub cfg: ArcSwap<Config>,
-    pub registry: Registry,
+    /// The configuration the catalog is built with (prices, timeouts; SIGHUP replaces it) and
+    /// the adapters, shared with organizations' own routes.
+    pub builder: Arc<RouteBuilder>,
     pub router: Arc<Router>,
     pub db: DbPool,
     pub metrics: Arc<Metrics>,
@@ -79,7 +79,7 @@ pub struct RoutesWatch {
 
 impl RoutesWatch {
     fn source(&self) -> RoutesSource {
-        self.cfg.load().routing.routes
+        self.builder.cfg.load().routing.routes
     }
 
     /// Makes `table` the router's and labels metrics by its names.
@@ -96,9 +96,9 @@ impl RoutesWatch {
     }
 
     fn build(&self, routes: &Routes, version: i64) -> Result<RouteTable, String> {
-        let cfg = self.cfg.load();
+        let cfg = self.builder.cfg.load();
         let current = self.router.table();
-        let mut table = RouteTable::build(&cfg, routes, &self.registry, &env, Some(&current))
+        let mut table = RouteTable::build(&cfg, routes, &self.builder.registry, &env, Some(&current))
             .map_err(|e| format!("{}: {e}", e.path))?;
         table.version = version;
         Ok(table)
@@ -135,7 +135,7 @@ impl RoutesWatch {
             Ok(cfg) => {
                 let source = cfg.routing.routes;
                 let routes = cfg.routes();
-                self.cfg.store(Arc::new(cfg));
+                self.builder.cfg.store(Arc::new(cfg));
                 match source {
                     RoutesSource::File => match self.build(&routes, 0) {
                         Ok(table) => self.apply(table),
@@ -169,7 +169,7 @@ impl BackgroundService for RoutesWatch {
                 None
             }
         };
-        let poll = Duration::from_millis(self.cfg.load().routing.routes_poll_ms.max(100));
+        let poll = Duration::from_millis(self.builder.cfg.load().routing.routes_poll_ms.max(100));
         let mut tick = tokio::time::interval(poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

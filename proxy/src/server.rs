@@ -22,6 +22,7 @@ use crate::logline::RateLimitedLog;
 use crate::lookup::{Lookup, LookupConfig};
 use crate::metrics::Metrics;
 use crate::ops::OpsApp;
+use crate::org_routes::{OrgRoutes, OrgRoutesSource, RouteBuilder};
 use crate::response_cache::{CacheConfig, CacheWriter, ResponseCache};
 use crate::sources::{
     compiled_cache, CacheSettingsSource, KeySource, Lookups, OrgSource, PolicySource, ProviderKeySource, TeamSource,
@@ -44,6 +45,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     let db = gw_shared::db::pool(&cfg.database.url, cfg.database.pool_size)?;
     let redis = gw_shared::redis::pool(&cfg.redis.url, cfg.redis.pool_size)?;
     let router = Arc::new(Router::new(cfg.routing.clone(), crate::routes_watch::initial(&cfg, &registry)?));
+    let builder = Arc::new(RouteBuilder { cfg: arc_swap::ArcSwap::from_pointee(cfg.clone()), registry });
     let routes_wake = Arc::new(tokio::sync::Notify::new());
     let lookups = LookupConfig {
         max_bytes: p.lookup_cache_max_bytes,
@@ -60,6 +62,10 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         compiled: compiled_cache(p.policy_cache_max_bytes),
         cache_settings: Lookup::new(CacheSettingsSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
         provider_keys: Lookup::new(ProviderKeySource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
+        org_routes: OrgRoutes::new(
+            Lookup::new(OrgRoutesSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
+            builder.clone(),
+        ),
     });
     let outbox = Arc::new(Outbox::new(db.clone(), metrics.clone()));
     let limiter = Arc::new(Limiter::new(
@@ -116,8 +122,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     )?);
     drop(table);
     let routes_watch = crate::routes_watch::RoutesWatch {
-        cfg: arc_swap::ArcSwap::from_pointee(cfg.clone()),
-        registry,
+        builder,
         router: router.clone(),
         db: db.clone(),
         metrics: metrics.clone(),

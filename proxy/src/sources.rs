@@ -185,6 +185,7 @@ pub struct Lookups {
     pub compiled: Compiled,
     pub cache_settings: Lookup<CacheSettingsSource>,
     pub provider_keys: Lookup<ProviderKeySource>,
+    pub org_routes: crate::org_routes::OrgRoutes,
 }
 
 impl Lookups {
@@ -213,5 +214,6 @@ impl Lookups {
         self.policies.invalidate_all();
         self.compiled.invalidate_all();
         self.cache_settings.invalidate_all();
+        self.org_routes.invalidate_all();
     }
 }

@@ -108,7 +108,8 @@ impl Transport {
     }
 
     /// Sends the request and waits for the response header within the attempt's timeouts. A
-    /// pooled connection that turns out dead is replaced once by a fresh one.
+    /// pooled connection that turns out dead is replaced once by a fresh one. `public_only`: the
+    /// URL is a tenant's, and the address dialled must be public (`gw_shared::net_guard`).
     pub async fn send(
         &self,
         provider: &Arc<str>,
@@ -116,8 +117,15 @@ impl Transport {
         req: UpstreamRequest,
         stream: bool,
         timeouts: AttemptTimeouts,
+        public_only: bool,
     ) -> Result<(Head, Body), ProxyError> {
         let addr = self.resolve(url, provider).await?;
+        if public_only && !gw_shared::net_guard::is_public(addr.ip()) {
+            return Err(ProxyError::UpstreamConnect {
+                provider: provider.clone(),
+                why: "its address is not public, and an organization's base URL must be",
+            });
+        }
         let sni = if url.tls { url.host.clone() } else { String::new() };
         let mut peer = HttpPeer::new(addr, url.tls, sni);
         let connect = timeouts.connect.max(Duration::from_millis(1));

@@ -17,6 +17,7 @@ pub mod jwt;
 pub mod keys;
 pub mod limits;
 pub mod money;
+pub mod net_guard;
 pub mod openai;
 pub mod password;
 pub mod policy;

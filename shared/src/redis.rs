@@ -38,6 +38,8 @@ pub enum Invalidation {
     CachePurge { org_id: Uuid, model: Option<crate::cache::key::ModelTag> },
     /// The route catalog: a new version is in force.
     Routes { version: i64 },
+    /// An organization's own routes.
+    OrgRoutes { org_id: Uuid },
     /// Everything cached from Postgres.
     All,
 }
@@ -54,6 +56,7 @@ impl Invalidation {
             Invalidation::CachePurge { org_id, model: None } => format!("cache_purge:{org_id}"),
             Invalidation::CachePurge { org_id, model: Some(m) } => format!("cache_purge:{org_id}:{}", hex::encode(m)),
             Invalidation::Routes { version } => format!("routes:{version}"),
+            Invalidation::OrgRoutes { org_id } => format!("org_routes:{org_id}"),
             Invalidation::All => "all".into(),
         }
     }
@@ -61,6 +64,9 @@ impl Invalidation {
     pub fn decode(msg: &str) -> Option<Self> {
         if msg == "all" {
             return Some(Invalidation::All);
+        }
+        if let Some(org) = msg.strip_prefix("org_routes:") {
+            return Some(Invalidation::OrgRoutes { org_id: org.parse().ok()? });
         }
         if let Some(version) = msg.strip_prefix("routes:") {
             return Some(Invalidation::Routes { version: version.parse().ok()? });
@@ -102,6 +108,7 @@ impl Invalidation {
             Invalidation::Org { org_id } => Some(org_cache_key(*org_id)),
             Invalidation::Policy { org_id } => Some(policy_cache_key(*org_id)),
             Invalidation::CacheSettings { org_id } => Some(cache_settings_key(*org_id)),
+            Invalidation::OrgRoutes { org_id } => Some(org_routes_cache_key(*org_id)),
             Invalidation::CachePurge { .. } | Invalidation::Routes { .. } | Invalidation::All => None,
         }
     }
@@ -127,6 +134,11 @@ pub fn org_cache_key(org_id: Uuid) -> String {
 
 pub fn policy_cache_key(org_id: Uuid) -> String {
     format!("gw:cache:policy:{org_id}")
+}
+
+/// Redis key of the shared copy of an organization's own routes.
+pub fn org_routes_cache_key(org_id: Uuid) -> String {
+    format!("gw:cache:org_routes:{org_id}")
 }
 
 /// Redis key of the shared copy of an organization's provider keys (still sealed: Redis never
@@ -207,6 +219,9 @@ mod tests {
         let policy = Invalidation::Policy { org_id: Uuid::now_v7() };
         assert_eq!(Invalidation::decode(&policy.encode()), Some(policy.clone()));
         assert!(policy.cache_key().unwrap().starts_with("gw:cache:policy:"));
+        for inv in [Invalidation::Routes { version: 7 }, Invalidation::OrgRoutes { org_id: Uuid::now_v7() }] {
+            assert_eq!(Invalidation::decode(&inv.encode()), Some(inv.clone()));
+        }
         let pk = Invalidation::ProviderKeys { org_id: Uuid::now_v7() };
         assert_eq!(Invalidation::decode(&pk.encode()), Some(pk.clone()));
         assert!(team.cache_key().unwrap().starts_with("gw:cache:team:"));

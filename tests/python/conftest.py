@@ -46,11 +46,11 @@ def bin_dir() -> Path:
     return Path(os.environ.get("GW_BIN_DIR", ROOT / "target" / "debug"))
 
 
-@pytest.fixture(scope="session")
-def stack():
+def run_stack(**extra_env):
+    """Starts gw-stack (with `extra_env`); yields its addresses, stops it afterwards."""
     exe = bin_dir() / "gw-stack"
     assert exe.exists(), f"{exe} missing: run cargo build --workspace first"
-    env = dict(os.environ, GW_BIN_DIR=str(bin_dir()))
+    env = dict(os.environ, GW_BIN_DIR=str(bin_dir()), **extra_env)
     proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
     line = proc.stdout.readline()
     assert line, "gw-stack exited before printing its addresses"
@@ -58,6 +58,26 @@ def stack():
     yield urls
     proc.stdin.close()
     proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def stack():
+    yield from run_stack()
+
+
+@pytest.fixture(scope="module")
+def catalog_stack():
+    """A stack whose route catalog is managed in a database of its own (`routes = "database"`)."""
+    yield from run_stack(GW_STACK_ROUTES="database")
+
+
+def grant_operator(stack, email):
+    """`gw-admin operator grant` on that stack's config and database."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["GW_CONFIG"] = stack["config"]
+    r = subprocess.run([str(bin_dir() / "gw-admin"), "operator", "grant", email],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
 
 
 class Org:
@@ -68,6 +88,7 @@ class Org:
         r = self.http.post("/api/v1/auth/register", json={
             "email": email, "password": "correct horse battery", "name": "Py", "org_name": "Py Org"})
         assert r.status_code == 201, r.text
+        self.email = email
         self.token = r.json()["access_token"]
 
     def auth(self):

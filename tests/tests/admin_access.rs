@@ -265,6 +265,8 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/auth/me"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current/limits"), OwnScope(None)),
+        (("GET", "/api/v1/organizations/current/routes"), List),
+        (("PUT", "/api/v1/organizations/current/routes"), OwnScope(Some(json!({"providers": [], "models": []})))),
         (("GET", "/api/v1/organizations/current/policy"), List),
         (("PUT", "/api/v1/organizations/current/policy"), OwnScope(Some(json!({"defaults": []})))),
         (("PATCH", "/api/v1/organizations/current/policy"), OwnScope(Some(json!({"defaults": []})))),

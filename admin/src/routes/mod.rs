@@ -17,6 +17,7 @@ pub mod health;
 pub mod invites;
 pub mod limits;
 pub mod me;
+pub mod org_routes;
 pub mod organizations;
 pub mod policy;
 pub mod provider_keys;
@@ -45,7 +46,8 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(audit_events::routes)
             .configure(analytics::routes)
             .configure(limits::routes)
-            .configure(gateway::routes),
+            .configure(gateway::routes)
+            .configure(org_routes::routes),
     );
 }
 

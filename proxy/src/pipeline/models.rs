@@ -13,8 +13,13 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
     let key_models = ctx.key.as_ref().and_then(|k| k.allowed_models.as_deref());
     let team_models = ctx.team_models();
     let table = gw.router.table();
-    let data = table
-        .models()
+    let org_id = ctx.key.as_ref().map(|k| k.org_id).unwrap_or_default();
+    let own = gw.lookups.org_routes.table(org_id).await.map_err(|_| ProxyError::StoreUnavailable)?;
+    // The organization's own models first; a gateway model of the same name is hidden by it.
+    let own_models = own.iter().flat_map(|t| t.models());
+    let shadowed = |name: &str| own.as_ref().is_some_and(|t| t.resolve(name).is_some());
+    let data = own_models
+        .chain(table.models().filter(|m| !shadowed(&m.name)))
         .filter(|m| m.admitted_by(key_models) && m.admitted_by(team_models))
         .map(|m| ModelObject::new(&m.name, gw.started_at, &m.owned_by))
         .collect();

@@ -25,10 +25,12 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
     let key_models = key.allowed_models.as_deref();
     let team_models = ctx.team_models();
     let admitted = |r: &ModelRoute| r.admitted_by(key_models) && r.admitted_by(team_models);
-    // One snapshot of the catalog for the model and its fallbacks.
+    // One snapshot of the catalogs for the model and its fallbacks: the organization's own
+    // routes first, then the gateway's.
     let table = gw.router.table();
-    let route =
-        table.resolve(model).filter(|r| admitted(r)).ok_or_else(|| ProxyError::UnknownModel(model.to_string()))?;
+    let own = gw.lookups.org_routes.table(key.org_id).await.map_err(|_| ProxyError::StoreUnavailable)?;
+    let find = |name: &str| own.as_ref().and_then(|t| t.resolve(name)).or_else(|| table.resolve(name));
+    let route = find(model).filter(|r| admitted(r)).ok_or_else(|| ProxyError::UnknownModel(model.to_string()))?;
     let endpoint = ctx.endpoint.unwrap_or(Endpoint::ChatCompletions);
     if route.endpoint() != endpoint.provider_endpoint() {
         return Err(ProxyError::WrongEndpoint {
@@ -56,7 +58,7 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
             if routes.len() >= MAX_MODELS {
                 break;
             }
-            let Some(r) = table.resolve(&f) else { continue };
+            let Some(r) = find(&f) else { continue };
             let allowed = admitted(&r) && applied.iter().all(|p| p.admits_model(&r.name));
             if allowed && !routes.iter().any(|o| o.name == r.name) {
                 routes.push(r);

@@ -71,6 +71,13 @@ pub struct RoutingConfig {
     /// With `routes = "database"`: how often a proxy checks the catalog's version when no change
     /// message arrived (messages are lost while Redis is unreachable).
     pub routes_poll_ms: u64,
+    /// Provider kinds organizations may deploy with their own keys and base URLs (their own
+    /// Azure resource, say: `["azure", "openai"]`); empty: organizations have no routes of their
+    /// own.
+    pub org_provider_kinds: Vec<String>,
+    /// Whether organizations' base URLs may point at private addresses (loopback, private
+    /// ranges, link-local): only for a gateway whose tenants all share its private network.
+    pub org_private_base_urls: bool,
 }
 
 impl Default for RoutingConfig {
@@ -82,6 +89,8 @@ impl Default for RoutingConfig {
             latency_ewma_alpha: 0.3,
             routes: RoutesSource::File,
             routes_poll_ms: 5_000,
+            org_provider_kinds: Vec::new(),
+            org_private_base_urls: false,
         }
     }
 }
@@ -270,6 +279,9 @@ pub struct ProviderConfig {
     /// AWS region (Bedrock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// An organization's own provider only: the id of its provider key that authenticates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_key_id: Option<Uuid>,
     /// Defaults for this provider's deployments.
     #[serde(default, flatten)]
     pub timeouts: TimeoutConfig,
@@ -512,7 +524,8 @@ impl Config {
     }
 
     fn validate(&self) -> Result<()> {
-        self.routes().validate(self).map_err(|e| Error::Config(e.to_string()))?;
+        let routes = self.routes();
+        routes.validate(self).and_then(|()| routes.validate_gateway()).map_err(|e| Error::Config(e.to_string()))?;
         let r = &self.routing;
         if r.circuit_failures == 0 || !(r.latency_ewma_alpha > 0.0 && r.latency_ewma_alpha <= 1.0) {
             return Err(Error::Config(

@@ -209,6 +209,20 @@ impl Routes {
         Ok(())
     }
 
+    /// The gateway's own catalog: its providers authenticate with the operator's credentials
+    /// (`api_key_env`), never with one organization's key.
+    pub fn validate_gateway(&self) -> Result<(), RouteError> {
+        for (i, p) in self.providers.iter().enumerate() {
+            if p.provider_key_id.is_some() {
+                return Err(fault(
+                    format!("providers[{i}].provider_key_id"),
+                    "the gateway's providers use api_key_env; provider_key_id is for organizations' own providers",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The catalog with an id on every deployment (kept where one is set).
     pub fn with_ids(mut self) -> Routes {
         for m in &mut self.models {

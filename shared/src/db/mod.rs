@@ -8,6 +8,7 @@ pub mod audit_logs;
 pub mod cache;
 pub mod events;
 pub mod invites;
+pub mod org_routes;
 pub mod orgs;
 pub mod policies;
 pub mod policy_decisions;

@@ -397,3 +397,13 @@ diesel::table! {
         granted_at -> Timestamptz,
     }
 }
+
+diesel::table! {
+    org_routes (org_id, version) {
+        org_id -> Uuid,
+        version -> Int4,
+        routes -> Jsonb,
+        actor_user_id -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+    }
+}

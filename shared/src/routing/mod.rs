@@ -31,6 +31,11 @@ pub struct Provider {
     pub options: ProviderOptions,
     /// Whether the background health check covers this provider.
     pub health_check: bool,
+    /// An organization's own provider: the provider key of the requesting organization that
+    /// authenticates it (no other credential is ever sent to it).
+    pub org_key: Option<uuid::Uuid>,
+    /// Connections go to public addresses only (`crate::net_guard`): a tenant gave the URL.
+    pub public_only: bool,
     healthy: AtomicBool,
 }
 
@@ -217,9 +222,15 @@ impl RouteTable {
                 region: p.region.clone(),
                 host: upstream.as_ref().map(UpstreamUrl::host_header).unwrap_or_default(),
             };
-            let api_key =
-                p.api_key.clone().or_else(|| p.api_key_env.as_deref().and_then(env).filter(|k| !k.is_empty()));
-            let health_check = p.health_check && upstream.is_some();
+            // An organization's provider never reads the gateway's environment.
+            let api_key = match p.provider_key_id {
+                Some(_) => None,
+                None => p.api_key.clone().or_else(|| p.api_key_env.as_deref().and_then(env).filter(|k| !k.is_empty())),
+            };
+            // A tenant's provider: not probed by the gateway, and held to public addresses.
+            let org_key = p.provider_key_id;
+            let public_only = org_key.is_some() && !cfg.routing.org_private_base_urls;
+            let health_check = p.health_check && upstream.is_some() && org_key.is_none();
             let same = |o: &&Arc<Provider>| {
                 *o.name == *p.name
                     && o.kind == p.kind
@@ -227,6 +238,8 @@ impl RouteTable {
                     && o.api_key == api_key
                     && o.options == options
                     && o.health_check == health_check
+                    && o.org_key == org_key
+                    && o.public_only == public_only
             };
             let provider = match previous.and_then(|t| t.providers.iter().find(same)) {
                 Some(old) => old.clone(),
@@ -238,6 +251,8 @@ impl RouteTable {
                     upstream,
                     api_key,
                     options,
+                    org_key,
+                    public_only,
                     healthy: AtomicBool::new(true),
                 }),
             };
@@ -282,8 +297,12 @@ impl RouteTable {
                     total: t.timeout_ms.map(Duration::from_millis),
                 };
                 let max_output_tokens = cfg.max_output_of(&provider.kind, &upstream_model);
-                let api_key =
-                    d.api_key.clone().or_else(|| d.api_key_env.as_deref().and_then(env).filter(|k| !k.is_empty()));
+                let api_key = match provider.org_key {
+                    Some(_) => None,
+                    None => {
+                        d.api_key.clone().or_else(|| d.api_key_env.as_deref().and_then(env).filter(|k| !k.is_empty()))
+                    }
+                };
                 // Same provider, upstream model and caps: the circuit, latency and caps go on.
                 let state = old_route
                     .and_then(|r| {
@@ -554,6 +573,27 @@ deployments = [{ provider = "up", model = "real-b" }]
         r.record(&b.deployments[0], AttemptVerdict::Success { header_latency: Duration::from_millis(3) });
         assert_eq!(names(&r.plan(&b, 10)), ["real-b", "b"]);
         assert_eq!(b.deployments[0].state.latency_us(), 3000);
+    }
+
+    #[test]
+    fn a_new_version_keeps_the_state_of_what_it_did_not_change() {
+        let cfg = Config::parse(CFG, |_| None).unwrap();
+        let registry = Registry::builtin();
+        let old = RouteTable::build(&cfg, &cfg.routes(), &registry, &|_| None, None).unwrap();
+        let mut routes = cfg.routes();
+        // Model "b": its first deployment changes upstream model, its second stays.
+        routes.models[0].deployments[0].model = Some("gpt-4o-mini".into());
+        let new = RouteTable::build(&cfg, &routes, &registry, &|_| None, Some(&old)).unwrap();
+        let (ob, nb) = (old.resolve("b").unwrap(), new.resolve("b").unwrap());
+        assert!(!Arc::ptr_eq(&ob.deployments[0].state, &nb.deployments[0].state), "a changed deployment starts over");
+        assert!(Arc::ptr_eq(&ob.deployments[1].state, &nb.deployments[1].state), "an unchanged one goes on");
+        assert!(Arc::ptr_eq(&ob.deployments[0].provider, &nb.deployments[0].provider), "so does its provider");
+        // The router swaps tables whole; a route already resolved is the old one still.
+        let router = Router::new(cfg.routing.clone(), old);
+        let held = router.resolve("b").unwrap();
+        router.replace(new);
+        assert_eq!(&*held.deployments[0].upstream_model, "real-b");
+        assert_eq!(&*router.resolve("b").unwrap().deployments[0].upstream_model, "gpt-4o-mini");
     }
 
     #[test]

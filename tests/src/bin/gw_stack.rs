@@ -1,18 +1,33 @@
 //! gw-stack: starts a test stack (mock upstream, gw-admin, gw-proxy) exactly as the Rust
 //! integration tests do, prints its addresses as one JSON line, and stops it when standard input
-//! closes. The Python SDK and wire-format tests drive gw through it.
+//! closes. The Python SDK and wire-format tests drive gw through it. With
+//! `GW_STACK_ROUTES=database` the stack runs on a database of its own with the route catalog
+//! managed there (its URL and the config file's path are printed too).
 
 use std::io::Read;
 
-use gw_tests::Stack;
+use gw_tests::{db, Stack, StackOptions};
 use serde_json::json;
 
 #[tokio::main]
 async fn main() {
-    let stack = Stack::start().await;
+    let catalog = std::env::var("GW_STACK_ROUTES").is_ok_and(|v| v == "database");
+    let (stack, database_url) = if catalog {
+        let url = db::fresh_database().await;
+        let opts = StackOptions {
+            database_url: Some(url.clone()),
+            routing_config: Some("routes = \"database\"\nhealth_check_interval_ms = 0".into()),
+            ..Default::default()
+        };
+        (Stack::start_with(opts).await, Some(url))
+    } else {
+        (Stack::start().await, None)
+    };
+    let config = database_url.as_ref().map(|_| stack.config_path().display().to_string());
     println!(
         "{}",
-        json!({"proxy": stack.proxy, "admin": stack.admin, "mock": stack.mock, "proxy_metrics": stack.proxy_metrics})
+        json!({"proxy": stack.proxy, "admin": stack.admin, "mock": stack.mock, "proxy_metrics": stack.proxy_metrics,
+               "database_url": database_url, "config": config})
     );
     // Block until our parent closes stdin (or dies), then drop the stack, killing its processes.
     let _ = tokio::task::spawn_blocking(|| {

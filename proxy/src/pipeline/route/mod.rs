@@ -129,7 +129,7 @@ async fn try_one(
     org_keys: &OrgProviderKeys,
 ) -> Result<(), ProxyError> {
     let org_id = ctx.key.as_ref().map(|k| k.org_id).unwrap_or_default();
-    let own = match credentials::secret_for(gw, org_keys, org_id, &dep.provider.name) {
+    let own = match credentials::secret_for(gw, org_keys, org_id, &dep.provider) {
         Ok(s) => s,
         Err(e) => {
             gw.router.record(dep, AttemptVerdict::NoVerdict);
@@ -140,7 +140,7 @@ async fn try_one(
     let mut result = exchange_once(gw, session, ctx, req, dep, api_key, own.is_some()).await;
     // During a rotation's overlap, a refused new secret is retried once with the replaced one.
     if own.is_some() && refused_credential(&result) && !ctx.header_sent {
-        if let Some(previous) = credentials::previous_for(gw, org_keys, org_id, &dep.provider.name) {
+        if let Some(previous) = credentials::previous_for(gw, org_keys, org_id, &dep.provider) {
             result = exchange_once(gw, session, ctx, req, dep, Some(&previous), true).await;
         }
     }
@@ -265,7 +265,7 @@ async fn attempt(
                 connect: dep.timeouts.connect.min(remaining),
                 first_byte: dep.timeouts.first_byte.min(remaining),
             };
-            let send = gw.transport.send(&provider.name, url, up, stream, timeouts);
+            let send = gw.transport.send(&provider.name, url, up, stream, timeouts, provider.public_only);
             bound.run(send).await??
         }
         Exchange::Local(resp) => Transport::local(resp),
