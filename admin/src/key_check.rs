@@ -87,11 +87,20 @@ pub async fn check(cfg: &Config, routes: &Routes, provider_name: &str, secret: &
     };
     let scheme = if url.tls { "https" } else { "http" };
     let target = format!("{scheme}://{}:{}{}", url.host, url.port, up.path);
-    let http = reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         // No redirect may take the key anywhere the configuration did not name.
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CALL_TIMEOUT)
+        .timeout(CALL_TIMEOUT);
+    if provider.public_only {
+        // An organization's base URL: the one SSRF guard, and the connection pinned to the
+        // address it checked.
+        let addr = gw_shared::net_guard::resolve_public(&url.host, url.port)
+            .await
+            .map_err(|why| ApiError::Validation(format!("provider {provider_name:?}: {why}")))?;
+        builder = builder.resolve(&url.host, addr);
+    }
+    let http = builder
         .build()
         .map_err(|e| ApiError::Internal(format!("cannot build the key check client: {}", e.without_url())))?;
     let mut req = http.post(&target).header("content-type", "application/json").body(up.body.clone());

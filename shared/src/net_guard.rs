@@ -5,7 +5,7 @@
 //! dialled, so a name re-pointed after the check is caught). An operator running on a private
 //! network may allow private addresses (`routing.org_private_base_urls`).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Whether `ip` is on the public internet: not loopback, private, link-local (cloud metadata),
 /// shared (CGNAT), documentation, benchmarking, multicast, broadcast, unspecified or reserved,
@@ -56,27 +56,33 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     !reserved
 }
 
-/// Resolves `host` and checks every address; answers the refusal's reason when one is not public.
-pub async fn check_host(host: &str, port: u16) -> Result<(), String> {
+/// Resolves `host` and checks every address; answers one to connect to (so the connection goes
+/// where the check looked), or the refusal's reason when one is not public.
+pub async fn resolve_public(host: &str, port: u16) -> Result<SocketAddr, String> {
     if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
-        return if is_public(ip) { Ok(()) } else { Err(format!("{ip} is not a public address")) };
+        return if is_public(ip) {
+            Ok(SocketAddr::new(ip, port))
+        } else {
+            Err(format!("{ip} is not a public address"))
+        };
     }
     let addrs = tokio::time::timeout(std::time::Duration::from_secs(5), tokio::net::lookup_host((host, port)))
         .await
         .map_err(|_| "the host name did not resolve in time".to_string())?
         .map_err(|_| "the host name does not resolve".to_string())?;
-    let mut any = false;
+    let mut first = None;
     for a in addrs {
-        any = true;
         if !is_public(a.ip()) {
             return Err(format!("the host name resolves to {}, which is not a public address", a.ip()));
         }
+        first.get_or_insert(a);
     }
-    if any {
-        Ok(())
-    } else {
-        Err("the host name does not resolve".into())
-    }
+    first.ok_or_else(|| "the host name does not resolve".into())
+}
+
+/// [`resolve_public`], for a check only.
+pub async fn check_host(host: &str, port: u16) -> Result<(), String> {
+    resolve_public(host, port).await.map(|_| ())
 }
 
 #[cfg(test)]

@@ -104,7 +104,14 @@ async fn an_organizations_own_deployment_serves_it_alone() {
       }
     }
     "#);
-    assert_eq!(credential_count(&stack, &secret).await, 1);
+    assert_eq!(credential_count(&stack, &secret).await, 1, "B's attempt sent nothing");
+
+    // Testing A's key calls A's own provider.
+    let tested =
+        json_of(stack.admin_post(&format!("/provider-keys/{key_id}/test"), &a.access_token, &json!({})).await, 200)
+            .await;
+    assert_eq!((&tested["ok"], &tested["provider"]), (&json!(true), &json!("my-openai")), "{tested}");
+    assert_eq!(credential_count(&stack, &secret).await, 2);
 
     // A stale save is refused; A's revoked key stops its provider, never falling back on gw's.
     let mut stale = own_routes(&format!("{}/v1", stack.mock), &key_id, model);

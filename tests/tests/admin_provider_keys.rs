@@ -828,19 +828,34 @@ fn reencrypt_without_a_master_key_fails() {
 
 #[tokio::test]
 async fn testing_a_key_reports_what_the_provider_answered_in_its_dialect() {
-    // Providers that answer 401 unless they get one credential (a knob in the base URL).
+    // Providers of every dialect that answer 401 unless they get one credential (a knob in the
+    // base URL; Bedrock's credential is the access key id the request is signed with).
     let extra = "[[providers]]\nname = \"guarded\"\nkind = \"openai\"\n\
                  base_url = \"{mock}/k/require_credential=sk-good-openai-1234/v1\"\n\
                  [[providers]]\nname = \"guarded-claude\"\nkind = \"anthropic\"\n\
                  base_url = \"{mock}/k/require_credential=sk-good-claude-1234/v1\"\n\
+                 [[providers]]\nname = \"guarded-gemini\"\nkind = \"gemini\"\n\
+                 base_url = \"{mock}/k/require_credential=good-gemini-1234/v1beta\"\n\
+                 [[providers]]\nname = \"guarded-azure\"\nkind = \"azure\"\napi_version = \"2024-10-21\"\n\
+                 base_url = \"{mock}/k/require_credential=good-azure-1234\"\n\
+                 [[providers]]\nname = \"guarded-bedrock\"\nkind = \"bedrock\"\nregion = \"us-east-1\"\n\
+                 base_url = \"{mock}/k/require_credential=AKIDGOODBEDROCK1\"\n\
                  [[models]]\nname = \"guarded-model\"\ndeployments = [{ provider = \"guarded\", model = \"gpt-4o-mini\" }]\n\
                  [[models]]\nname = \"guarded-claude\"\n\
-                 deployments = [{ provider = \"guarded-claude\", model = \"claude-sonnet-4-5\" }]\n";
+                 deployments = [{ provider = \"guarded-claude\", model = \"claude-sonnet-4-5\" }]\n\
+                 [[models]]\nname = \"guarded-gemini\"\n\
+                 deployments = [{ provider = \"guarded-gemini\", model = \"gemini-2.5-flash\" }]\n\
+                 [[models]]\nname = \"guarded-azure\"\ndeployments = [{ provider = \"guarded-azure\", model = \"my-gpt4o\" }]\n\
+                 [[models]]\nname = \"guarded-bedrock\"\n\
+                 deployments = [{ provider = \"guarded-bedrock\", model = \"anthropic.claude-3-haiku-20240307-v1:0\" }]\n";
     let stack = Stack::start_with(StackOptions { extra_config: extra.into(), ..Default::default() }).await;
     let s = stack.register().await;
     for (provider, good, bad) in [
         ("guarded", "sk-good-openai-1234", "sk-bad-openai-98765"),
         ("guarded-claude", "sk-good-claude-1234", "sk-bad-claude-98765"),
+        ("guarded-gemini", "good-gemini-1234", "bad-gemini-98765"),
+        ("guarded-azure", "good-azure-1234", "bad-azure-98765"),
+        ("guarded-bedrock", "AKIDGOODBEDROCK1:bedrock-secret-1", "AKIDBADBEDROCK98:bedrock-secret-2"),
     ] {
         let key = add_key(&stack, &s, provider, good).await;
         let id = id_of(&key);

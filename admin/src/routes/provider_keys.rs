@@ -327,8 +327,17 @@ pub async fn test(
         return Err(not_live(&mut conn, session.org_id, id).await);
     };
     let secret = key.open(ring, session.org_id).map_err(|e| ApiError::Internal(format!("provider key {id}: {e}")))?;
-    let routes = crate::route_catalog::routes(&state, &mut conn).await?;
-    let result = crate::key_check::check(&state.cfg, &routes, &key.provider, &secret).await?;
+    let gateway = crate::route_catalog::routes(&state, &mut conn).await?;
+    // A key for a kind serves the organization's own provider that names it.
+    let own = match gateway.provider(&key.provider) {
+        Some(_) => None,
+        None => gw_shared::db::org_routes::current(&mut conn, session.org_id).await?.and_then(|s| {
+            let name = s.routes.providers.iter().find(|p| p.provider_key_id == Some(id))?.name.clone();
+            Some((s.routes, name))
+        }),
+    };
+    let (routes, provider_name) = own.unwrap_or((gateway, key.provider.clone()));
+    let result = crate::key_check::check(&state.cfg, &routes, &provider_name, &secret).await?;
     let entry = Entry {
         action: "provider_key.test",
         resource_type: "provider_key",
