@@ -113,16 +113,20 @@ async fn stored(id: &str) -> (Uuid, i16, Vec<u8>) {
 async fn opened(id: &str) -> String {
     let (org, version, ciphertext) = stored(id).await;
     let ring = Keyring::new(1, EncryptionKey::from_base64(ENCRYPTION_KEY).unwrap(), Default::default());
-    let sealed = SealedKey {
-        id: Uuid::parse_str(id).unwrap(),
+    sealed(Uuid::parse_str(id).unwrap(), version, ciphertext).open(&ring, org).unwrap()
+}
+
+/// A stored key's sealed secret, as the proxy reads it (no rotation overlap).
+fn sealed(id: Uuid, key_version: i16, secret_ciphertext: Vec<u8>) -> SealedKey {
+    SealedKey {
+        id,
         provider: String::new(),
-        key_version: version,
-        secret_ciphertext: ciphertext,
+        key_version,
+        secret_ciphertext,
         previous_ciphertext: None,
         previous_key_version: None,
         previous_expires_at: None,
-    };
-    sealed.open(&ring, org).unwrap()
+    }
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -789,16 +793,7 @@ async fn reencrypt_moves_every_key_to_the_new_master_key() {
         let (version, ciphertext) = sealed_row(&mut conn, *id).await;
         assert_eq!(version, 2);
         assert!(!contains(&ciphertext, secret.as_bytes()));
-        let sealed = SealedKey {
-            id: *id,
-            provider: String::new(),
-            key_version: version,
-            secret_ciphertext: ciphertext,
-            previous_ciphertext: None,
-            previous_key_version: None,
-            previous_expires_at: None,
-        };
-        assert_eq!(&sealed.open(&only_new, *org).unwrap(), secret);
+        assert_eq!(&sealed(*id, version, ciphertext).open(&only_new, *org).unwrap(), secret);
     }
 
     // Again: nothing left to do.

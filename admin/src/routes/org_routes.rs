@@ -18,8 +18,8 @@ use utoipa::ToSchema;
 use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
-use super::gateway::docs::{self, ModelDoc};
 use crate::error::{ApiError, ApiResult, Errors};
+use crate::route_catalog::docs::{self, ModelDoc};
 use crate::session::Session;
 use crate::state::AppState;
 use crate::trail::{Entry, Trail};

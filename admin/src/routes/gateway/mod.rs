@@ -4,7 +4,6 @@
 //! write may send `If-Match` with the version it read and is refused (409) if another write came
 //! first. Writes are refused (409) while routes come from the configuration file.
 
-pub mod docs;
 pub mod models;
 pub mod providers;
 
@@ -19,10 +18,10 @@ use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::{self, CursorPage};
+use crate::route_catalog::docs::{self, ModelDoc, ProviderDoc};
 use crate::route_catalog::{self as catalog, Change};
 use crate::session::Session;
 use crate::state::AppState;
-use docs::{ModelDoc, ProviderDoc};
 
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(current)
@@ -76,14 +75,15 @@ pub struct VersionOut {
     created_at: DateTime<Utc>,
 }
 
+/// A page of providers or models (in catalog order) or versions (newest first).
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct VersionQuery {
+pub struct ListQuery {
     /// 1 to 200; default 50.
-    limit: Option<i64>,
+    pub limit: Option<i64>,
     /// The `next_cursor` of the previous page.
-    cursor: Option<String>,
+    pub cursor: Option<String>,
 }
 
 /// The route catalog in force: every provider and model, with the version.
@@ -97,9 +97,9 @@ pub async fn current(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
 }
 
 /// The catalog's versions, newest first.
-#[utoipa::path(operation_id = "list_gateway_route_versions", tag = "gateway", params(VersionQuery), responses((status = 200, body = CursorPage<VersionOut>), Errors))]
+#[utoipa::path(operation_id = "list_gateway_route_versions", tag = "gateway", params(ListQuery), responses((status = 200, body = CursorPage<VersionOut>), Errors))]
 #[get("/gateway/routes/versions")]
-pub async fn versions(state: web::Data<AppState>, q: crate::body::Query<VersionQuery>) -> ApiResult<HttpResponse> {
+pub async fn versions(state: web::Data<AppState>, q: crate::body::Query<ListQuery>) -> ApiResult<HttpResponse> {
     let limit = pagination::limit(q.limit)?;
     let before = match q.cursor.as_deref() {
         None => None,
@@ -128,14 +128,7 @@ pub async fn get_version(state: web::Data<AppState>, number: web::Path<i64>) -> 
     let mut conn = state.conn().await?;
     let v = route_catalog::get(&mut conn, number.into_inner()).await?.ok_or(ApiError::NotFound("catalog version"))?;
     let number = v.version;
-    let c = catalog::Current {
-        version: v.version,
-        routes: v.routes,
-        change: v.change,
-        actor_user_id: v.actor_user_id,
-        created_at: Some(v.created_at),
-    };
-    Ok(HttpResponse::Ok().insert_header(catalog::etag(number)).json(routes_out(&state, c)?))
+    Ok(HttpResponse::Ok().insert_header(catalog::etag(number)).json(routes_out(&state, v.into())?))
 }
 
 /// Puts an earlier version back in force, as a new version (the history is never rewritten).
@@ -165,14 +158,7 @@ pub async fn restore(
     .await?;
     let mut conn = state.conn().await?;
     let v = route_catalog::get(&mut conn, new_version).await?.ok_or(ApiError::NotFound("catalog version"))?;
-    let c = catalog::Current {
-        version: v.version,
-        routes: v.routes,
-        change: v.change,
-        actor_user_id: v.actor_user_id,
-        created_at: Some(v.created_at),
-    };
-    Ok(HttpResponse::Ok().insert_header(catalog::etag(new_version)).json(routes_out(&state, c)?))
+    Ok(HttpResponse::Ok().insert_header(catalog::etag(new_version)).json(routes_out(&state, v.into())?))
 }
 
 /// The page of `items` after `cursor` (a name of the list), in catalog order.

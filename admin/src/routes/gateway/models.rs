@@ -6,10 +6,10 @@ use gw_shared::config::{give_id, ModelConfig, Routes};
 use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
-use super::docs::{self, DeploymentDoc, DeploymentPatch, ModelDoc, ModelPatch};
-use super::providers::ListQuery;
+use super::ListQuery;
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::CursorPage;
+use crate::route_catalog::docs::{self, DeploymentDoc, DeploymentPatch, ModelDoc, ModelPatch};
 use crate::route_catalog::{self as catalog, Change};
 use crate::session::Session;
 use crate::state::AppState;

@@ -1,29 +1,18 @@
 //! The catalog's providers: list, add, read, change, remove (refused while a model uses it).
 
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
-use serde::Deserialize;
-use utoipa::IntoParams;
 use utoipa_actix_web::service_config::ServiceConfig;
 
-use super::docs::{self, ProviderDoc, ProviderPatch};
+use super::ListQuery;
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::CursorPage;
+use crate::route_catalog::docs::{self, ProviderDoc, ProviderPatch};
 use crate::route_catalog::{self as catalog, Change};
 use crate::session::Session;
 use crate::state::AppState;
 
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(list).service(create).service(get).service(update).service(remove);
-}
-
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// 1 to 200; default 50.
-    pub limit: Option<i64>,
-    /// The `next_cursor` of the previous page.
-    pub cursor: Option<String>,
 }
 
 /// The catalog's providers, in catalog order.

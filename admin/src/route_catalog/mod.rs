@@ -4,6 +4,8 @@
 //! as a proxy would build it (a fault is refused with its path, nothing half-applied), stored as
 //! the next version with its trail entry, and announced to every proxy once committed.
 
+pub mod docs;
+
 use actix_web::HttpRequest;
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
@@ -32,17 +34,23 @@ pub struct Current {
     pub created_at: Option<DateTime<Utc>>,
 }
 
+impl From<route_catalog::Version> for Current {
+    fn from(v: route_catalog::Version) -> Self {
+        Current {
+            version: v.version,
+            routes: v.routes,
+            change: v.change,
+            actor_user_id: v.actor_user_id,
+            created_at: Some(v.created_at),
+        }
+    }
+}
+
 /// The catalog in force: the database's newest version, or the file's.
 pub async fn current(state: &AppState, conn: &mut AsyncPgConnection) -> ApiResult<Current> {
     if state.cfg.routing.routes == RoutesSource::Database {
         if let Some(v) = route_catalog::latest(conn).await? {
-            return Ok(Current {
-                version: v.version,
-                routes: v.routes,
-                change: v.change,
-                actor_user_id: v.actor_user_id,
-                created_at: Some(v.created_at),
-            });
+            return Ok(v.into());
         }
     }
     Ok(Current {
