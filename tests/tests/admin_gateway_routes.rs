@@ -440,3 +440,31 @@ async fn only_gateway_operators_manage_the_catalog() {
     stack.admin_command(&["operator", "revoke", &owner.email]);
     expect_api_error(stack.admin_get("/gateway/routes", &owner.access_token).await, 403).await;
 }
+
+#[tokio::test]
+async fn an_allow_list_model_is_served_only_to_keys_that_name_it() {
+    let stack = catalog_stack(PUSHED_ONLY).await;
+    let op = stack.operator().await;
+    let mut model = new_model("vip-model");
+    model["visibility"] = json!("allow_list");
+    let created = json_of(stack.admin_post("/gateway/models", &op.access_token, &model).await, 201).await;
+    assert_eq!(created["visibility"], "allow_list");
+    let (named, _) = stack.key_with(&op, json!({"models": ["vip-model", "mock-model"]})).await;
+    let (open, _) = stack.key_with(&op, json!({})).await;
+    until_status(&stack, &stack.proxy, &named, "vip-model", 200).await;
+    until_status(&stack, &stack.proxy, &open, "vip-model", 404).await;
+    until_status(&stack, &stack.proxy, &open, "mock-model", 200).await;
+    let listed =
+        json_of(stack.http.get(format!("{}/v1/models", stack.proxy)).bearer_auth(&open).send().await.unwrap(), 200)
+            .await;
+    assert!(!listed.to_string().contains("vip-model"), "{listed}");
+
+    // Made public: every key may call it.
+    let patched = json_of(
+        stack.admin_patch("/gateway/models/vip-model", &op.access_token, &json!({"visibility": "public"})).await,
+        200,
+    )
+    .await;
+    assert!(patched.get("visibility").is_none(), "public is the default and not shown: {patched}");
+    until_status(&stack, &stack.proxy, &open, "vip-model", 200).await;
+}

@@ -5,7 +5,7 @@
 //! result is read back as a whole resource.
 
 use gw_shared::catalog::ModelMode;
-use gw_shared::config::{DeploymentConfig, ModelConfig, ProviderConfig, Strategy};
+use gw_shared::config::{DeploymentConfig, ModelConfig, ProviderConfig, Strategy, Visibility};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -198,6 +198,9 @@ pub struct ModelDoc {
     pub retries: u32,
     #[serde(default = "backoff")]
     pub retry_backoff_ms: u64,
+    /// `public` (default) or `allow_list`: only keys or teams whose model allow-list names it.
+    #[serde(default, skip_serializing_if = "Visibility::is_public")]
+    pub visibility: Visibility,
     /// At least one.
     pub deployments: Vec<DeploymentDoc>,
 }
@@ -228,6 +231,8 @@ pub struct ModelPatch {
     pub retries: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_backoff_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<Visibility>,
 }
 
 /// `from` read as a `T` through JSON; a value `T` refuses (a price that is not a decimal) is

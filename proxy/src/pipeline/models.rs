@@ -20,7 +20,7 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
     let shadowed = |name: &str| own.as_ref().is_some_and(|t| t.resolve(name).is_some());
     let data = own_models
         .chain(table.models().filter(|m| !shadowed(&m.name)))
-        .filter(|m| m.admitted_by(key_models) && m.admitted_by(team_models))
+        .filter(|m| m.admitted(key_models, team_models))
         .map(|m| ModelObject::new(&m.name, gw.started_at, &m.owned_by))
         .collect();
     let body = serde_json::to_vec(&ModelList::new(data)).map_err(|e| ProxyError::internal("model list", e))?;

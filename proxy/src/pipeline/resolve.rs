@@ -24,7 +24,7 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
     let model = ctx.model.as_deref().unwrap_or_default();
     let key_models = key.allowed_models.as_deref();
     let team_models = ctx.team_models();
-    let admitted = |r: &ModelRoute| r.admitted_by(key_models) && r.admitted_by(team_models);
+    let admitted = |r: &ModelRoute| r.admitted(key_models, team_models);
     // One snapshot of the catalogs for the model and its fallbacks: the organization's own
     // routes first, then the gateway's.
     let table = gw.router.table();

@@ -357,9 +357,30 @@ pub struct ModelConfig {
     /// Extra rounds over this model's deployments before its fallbacks, with backoff.
     #[serde(default)]
     pub retries: u32,
+    /// Who may call it: `public` (default: every key whose allow-lists admit it, keys without
+    /// one included) or `allow_list` (only keys or teams whose allow-list names it).
+    #[serde(default, skip_serializing_if = "Visibility::is_public")]
+    pub visibility: Visibility,
     #[serde(default = "default_backoff")]
     pub retry_backoff_ms: u64,
     pub deployments: Vec<DeploymentConfig>,
+}
+
+/// Who may call a model.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Visibility {
+    #[default]
+    Public,
+    /// Only keys or teams whose model allow-list names it (an opt-in model: a costly one, a
+    /// preview).
+    AllowList,
+}
+
+impl Visibility {
+    pub fn is_public(&self) -> bool {
+        *self == Visibility::Public
+    }
 }
 
 fn default_backoff() -> u64 {

@@ -119,6 +119,8 @@ pub struct ModelRoute {
     pub fallbacks: Vec<String>,
     pub retries: u32,
     pub retry_backoff: Duration,
+    /// Only keys or teams whose allow-list names it may call it (`visibility = "allow_list"`).
+    pub restricted: bool,
     rr: AtomicU64,
 }
 
@@ -139,6 +141,13 @@ impl ModelRoute {
     /// entry naming it or any of its aliases does.
     pub fn admitted_by(&self, list: Option<&[String]>) -> bool {
         list.is_none_or(|l| l.iter().any(|m| self.is_named(m)))
+    }
+
+    /// Whether a caller with these allow-lists (a key's and its team's) may call this model: both
+    /// admit it and, for a restricted model, one of them names it.
+    pub fn admitted(&self, key: Option<&[String]>, team: Option<&[String]>) -> bool {
+        let names = |l: Option<&[String]>| l.is_some_and(|l| l.iter().any(|m| self.is_named(m)));
+        self.admitted_by(key) && self.admitted_by(team) && (!self.restricted || names(key) || names(team))
     }
 }
 
@@ -384,6 +393,19 @@ deployments = [{ provider = "up", model = "real-b" }]
         router.replace(new);
         assert_eq!(&*held.deployments[0].upstream_model, "real-b");
         assert_eq!(&*router.resolve("b").unwrap().deployments[0].upstream_model, "gpt-4o-mini");
+    }
+
+    #[test]
+    fn a_restricted_model_needs_an_allow_list_that_names_it() {
+        let text = CFG.replace("name = \"a\"\n", "name = \"a\"\nvisibility = \"allow_list\"\n");
+        let cfg = Config::parse(&text, |_| None).unwrap();
+        let r = Router::from_config(&cfg, &Registry::builtin()).unwrap();
+        let (a, b) = (r.resolve("a").unwrap(), r.resolve("b").unwrap());
+        let named = vec!["a".to_string()];
+        let other = vec!["b".to_string()];
+        assert!(b.admitted(None, None) && !a.admitted(None, None), "no allow-list: public models only");
+        assert!(a.admitted(Some(&named), None) && a.admitted(None, Some(&named)));
+        assert!(!a.admitted(Some(&other), None) && !a.admitted(Some(&named), Some(&other)));
     }
 
     #[test]

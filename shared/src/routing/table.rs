@@ -212,6 +212,7 @@ impl RouteTable {
                 fallbacks: m.fallbacks.iter().filter_map(canonical).collect(),
                 retries: m.retries,
                 retry_backoff: Duration::from_millis(m.retry_backoff_ms),
+                restricted: !m.visibility.is_public(),
                 rr: AtomicU64::new(0),
             });
             table.order.push(m.name.clone());
