@@ -44,6 +44,7 @@ use Access::{Least, Operator, Public};
 const VIEWER: Access = Least(Role::Viewer);
 const MEMBER: Access = Least(Role::Member);
 const ADMIN: Access = Least(Role::Admin);
+const OWNER: Access = Least(Role::Owner);
 
 pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/openapi.json", Public),
@@ -106,10 +107,12 @@ pub const MATRIX: &[Rule] = &[
     rule("POST", "/api/v1/provider-keys/{key_id}/rotate", ADMIN),
     rule("POST", "/api/v1/provider-keys/{key_id}/test", ADMIN),
     rule("GET", "/api/v1/sso/connections", ADMIN),
-    rule("POST", "/api/v1/sso/connections", ADMIN),
+    // Who signs in as whom: an admin pointing a connection at an identity provider of their own
+    // must not reach the owner's account.
+    rule("POST", "/api/v1/sso/connections", OWNER),
     rule("GET", "/api/v1/sso/connections/{connection_id}", ADMIN),
-    rule("PATCH", "/api/v1/sso/connections/{connection_id}", ADMIN),
-    rule("DELETE", "/api/v1/sso/connections/{connection_id}", ADMIN),
+    rule("PATCH", "/api/v1/sso/connections/{connection_id}", OWNER),
+    rule("DELETE", "/api/v1/sso/connections/{connection_id}", OWNER),
     rule("GET", "/api/v1/audit-events", ADMIN),
     // Per-request detail (request, key and team ids), like the audit trail.
     rule("GET", "/api/v1/analytics/policy", ADMIN),

@@ -23,6 +23,7 @@ mod metrics;
 mod oidc;
 mod openapi;
 mod org_policy;
+mod outbound;
 mod pagination;
 mod passwords;
 mod period;

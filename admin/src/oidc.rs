@@ -6,9 +6,11 @@
 //! e-mail, whether it is verified, name, groups) is read from the verified ID token itself, never
 //! from the userinfo endpoint.
 //!
-//! Every request to an identity provider goes through `AppState::oidc_http`, which follows no
-//! redirects. Network failures are 503 with a generic message (the detail is logged); a refused
-//! code or an ID token that fails a check is 401 with a message naming the check.
+//! Every request to an identity provider goes through `AppState::outbound`, the one outbound
+//! guard (`crate::outbound`): permitted addresses only, no redirects, bounded answers. An address
+//! the guard refuses is 502 naming it; other network failures are 503 with a generic message
+//! (the detail is logged); a refused code or an ID token that fails a check is 401 with a message
+//! naming the check.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -95,6 +97,18 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// A failed request to the identity provider: the guard's refusal said as it is, anything else
+/// generic.
+fn failed_request(issuer: &str, what: &str, e: &(dyn std::error::Error + 'static)) -> ApiError {
+    if let Some(why) = crate::outbound::OutboundError::refusal_in(e) {
+        log::warn!("SSO: {what} at {issuer} refused by the outbound guard: {why}");
+        return ApiError::BadGateway(format!(
+            "the identity provider's address is not allowed: {why} (an operator may allow its network: admin.outbound_allow)"
+        ));
+    }
+    unreachable_idp(issuer, what, &chain(e))
+}
+
 fn unreachable_idp(issuer: &str, what: &str, detail: &str) -> ApiError {
     log::warn!("SSO: {what} at {issuer} failed: {detail}");
     ApiError::Unavailable("the identity provider could not be reached or answered unexpectedly; retry shortly".into())
@@ -111,9 +125,9 @@ async fn provider(state: &AppState, issuer: &str, fresh: bool) -> ApiResult<Arc<
     }
     let url = IssuerUrl::new(issuer.to_string())
         .map_err(|e| unreachable_idp(issuer, "parsing the issuer", &e.to_string()))?;
-    let metadata = CoreProviderMetadata::discover_async(url, &state.oidc_http)
-        .await
-        .map_err(|e| unreachable_idp(issuer, "discovery", &chain(&e)))?;
+    let http = |req| state.outbound.call(req);
+    let metadata =
+        CoreProviderMetadata::discover_async(url, &http).await.map_err(|e| failed_request(issuer, "discovery", &e))?;
     let metadata = Arc::new(metadata);
     METADATA.insert(issuer.to_string(), metadata.clone()).await;
     Ok(metadata)
@@ -213,7 +227,7 @@ where
             log::warn!("SSO: unreadable token response from {issuer}: {e}");
             ApiError::Unauthorized("the identity provider's token response could not be read".into())
         }
-        RequestTokenError::Request(e) => unreachable_idp(issuer, "the token request", &chain(&e)),
+        RequestTokenError::Request(e) => failed_request(issuer, "the token request", &e),
         RequestTokenError::Other(m) => unreachable_idp(issuer, "the token request", &m),
     }
 }
@@ -274,7 +288,7 @@ pub async fn exchange(state: &AppState, x: Exchange<'_>) -> ApiResult<Identity> 
     })?;
     let tokens = request
         .set_pkce_verifier(PkceCodeVerifier::new(x.pkce_verifier.clone()))
-        .request_async(&state.oidc_http)
+        .request_async(&|req| state.outbound.call(req))
         .await
         .map_err(|e| token_error(x.issuer, e))?;
     let id_token =

@@ -18,8 +18,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Password hashing, bounded: see `crate::hashing`.
     hashing: Hashing,
-    /// The client SSO uses to reach identity providers (discovery, JWKS, token exchange).
-    pub oidc_http: reqwest::Client,
+    /// The client for tenant-chosen URLs (SSO discovery, JWKS, token exchange): the one
+    /// outbound guard.
+    pub outbound: crate::outbound::Outbound,
 }
 
 impl AppState {
@@ -31,13 +32,8 @@ impl AppState {
         metrics: Arc<Metrics>,
     ) -> Result<Self, Box<dyn std::error::Error>> {
         let hashing = Hashing::new(cfg.admin.max_concurrent_hashes, Duration::from_millis(cfg.admin.hash_wait_ms))?;
-        let oidc_http = reqwest::Client::builder()
-            // Identity providers must not redirect token or JWKS requests (SSRF hardening).
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10))
-            .build()?;
-        Ok(AppState { cfg, db, redis, jwt_secret, metrics, hashing, oidc_http })
+        let outbound = crate::outbound::Outbound::new(cfg.admin.outbound_allow.clone())?;
+        Ok(AppState { cfg, db, redis, jwt_secret, metrics, hashing, outbound })
     }
 
     pub async fn conn(&self) -> ApiResult<DbConn> {

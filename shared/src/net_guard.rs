@@ -56,6 +56,11 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     !reserved
 }
 
+/// Whether `ip` may be reached: public, or inside a network the operator allows.
+pub fn permitted(ip: IpAddr, allow: &[ipnet::IpNet]) -> bool {
+    is_public(ip) || allow.iter().any(|n| n.contains(&ip))
+}
+
 /// Resolves `host` and checks every address; answers one to connect to (so the connection goes
 /// where the check looked), or the refusal's reason when one is not public.
 pub async fn resolve_public(host: &str, port: u16) -> Result<SocketAddr, String> {
@@ -129,5 +134,13 @@ mod tests {
         assert!(check_host("[::1]", 443).await.is_err());
         assert!(check_host("8.8.8.8", 443).await.is_ok());
         assert!(check_host("localhost", 443).await.is_err());
+    }
+
+    #[test]
+    fn an_operator_allows_networks_by_name() {
+        let allow: Vec<ipnet::IpNet> = vec!["127.0.0.0/8".parse().unwrap()];
+        assert!(permitted("127.0.0.1".parse().unwrap(), &allow));
+        assert!(!permitted("169.254.169.254".parse().unwrap(), &allow));
+        assert!(permitted("8.8.8.8".parse().unwrap(), &[]));
     }
 }

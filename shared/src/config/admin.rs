@@ -46,6 +46,10 @@ pub struct AdminConfig {
     pub rollup_interval_secs: u64,
     /// Rows one compliance export holds at most.
     pub export_max_rows: u64,
+    /// Networks (CIDR) that requests to tenant-chosen URLs (SSO identity providers) may reach
+    /// although they are not public: an identity provider on the operator's own network. Empty:
+    /// public addresses only (`gw_shared::net_guard`).
+    pub outbound_allow: Vec<ipnet::IpNet>,
 }
 
 impl Default for AdminConfig {
@@ -72,6 +76,7 @@ impl Default for AdminConfig {
             audit_retention_months: 13,
             rollup_interval_secs: 60,
             export_max_rows: 50_000_000,
+            outbound_allow: Vec::new(),
         }
     }
 }

@@ -12,16 +12,20 @@ use serde_json::json;
 #[tokio::main]
 async fn main() {
     let catalog = std::env::var("GW_STACK_ROUTES").is_ok_and(|v| v == "database");
+    // The SSO tests' identity providers run on this machine: the outbound guard allows loopback
+    // here (the Rust tests check that it refuses it by default).
+    let admin_config = "outbound_allow = [\"127.0.0.0/8\", \"::1/128\"]".to_string();
     let (stack, database_url) = if catalog {
         let url = db::fresh_database().await;
         let opts = StackOptions {
             database_url: Some(url.clone()),
             routing_config: Some("routes = \"database\"\nhealth_check_interval_ms = 0".into()),
+            admin_config,
             ..Default::default()
         };
         (Stack::start_with(opts).await, Some(url))
     } else {
-        (Stack::start().await, None)
+        (Stack::start_with(StackOptions { admin_config, ..Default::default() }).await, None)
     };
     let config = database_url.as_ref().map(|_| stack.config_path().display().to_string());
     println!(
