@@ -76,6 +76,9 @@ fn boxed(e: OutboundError) -> Box<dyn std::error::Error + Send + Sync> {
     Box::new(e)
 }
 
+/// What [`Outbound::call`] answers: the OAuth/OIDC library's response type, or why not.
+type Call<'a> = Pin<Box<dyn Future<Output = Result<http::Response<Vec<u8>>, OutboundError>> + Send + 'a>>;
+
 pub struct Outbound {
     client: reqwest::Client,
     allow: Arc<Vec<IpNet>>,
@@ -94,10 +97,7 @@ impl Outbound {
     }
 
     /// One request, for the OAuth/OIDC library (its `AsyncHttpClient` is any such function).
-    pub fn call(
-        &self,
-        request: http::Request<Vec<u8>>,
-    ) -> Pin<Box<dyn Future<Output = Result<http::Response<Vec<u8>>, OutboundError>> + Send + '_>> {
+    pub fn call(&self, request: http::Request<Vec<u8>>) -> Call<'_> {
         Box::pin(async move {
             if let Some(host) = request.uri().host() {
                 // The resolver never sees an address literal: it is checked here.
