@@ -186,7 +186,8 @@ def sign_in(stack, mock, email, claims, sub=None):
     assert r.status_code == 200, r.text
     started = r.json()
     callback = authorize(started["authorization_url"], sub)
-    return started, callback, httpx.get(callback, timeout=30)
+    # The browser that started the sign-in carries gw's binding cookie to the callback.
+    return started, callback, httpx.get(callback, cookies=r.cookies, timeout=30)
 
 
 def expect_401(resp, *words):
@@ -442,6 +443,29 @@ def test_a_replayed_state_is_refused(growth, mock, stack):
                          params={"code": "x", "state": "never-issued"}, timeout=30), "unknown or expired sso state")
 
 
+def test_a_callback_from_another_browser_is_refused(growth, mock, stack):
+    """Login CSRF: the state is bound to the browser that started the sign-in (a cookie), so a
+    callback URL delivered to another browser signs nobody in."""
+    domain = unique_domain()
+    growth.create_connection(mock, [domain])
+    email = f"victim-{uuid.uuid4().hex[:8]}@{domain}"
+    sub = f"attacker-{uuid.uuid4().hex[:8]}"
+    set_user(mock, sub, {"email": email})
+    r = initiate(stack, {"email": email})
+    assert r.status_code == 200, r.text
+    assert r.cookies.get("gw_sso_binding"), r.headers
+    assert "httponly" in r.headers["set-cookie"].lower()
+    callback = authorize(r.json()["authorization_url"], sub)
+    expect_401(httpx.get(callback, timeout=30), "not started in this browser")
+    # The state is spent: the starting browser cannot use it afterwards either.
+    expect_401(httpx.get(callback, cookies=r.cookies, timeout=30), "unknown or expired sso state")
+    # A forged cookie is no better.
+    r = initiate(stack, {"email": email})
+    callback = authorize(r.json()["authorization_url"], sub)
+    expect_401(httpx.get(callback, cookies={"gw_sso_binding": "forged"}, timeout=30), "not started in this browser")
+    assert psql(f"SELECT count(*) FROM users WHERE email_normalized = '{email}'") == "0"
+
+
 def test_an_unknown_domain_has_no_connection(stack):
     r = initiate(stack, {"email": f"who@{unique_domain()}"})
     assert r.status_code == 404, r.text
@@ -511,13 +535,14 @@ def test_a_wrong_pkce_verifier_is_refused(mock, stack, shim, shim_connection):
     email = f"pkce-{uuid.uuid4().hex[:8]}@{domain}"
     sub = f"pkce-{uuid.uuid4().hex[:8]}"
     set_user(mock, sub, {"email": email})
-    started = initiate(stack, {"email": email}).json()
+    begun = initiate(stack, {"email": email})
+    started = begun.json()
     # Make gw send another verifier than the one its challenge was made from.
     key = f"gw:sso:state:{started['state']}"
     pending = json.loads(redis("GET", key))
     pending["pkce_verifier"] = base64.urlsafe_b64encode(hashlib.sha256(b"not it").digest()).rstrip(b"=").decode()
     assert redis("SET", key, json.dumps(pending), "KEEPTTL") == "OK"
-    r = httpx.get(authorize(started["authorization_url"], sub), timeout=30)
+    r = httpx.get(authorize(started["authorization_url"], sub), cookies=begun.cookies, timeout=30)
     expect_401(r, "refused the authorization code", "invalid_grant")
     assert shim.token_requests[-1]["form"]["code_verifier"] == pending["pkce_verifier"]
     assert psql(f"SELECT count(*) FROM users WHERE email_normalized = '{email}'") == "0"

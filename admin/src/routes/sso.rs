@@ -94,6 +94,31 @@ struct Pending {
     nonce: String,
     pkce_verifier: String,
     created_at: DateTime<Utc>,
+    /// SHA-256 (hex) of the value of the cookie set on the browser that started the sign-in: the
+    /// callback must come from that browser (no login CSRF).
+    #[serde(default)]
+    binding: String,
+}
+
+/// The cookie binding a sign-in to the browser that started it.
+const BINDING_COOKIE: &str = "gw_sso_binding";
+
+fn binding_hash(value: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(value.as_bytes()))
+}
+
+/// The binding cookie (`value` empty with `max_age` 0 clears it). Only the SSO paths see it;
+/// `SameSite=Lax` lets the identity provider's redirect (a top-level GET) carry it.
+fn binding_cookie(state: &AppState, value: &str, max_age: i64) -> actix_web::cookie::Cookie<'static> {
+    let mut c = actix_web::cookie::Cookie::build(BINDING_COOKIE, value.to_string())
+        .path("/api/v1/auth/sso")
+        .http_only(true)
+        .same_site(actix_web::cookie::SameSite::Lax)
+        .max_age(actix_web::cookie::time::Duration::seconds(max_age))
+        .finish();
+    c.set_secure(state.cfg.admin.public_base().starts_with("https://"));
+    c
 }
 
 fn redis_error(e: impl Into<gw_shared::Error>) -> ApiError {
@@ -165,14 +190,21 @@ pub async fn initiate(
     let started =
         oidc::authorization_request(&state, &connection.issuer, &connection.client_id, &redirect, hint.as_deref())
             .await?;
+    let binding = {
+        use base64::Engine;
+        let bytes: [u8; 32] = rand::random();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    };
     let pending = Pending {
         connection_id: connection.id,
         nonce: started.nonce,
         pkce_verifier: started.pkce_verifier,
         created_at: Utc::now(),
+        binding: binding_hash(&binding),
     };
     store(&state, &started.state, &pending).await?;
-    Ok(HttpResponse::Ok().json(InitiateOut {
+    let ttl = i64::try_from(sso::STATE_TTL_SECS).unwrap_or(600);
+    Ok(HttpResponse::Ok().cookie(binding_cookie(&state, &binding, ttl)).json(InitiateOut {
         authorization_url: started.url,
         state: started.state,
         expires_in: sso::STATE_TTL_SECS,
@@ -230,6 +262,12 @@ pub async fn callback(
     let Some(pending) = pending else {
         return Err(ApiError::Unauthorized("unknown or expired SSO state: start the sign-in again".into()));
     };
+    let cookie = req.cookie(BINDING_COOKIE).map(|c| c.value().to_string()).unwrap_or_default();
+    if pending.binding.is_empty() || cookie.is_empty() || binding_hash(&cookie) != pending.binding {
+        return Err(ApiError::Unauthorized(
+            "this sign-in was not started in this browser: start the sign-in again".into(),
+        ));
+    }
     // Redis expires it; this also holds if the key outlived its TTL (a restored snapshot).
     let age = (Utc::now() - pending.created_at).num_seconds();
     if u64::try_from(age).is_ok_and(|age| age > sso::STATE_TTL_SECS) {
@@ -303,7 +341,7 @@ pub async fn callback(
         connection.id,
         tokens.role
     );
-    Ok(HttpResponse::Ok().json(tokens))
+    Ok(HttpResponse::Ok().cookie(binding_cookie(&state, "", 0)).json(tokens))
 }
 
 /// A verified sign-in, ready to provision.
