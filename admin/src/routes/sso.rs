@@ -479,9 +479,13 @@ mod tests {
             nonce: "n".into(),
             pkce_verifier: "v".into(),
             created_at: Utc::now(),
+            binding: binding_hash("cookie value"),
         };
         let back: Pending = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
         assert_eq!(back.connection_id, p.connection_id);
         assert_eq!(back.pkce_verifier, "v");
+        assert_eq!(back.binding, binding_hash("cookie value"));
+        assert_ne!(back.binding, binding_hash("another"), "the hash tells values apart");
+        assert!(!back.binding.contains("cookie"), "only the hash is kept");
     }
 }
