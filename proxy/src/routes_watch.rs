@@ -75,6 +75,9 @@ pub struct RoutesWatch {
     pub traffic: Arc<TrafficMetrics>,
     /// Woken by the invalidation listener on a catalog message or a resubscription.
     pub wake: Arc<Notify>,
+    /// The newest version that could not be applied: not tried again (nor logged again every
+    /// poll) until a newer one comes, or SIGHUP.
+    pub failed: std::sync::atomic::AtomicI64,
 }
 
 impl RoutesWatch {
@@ -111,14 +114,24 @@ impl RoutesWatch {
             let latest = route_catalog::latest_version(&mut conn).await.map_err(|e| e.to_string())?;
             self.metrics.routes_latest.set(latest);
             let current = self.router.table().version;
-            if latest == 0 || (latest == current && !force) {
+            let failed = self.failed.load(std::sync::atomic::Ordering::Relaxed);
+            if latest == 0 || ((latest == current || latest == failed) && !force) {
                 return Ok(());
             }
             let v = route_catalog::get(&mut conn, latest)
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(|e| {
+                    // A version that does not read will not read later either; an outage will.
+                    if matches!(e, gw_shared::error::Error::Config(_)) {
+                        self.failed.store(latest, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    e.to_string()
+                })?
                 .ok_or_else(|| format!("version {latest} vanished"))?;
-            let table = self.build(&v.routes, v.version).map_err(|e| format!("version {}: {e}", v.version))?;
+            let table = self.build(&v.routes, v.version).map_err(|e| {
+                self.failed.store(latest, std::sync::atomic::Ordering::Relaxed);
+                format!("version {}: {e}", v.version)
+            })?;
             self.apply(table);
             Ok(())
         }

@@ -128,6 +128,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         metrics: metrics.clone(),
         traffic: traffic.clone(),
         wake: routes_wake.clone(),
+        failed: std::sync::atomic::AtomicI64::new(0),
     };
     let gateway = Gateway {
         router,
