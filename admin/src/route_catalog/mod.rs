@@ -103,6 +103,13 @@ pub struct Change<'a> {
     pub replaces: bool,
 }
 
+impl<'a> Change<'a> {
+    /// A change to one resource of the catalog.
+    pub fn edit(action: &'a str, resource_type: &'a str, resource: impl Into<String>) -> Self {
+        Change { action, resource_type, resource: resource.into(), replaces: false }
+    }
+}
+
 /// Applies `edit` to the newest version and stores the result as the next one; answers what
 /// `edit` returned and the new version.
 pub async fn write<T: Send>(

@@ -53,12 +53,7 @@ pub async fn create(
     let mut model = docs::model_in(&body)?;
     model.deployments.iter_mut().for_each(give_id);
     let name = model.name.clone();
-    let change = Change {
-        action: "gateway_model.create",
-        resource_type: "gateway_model",
-        resource: name.clone(),
-        replaces: false,
-    };
+    let change = Change::edit("gateway_model.create", "gateway_model", name.clone());
     let (out, version) = catalog::write(&state, &session, &req, change, |routes| {
         if let Some((_, taken)) = std::iter::once(&model.name).chain(&model.aliases).find_map(|n| routes.model(n)) {
             return Err(ApiError::Conflict(format!(
@@ -96,12 +91,7 @@ pub async fn update(
 ) -> ApiResult<HttpResponse> {
     let name = name.into_inner();
     let patch = body.into_inner();
-    let change = Change {
-        action: "gateway_model.update",
-        resource_type: "gateway_model",
-        resource: name.clone(),
-        replaces: false,
-    };
+    let change = Change::edit("gateway_model.update", "gateway_model", name.clone());
     let (out, version) = catalog::write(&state, &session, &req, change, |routes| {
         let m = model_mut(routes, &name)?;
         *m = docs::merged("model", &*m, &patch)?;
@@ -121,12 +111,7 @@ pub async fn remove(
     name: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     let name = name.into_inner();
-    let change = Change {
-        action: "gateway_model.delete",
-        resource_type: "gateway_model",
-        resource: name.clone(),
-        replaces: false,
-    };
+    let change = Change::edit("gateway_model.delete", "gateway_model", name.clone());
     let (_, version) = catalog::write(&state, &session, &req, change, |routes| {
         let (at, m) = routes.model(&name).ok_or(ApiError::NotFound("model"))?;
         let names: Vec<&String> = std::iter::once(&m.name).chain(&m.aliases).collect();
@@ -163,12 +148,7 @@ pub async fn add_deployment(
     let name = name.into_inner();
     let mut d = docs::deployment_in(&body)?;
     give_id(&mut d);
-    let change = Change {
-        action: "gateway_deployment.create",
-        resource_type: "gateway_model",
-        resource: name.clone(),
-        replaces: false,
-    };
+    let change = Change::edit("gateway_deployment.create", "gateway_model", name.clone());
     let (out, version) = catalog::write(&state, &session, &req, change, |routes| {
         let m = model_mut(routes, &name)?;
         let out = docs::deployment_out(&d)?;
@@ -192,12 +172,7 @@ pub async fn update_deployment(
 ) -> ApiResult<HttpResponse> {
     let (name, id) = path.into_inner();
     let patch = body.into_inner();
-    let change = Change {
-        action: "gateway_deployment.update",
-        resource_type: "gateway_model",
-        resource: format!("{name}/{id}"),
-        replaces: false,
-    };
+    let change = Change::edit("gateway_deployment.update", "gateway_model", format!("{name}/{id}"));
     let (out, version) = catalog::write(&state, &session, &req, change, |routes| {
         let m = model_mut(routes, &name)?;
         let d = m.deployments.iter_mut().find(|d| d.id == Some(id)).ok_or(ApiError::NotFound("deployment"))?;
@@ -218,12 +193,7 @@ pub async fn remove_deployment(
     path: web::Path<(String, Uuid)>,
 ) -> ApiResult<HttpResponse> {
     let (name, id) = path.into_inner();
-    let change = Change {
-        action: "gateway_deployment.delete",
-        resource_type: "gateway_model",
-        resource: format!("{name}/{id}"),
-        replaces: false,
-    };
+    let change = Change::edit("gateway_deployment.delete", "gateway_model", format!("{name}/{id}"));
     let (_, version) = catalog::write(&state, &session, &req, change, |routes| {
         let m = model_mut(routes, &name)?;
         let at = m.deployments.iter().position(|d| d.id == Some(id)).ok_or(ApiError::NotFound("deployment"))?;

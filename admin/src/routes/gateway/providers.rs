@@ -36,12 +36,7 @@ pub async fn create(
 ) -> ApiResult<HttpResponse> {
     let provider = docs::provider_in(&body)?;
     let name = provider.name.clone();
-    let change = Change {
-        action: "gateway_provider.create",
-        resource_type: "gateway_provider",
-        resource: name.clone(),
-        replaces: false,
-    };
+    let change = Change::edit("gateway_provider.create", "gateway_provider", name.clone());
     let (out, version) = catalog::write(&state, &session, &req, change, |routes| {
         if routes.provider(&name).is_some() {
             return Err(ApiError::Conflict(format!("provider {name:?} exists: change it with PATCH")));
@@ -76,12 +71,7 @@ pub async fn update(
 ) -> ApiResult<HttpResponse> {
     let name = name.into_inner();
     let patch = body.into_inner();
-    let change = Change {
-        action: "gateway_provider.update",
-        resource_type: "gateway_provider",
-        resource: name.clone(),
-        replaces: false,
-    };
+    let change = Change::edit("gateway_provider.update", "gateway_provider", name.clone());
     let (out, version) = catalog::write(&state, &session, &req, change, |routes| {
         let p = routes.providers.iter_mut().find(|p| p.name == name).ok_or(ApiError::NotFound("provider"))?;
         *p = docs::merged("provider", &*p, &patch)?;
@@ -101,12 +91,7 @@ pub async fn remove(
     name: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     let name = name.into_inner();
-    let change = Change {
-        action: "gateway_provider.delete",
-        resource_type: "gateway_provider",
-        resource: name.clone(),
-        replaces: false,
-    };
+    let change = Change::edit("gateway_provider.delete", "gateway_provider", name.clone());
     let (_, version) = catalog::write(&state, &session, &req, change, |routes| {
         let at = routes.providers.iter().position(|p| p.name == name).ok_or(ApiError::NotFound("provider"))?;
         let users: Vec<&str> = routes
