@@ -4,6 +4,11 @@
 //! whose route has no rule for its method is refused (405 when the path exists).
 //!
 //! Roles are ordered viewer < member < admin < owner; a rule names the least role allowed.
+//! A service account's token is held to its role and, when it has scopes, to them: each
+//! operation belongs to a resource ([`resource_of`]) and is a read (GET) or a write; a scope
+//! `resource:read` allows reads, `resource:write` both (`*` for every resource). Service
+//! accounts never reach the operator's routes, account settings or other service accounts. A
+//! person's session opened only to enroll a second factor reaches account settings alone.
 //! Finer rules live with the resource and are listed in `docs/roles.md`: members act only on
 //! the teams they belong to; only owners grant, change or remove the owner role.
 
@@ -26,6 +31,9 @@ pub enum Access {
     /// A live session of a gateway operator (a role above organizations, whatever the member's
     /// role in its own): the route catalog.
     Operator,
+    /// A person's own account (password, second factor, sign-out), whatever their role, also
+    /// from a session opened only to enroll a second factor; never a service account.
+    Account,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -40,7 +48,7 @@ const fn rule(method: &'static str, path: &'static str, access: Access) -> Rule 
     Rule { method, path, access }
 }
 
-use Access::{Least, Operator, Public};
+use Access::{Account, Least, Operator, Public};
 const VIEWER: Access = Least(Role::Viewer);
 const MEMBER: Access = Least(Role::Member);
 const ADMIN: Access = Least(Role::Admin);
@@ -52,10 +60,20 @@ pub const MATRIX: &[Rule] = &[
     rule("POST", "/api/v1/auth/verify-email", Public),
     rule("POST", "/api/v1/auth/login", Public),
     rule("POST", "/api/v1/auth/refresh", Public),
-    rule("POST", "/api/v1/auth/logout", VIEWER),
+    rule("POST", "/api/v1/auth/logout", Account),
+    rule("POST", "/api/v1/auth/logout-all", Account),
+    rule("POST", "/api/v1/auth/password", Account),
+    rule("POST", "/api/v1/auth/password-reset", Public),
+    rule("POST", "/api/v1/auth/password-reset/confirm", Public),
+    rule("GET", "/api/v1/auth/totp", Account),
+    rule("POST", "/api/v1/auth/totp/setup", Account),
+    rule("POST", "/api/v1/auth/totp/enable", Account),
+    rule("POST", "/api/v1/auth/totp/disable", Account),
+    rule("POST", "/api/v1/auth/totp/recovery-codes", Account),
     rule("GET", "/api/v1/auth/me", VIEWER),
     rule("POST", "/api/v1/auth/sso/initiate", Public),
     rule("GET", "/api/v1/auth/sso/callback", Public),
+    rule("POST", "/api/v1/auth/sso/link", Public),
     rule("POST", "/api/v1/auth/invites/accept", Public),
     rule("GET", "/api/v1/organizations/current", VIEWER),
     rule("PATCH", "/api/v1/organizations/current", ADMIN),
@@ -113,6 +131,12 @@ pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/sso/connections/{connection_id}", ADMIN),
     rule("PATCH", "/api/v1/sso/connections/{connection_id}", OWNER),
     rule("DELETE", "/api/v1/sso/connections/{connection_id}", OWNER),
+    rule("POST", "/api/v1/sso/connections/{connection_id}/domains/{domain}/verify", OWNER),
+    // Credentials that act for the organization: the owner's to hand out.
+    rule("GET", "/api/v1/service-accounts", OWNER),
+    rule("POST", "/api/v1/service-accounts", OWNER),
+    rule("GET", "/api/v1/service-accounts/{account_id}", OWNER),
+    rule("DELETE", "/api/v1/service-accounts/{account_id}", OWNER),
     rule("GET", "/api/v1/audit-events", ADMIN),
     // Per-request detail (request, key and team ids), like the audit trail.
     rule("GET", "/api/v1/analytics/policy", ADMIN),
@@ -150,6 +174,77 @@ pub const MATRIX: &[Rule] = &[
 async fn operator(state: &AppState, session: &session::Session) -> Result<bool, ApiError> {
     let mut conn = state.conn().await?;
     Ok(gw_shared::db::route_catalog::is_operator(&mut conn, session.user_id).await?)
+}
+
+/// The resource an operation belongs to, for service-account scopes: the first path segment
+/// after `/api/v1/` (`teams`, `api-keys`, `analytics`, ...), or for the organization's own
+/// settings the segment after `organizations/current` (`policy`, `cache`, `routes`, `limits`;
+/// `organization` for the organization itself).
+pub fn resource_of(path: &str) -> &str {
+    let rest = path.strip_prefix("/api/v1/").unwrap_or(path);
+    let mut parts = rest.split('/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some("organizations"), Some("current"), Some(sub)) => sub,
+        (Some("organizations"), _, _) => "organization",
+        (Some(first), _, _) => first,
+        _ => rest,
+    }
+}
+
+/// Every resource a scope may name.
+pub fn resources() -> Vec<&'static str> {
+    let mut all: Vec<&'static str> = MATRIX
+        .iter()
+        .filter(|r| matches!(r.access, Least(_)))
+        .map(|r| resource_of(r.path))
+        .filter(|r| *r != "service-accounts")
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+/// Whether scopes allow an operation (empty scopes: whatever the role allows).
+pub fn scopes_allow(scopes: &[String], resource: &str, write: bool) -> bool {
+    if scopes.is_empty() {
+        return true;
+    }
+    scopes.iter().any(|s| {
+        let Some((r, level)) = s.split_once(':') else {
+            return false;
+        };
+        (r == "*" || r == resource) && (level == "write" || (level == "read" && !write))
+    })
+}
+
+/// Checks a principal against a rule beyond the role.
+fn principal_allows(session: &session::Session, access: Access, method: &str, pattern: &str) -> Result<(), ApiError> {
+    use crate::tokens::Scope;
+    use session::Principal;
+    match (&session.principal, access) {
+        (Principal::Person { scope: Scope::TotpEnrollment }, Least(_) | Operator) => Err(ApiError::Forbidden(
+            "this organization requires a second factor: this session may only enroll one (POST /api/v1/auth/totp/setup, \
+             then /api/v1/auth/totp/enable), then sign in again"
+                .into(),
+        )),
+        (Principal::Service { .. }, Account | Operator) => {
+            Err(ApiError::Forbidden("service accounts cannot use this operation".into()))
+        }
+        (Principal::Service { scopes }, _) => {
+            let resource = resource_of(pattern);
+            if resource == "service-accounts" {
+                return Err(ApiError::Forbidden("service accounts cannot manage service accounts".into()));
+            }
+            let write = !matches!(method, "GET" | "HEAD");
+            if scopes_allow(scopes, resource, write) {
+                Ok(())
+            } else {
+                let level = if write { "write" } else { "read" };
+                Err(ApiError::Forbidden(format!("this service account's scopes do not include {resource}:{level}")))
+            }
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The rule for a route, if the matrix has one.
@@ -199,6 +294,9 @@ pub async fn authorize(
         Ok(s) => s,
         Err(e) => return refuse(req, e),
     };
+    if let Err(e) = principal_allows(&session, access, req.method().as_str(), &pattern) {
+        return refuse(req, e);
+    }
     match access {
         Least(least) if session.role < least => {
             let e =
@@ -221,6 +319,29 @@ pub async fn authorize(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operations_belong_to_resources() {
+        assert_eq!(resource_of("/api/v1/teams/{team_id}/members"), "teams");
+        assert_eq!(resource_of("/api/v1/organizations/current"), "organization");
+        assert_eq!(resource_of("/api/v1/organizations/current/policy/versions"), "policy");
+        assert_eq!(resource_of("/api/v1/analytics/logs"), "analytics");
+        let all = resources();
+        assert!(all.contains(&"api-keys") && all.contains(&"organization") && !all.contains(&"service-accounts"));
+    }
+
+    #[test]
+    fn scopes_narrow_reads_and_writes() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!(scopes_allow(&[], "teams", true));
+        assert!(scopes_allow(&s(&["teams:read"]), "teams", false));
+        assert!(!scopes_allow(&s(&["teams:read"]), "teams", true));
+        assert!(scopes_allow(&s(&["teams:write"]), "teams", false));
+        assert!(!scopes_allow(&s(&["teams:write"]), "api-keys", false));
+        assert!(scopes_allow(&s(&["*:read"]), "api-keys", false));
+        assert!(!scopes_allow(&s(&["*:read"]), "api-keys", true));
+        assert!(!scopes_allow(&s(&["teams"]), "teams", false));
+    }
 
     #[test]
     fn one_rule_per_operation() {

@@ -21,6 +21,9 @@ pub enum ApiError {
     Fields(Vec<FieldError>),
     #[error("{0}")]
     Unauthorized(String),
+    /// The password was right and the account's second factor is missing or wrong.
+    #[error("{0}")]
+    SecondFactorRequired(String),
     #[error("{0}")]
     Forbidden(String),
     #[error("{0} not found")]
@@ -56,7 +59,7 @@ pub struct ErrorBody {
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
-    /// Machine-readable: `validation_error`, `unauthorized`, `forbidden`, `not_found`,
+    /// Machine-readable: `validation_error`, `unauthorized`, `second_factor_required`, `forbidden`, `not_found`,
     /// `method_not_allowed`, `conflict`, `payload_too_large`, `rate_limited`, `plan_required`,
     /// `unavailable`, `bad_gateway`, `internal_error`.
     pub code: String,
@@ -86,6 +89,7 @@ impl ApiError {
         match self {
             ApiError::Validation(_) | ApiError::Field { .. } | ApiError::Fields(_) => "validation_error",
             ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::SecondFactorRequired(_) => "second_factor_required",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
@@ -104,7 +108,7 @@ impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             ApiError::Validation(_) | ApiError::Field { .. } | ApiError::Fields(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) | ApiError::SecondFactorRequired(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,

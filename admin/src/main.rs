@@ -15,10 +15,12 @@ mod authz;
 mod body;
 mod bootstrap;
 mod decode;
+mod domain_proof;
 mod error;
 mod hashing;
 mod jobs;
 mod key_check;
+mod mail;
 mod metrics;
 mod oidc;
 mod openapi;
@@ -31,6 +33,7 @@ mod read_only;
 mod reports;
 mod route_catalog;
 mod routes;
+mod second_factor;
 mod session;
 mod spend;
 mod sso_config;
@@ -227,6 +230,7 @@ fn serve() -> Result<(), BoxError> {
     let workers = cfg.admin.workers.max(1);
     let body_limit = cfg.admin.max_body_bytes;
     let doc = web::Data::new(openapi::Rendered(openapi::document().to_json()?));
+    let relay = mail::Relay::from_config(&cfg.mail)?;
     let state = web::Data::new(AppState::new(cfg, db, redis, jwt_secret, metrics)?);
 
     let rt = actix_web::rt::System::new();
@@ -240,6 +244,10 @@ fn serve() -> Result<(), BoxError> {
             Err(e) => log::error!("could not seed the route catalog (database unreachable): {e}"),
         }
         jobs::spawn(state.clone().into_inner());
+        match relay {
+            Some(relay) => mail::spawn(state.clone().into_inner(), relay),
+            None => log::info!("mail is not delivered ([mail] smtp_url unset): it waits in the outbox"),
+        }
         let server = HttpServer::new(move || {
             let metrics = state.metrics.clone();
             App::new()

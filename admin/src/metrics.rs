@@ -20,6 +20,8 @@ pub struct Metrics {
     pub job_failures: IntCounterVec,
     /// Reconciliation runs, by outcome (`matched`, `discrepancies`, `failed`).
     pub reconcile_runs: IntCounterVec,
+    /// Mail delivery attempts, by kind and outcome (`sent`, `retry`, `failed`).
+    pub mail: IntCounterVec,
 }
 
 impl Metrics {
@@ -63,6 +65,11 @@ impl Metrics {
         registry.register(Box::new(partitions_dropped.clone()))?;
         registry.register(Box::new(job_failures.clone()))?;
         registry.register(Box::new(reconcile_runs.clone()))?;
+        let mail = IntCounterVec::new(
+            Opts::new("gw_admin_mail_total", "Mail delivery attempts by kind and outcome"),
+            &["kind", "outcome"],
+        )?;
+        registry.register(Box::new(mail.clone()))?;
         Ok(Self {
             registry,
             requests,
@@ -74,6 +81,7 @@ impl Metrics {
             partitions_dropped,
             job_failures,
             reconcile_runs,
+            mail,
         })
     }
 }

@@ -62,6 +62,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
                 Some(crate::authz::Access::Public) => "public".to_string(),
                 Some(crate::authz::Access::Least(r)) => r.to_string(),
                 Some(crate::authz::Access::Operator) => "operator".to_string(),
+                Some(crate::authz::Access::Account) => "account".to_string(),
                 // The matrix test fails on this; the document says so too.
                 None => "unruled".to_string(),
             };

@@ -21,6 +21,8 @@ pub struct AppState {
     /// The client for tenant-chosen URLs (SSO discovery, JWKS, token exchange): the one
     /// outbound guard.
     pub outbound: crate::outbound::Outbound,
+    /// DNS lookups of e-mail domain proofs.
+    pub domain_proof: crate::domain_proof::DomainProof,
 }
 
 impl AppState {
@@ -33,7 +35,8 @@ impl AppState {
     ) -> Result<Self, Box<dyn std::error::Error>> {
         let hashing = Hashing::new(cfg.admin.max_concurrent_hashes, Duration::from_millis(cfg.admin.hash_wait_ms))?;
         let outbound = crate::outbound::Outbound::new(cfg.admin.outbound_allow.clone())?;
-        Ok(AppState { cfg, db, redis, jwt_secret, metrics, hashing, outbound })
+        let domain_proof = crate::domain_proof::DomainProof::new(cfg.admin.dns_resolver)?;
+        Ok(AppState { cfg, db, redis, jwt_secret, metrics, hashing, outbound, domain_proof })
     }
 
     pub async fn conn(&self) -> ApiResult<DbConn> {

@@ -1,5 +1,7 @@
 //! Sign-in and sign-up throttling in Redis, shared by every admin replica: attempts per client
-//! address (IPv6 per /64), password attempts per account. Counters are fixed windows (`INCR` + `EXPIRE NX` in
+//! address (IPv6 per /64), password attempts per account and address (so guessing from one
+//! place never keeps the owner out from another), and a much higher ceiling per account across
+//! addresses (a distributed guess) that a password reset clears. Counters are fixed windows (`INCR` + `EXPIRE NX` in
 //! one script). Account keys hold the SHA-256 of the normalized address, never the address.
 //! When Redis is down, throttling fails open with a log line: the hashing semaphore still
 //! bounds the work an attacker can cause.
@@ -54,6 +56,12 @@ fn account_key(normalized_email: &str) -> String {
     format!("gw:throttle:account:{}", hex::encode(Sha256::digest(normalized_email.as_bytes())))
 }
 
+fn account_address_key(normalized_email: &str, ip: Option<IpAddr>) -> String {
+    let from = ip.map(address_key).unwrap_or_else(|| "unknown".into());
+    let digest = Sha256::digest(format!("{normalized_email}\n{from}").as_bytes());
+    format!("gw:throttle:account-address:{}", hex::encode(digest))
+}
+
 async fn count(state: &AppState, key: &str, window: u64, by: u64) -> Option<(u64, u64)> {
     let mut conn = match state.redis.get().await {
         Ok(c) => c,
@@ -96,26 +104,42 @@ pub async fn attempt(state: &AppState, req: &HttpRequest, what: &str) -> ApiResu
     Ok(())
 }
 
-/// Counts a password attempt against the account before any password work, refusing past
-/// the limit. Counting first (not after a failure) keeps a burst of concurrent guesses inside
-/// the limit too; a successful sign-in clears the count ([`account_succeeded`]).
-pub async fn account_attempt(state: &AppState, normalized_email: &str) -> ApiResult<()> {
+/// Counts a password attempt against the account from this address (and against the account's
+/// ceiling across addresses) before any password work, refusing past either limit. Counting
+/// first (not after a failure) keeps a burst of concurrent guesses inside the limit too; a
+/// successful sign-in clears this address's count ([`account_succeeded`]).
+pub async fn account_attempt(state: &AppState, req: &HttpRequest, normalized_email: &str) -> ApiResult<()> {
     let cfg = &state.cfg.admin;
-    if let Some((n, ttl)) = count(state, &account_key(normalized_email), cfg.account_window_secs, 1).await {
+    let key = account_address_key(normalized_email, client_ip(state, req));
+    if let Some((n, ttl)) = count(state, &key, cfg.account_window_secs, 1).await {
         if n > cfg.account_failures {
             state.metrics.throttled.with_label_values(&["account"]).inc();
+            return Err(ApiError::TooManyRequests(ttl.max(1)));
+        }
+    }
+    if let Some((n, ttl)) = count(state, &account_key(normalized_email), cfg.account_window_secs, 1).await {
+        if n > cfg.account_total_failures {
+            state.metrics.throttled.with_label_values(&["account_total"]).inc();
             return Err(ApiError::TooManyRequests(ttl.max(1)));
         }
     }
     Ok(())
 }
 
-/// A successful sign-in clears the account's failures.
-pub async fn account_succeeded(state: &AppState, normalized_email: &str) {
+async fn delete(state: &AppState, key: String) {
     if let Ok(mut conn) = state.redis.get().await {
-        let _: Result<i64, _> =
-            deadpool_redis::redis::cmd("DEL").arg(account_key(normalized_email)).query_async(&mut conn).await;
+        let _: Result<i64, _> = deadpool_redis::redis::cmd("DEL").arg(key).query_async(&mut conn).await;
     }
+}
+
+/// A successful sign-in clears the account's failures from this address.
+pub async fn account_succeeded(state: &AppState, req: &HttpRequest, normalized_email: &str) {
+    delete(state, account_address_key(normalized_email, client_ip(state, req))).await;
+}
+
+/// A password reset clears the account's ceiling: whoever proved the mailbox is let in.
+pub async fn account_reset(state: &AppState, normalized_email: &str) {
+    delete(state, account_key(normalized_email)).await;
 }
 
 #[cfg(test)]
@@ -130,5 +154,13 @@ mod tests {
         assert_eq!(address_key(a), address_key(b));
         assert_ne!(address_key(a), address_key(c));
         assert_eq!(address_key("10.0.0.1".parse().unwrap()), "10.0.0.1");
+    }
+
+    #[test]
+    fn account_counters_are_per_address_and_hold_no_address() {
+        let a = account_address_key("owner@example.com", Some("10.0.0.1".parse().unwrap()));
+        let b = account_address_key("owner@example.com", Some("10.0.0.2".parse().unwrap()));
+        assert_ne!(a, b);
+        assert!(!a.contains("owner") && !a.contains("10.0.0.1"), "{a}");
     }
 }

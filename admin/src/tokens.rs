@@ -43,18 +43,49 @@ pub struct TokenResponse {
     pub refresh_expires_in: i64,
     /// When the sign-in session ends, whatever its refreshes.
     pub session_expires_at: DateTime<Utc>,
+    /// `full`, or `totp_enrollment`: the organization requires a second factor this account has
+    /// not enrolled, and the session may only enroll it (`/auth/totp/*`), then sign in again.
+    pub scope: &'static str,
     pub role: String,
     pub user: UserOut,
     pub organization: OrgOut,
+}
+
+/// What a session may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Full,
+    /// Only enroll a second factor (and sign out).
+    TotpEnrollment,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Full => "full",
+            Scope::TotpEnrollment => "totp_enrollment",
+        }
+    }
+
+    pub fn parse(s: &str) -> Scope {
+        if s == "full" {
+            Scope::Full
+        } else {
+            Scope::TotpEnrollment
+        }
+    }
 }
 
 /// The live session tokens are issued for.
 pub struct SessionRef {
     pub id: Uuid,
     pub expires_at: DateTime<Utc>,
+    pub scope: Scope,
 }
 
 /// Opens a new sign-in session (`method`: password, sso, invite) and issues its first tokens.
+/// Where the organization requires a second factor, a person without one gets a session good
+/// only for enrolling it.
 pub async fn open_session(
     state: &AppState,
     conn: &mut AsyncPgConnection,
@@ -63,9 +94,27 @@ pub async fn open_session(
     role: &str,
     method: &str,
 ) -> ApiResult<TokenResponse> {
-    let session =
-        SessionRef { id: new_id(), expires_at: Utc::now() + Duration::seconds(state.cfg.admin.session_max_age_secs) };
-    sessions::insert(conn, session.id, user.id, org.id, method, session.expires_at).await?;
+    let scope =
+        if org.require_totp && !user.has_totp() && method != "sso" { Scope::TotpEnrollment } else { Scope::Full };
+    open_session_scoped(state, conn, user, org, role, method, scope).await
+}
+
+/// [`open_session`] with the scope given.
+pub async fn open_session_scoped(
+    state: &AppState,
+    conn: &mut AsyncPgConnection,
+    user: &users::User,
+    org: &orgs::Organization,
+    role: &str,
+    method: &str,
+    scope: Scope,
+) -> ApiResult<TokenResponse> {
+    let session = SessionRef {
+        id: new_id(),
+        expires_at: Utc::now() + Duration::seconds(state.cfg.admin.session_max_age_secs),
+        scope,
+    };
+    sessions::insert(conn, session.id, user.id, org.id, method, scope.as_str(), session.expires_at).await?;
     let (tokens, _) = issue(state, conn, user, org, role, &session).await?;
     Ok(tokens)
 }
@@ -119,6 +168,7 @@ pub fn response(
         // Rounded up, so a fresh token reports its full configured lifetime.
         refresh_expires_in: ((refresh_expires - Utc::now()).num_milliseconds().max(0) + 999) / 1000,
         session_expires_at: session.expires_at,
+        scope: session.scope.as_str(),
         role: role.to_string(),
         user: UserOut { id: user.id, email: user.email.clone(), name: user.name.clone() },
         organization: OrgOut { id: org.id, name: org.name.clone() },

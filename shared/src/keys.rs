@@ -17,6 +17,19 @@ pub const MAX_BEARER_LEN: usize = 512;
 
 pub type KeyHash = [u8; 32];
 
+/// Every service-account token starts with this: the management API takes it, `/v1` refuses it.
+pub const SERVICE_TOKEN_PREFIX: &str = "gw_sa_";
+/// Characters of a service-account token kept in clear (the fixed prefix plus 8 random ones).
+pub const SERVICE_TOKEN_DISPLAY_LEN: usize = SERVICE_TOKEN_PREFIX.len() + 8;
+
+/// A new service-account token: the secret (shown once), its display prefix and its hash.
+pub fn generate_service_token() -> NewApiKey {
+    let secret = format!("{SERVICE_TOKEN_PREFIX}{}", random_token(API_KEY_RANDOM_LEN));
+    let prefix = secret[..SERVICE_TOKEN_DISPLAY_LEN].to_string();
+    let hash = hash_secret(&secret);
+    NewApiKey { secret, prefix, hash }
+}
+
 /// A freshly generated API key: the secret (shown once) and what we store of it.
 pub struct NewApiKey {
     pub secret: String,

@@ -20,10 +20,10 @@ use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
-use crate::passwords::{hash_new_password, password_rules, verify};
+use crate::passwords::{hash_new_password, password_rules, prove_account, verify, Proof};
 use crate::session::Session;
 use crate::state::AppState;
-use crate::tokens::{self, SessionRef, TokenResponse};
+use crate::tokens::{self, Scope, SessionRef, TokenResponse};
 use crate::trail::{self, Actor, Entry};
 use crate::{throttle, validate};
 
@@ -49,6 +49,12 @@ pub struct LoginBody {
     /// The organization to sign in to, for a user of several; default: the oldest membership.
     #[serde(default)]
     organization_id: Option<Uuid>,
+    /// The current code of the account's authenticator app, when it has a second factor.
+    #[serde(default)]
+    totp_code: Option<String>,
+    /// One of the account's recovery codes, instead of `totp_code` (each works once).
+    #[serde(default)]
+    recovery_code: Option<String>,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -271,18 +277,20 @@ pub async fn login(
     if b.password.len() > MAX_PASSWORD_LEN {
         return Err(invalid());
     }
-    throttle::account_attempt(&state, &email.normalized).await?;
     // The connection goes back to the pool before the slow hash.
     let user = {
         let mut conn = state.conn().await?;
         users::find_by_email(&mut conn, &email.normalized).await?
     };
-    let ok = verify(&state, b.password, user.as_ref().and_then(|u| u.password_hash.clone())).await?;
-    let user = match user {
-        Some(u) if ok => u,
-        _ => return Err(invalid()),
+    let Some(user) = user else {
+        // Unknown accounts cost a hash and count like known ones, so neither timing nor
+        // throttling tells them apart.
+        throttle::account_attempt(&state, &req, &email.normalized).await?;
+        let _ = verify(&state, b.password, None).await?;
+        return Err(invalid());
     };
-    throttle::account_succeeded(&state, &email.normalized).await;
+    let proof = Proof { password: b.password, totp_code: b.totp_code, recovery_code: b.recovery_code };
+    prove_account(&state, &req, &user, proof).await?;
     let mut conn = state.conn().await?;
     let membership = match b.organization_id {
         Some(org_id) => users::membership(&mut conn, org_id, user.id).await?,
@@ -291,6 +299,8 @@ pub async fn login(
     let membership =
         membership.ok_or_else(|| ApiError::Unauthorized("this account belongs to no such organization".into()))?;
     let org = orgs::find(&mut conn, membership.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
+    // Where the organization requires a second factor this account has not enrolled, the
+    // session is good only for enrolling it.
     let tokens = tokens::open_session(&state, &mut conn, &user, &org, &membership.role, "password").await?;
     Ok(HttpResponse::Ok().json(tokens))
 }
@@ -360,7 +370,7 @@ async fn rotate(state: &AppState, conn: &mut AsyncPgConnection, token: &str, has
     };
     let user = users::find(conn, rt.user_id).await?.ok_or(ApiError::NotFound("user"))?;
     let org = orgs::find(conn, rt.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
-    let sref = SessionRef { id: session.id, expires_at: session.expires_at };
+    let sref = SessionRef { id: session.id, expires_at: session.expires_at, scope: Scope::parse(&session.scope) };
     if let Some(used_at) = rt.used_at {
         let grace = chrono::Duration::seconds(state.cfg.admin.refresh_grace_secs);
         let successor = rt.successor_sealed.as_deref().and_then(|s| open_successor(token, rt.id, s));

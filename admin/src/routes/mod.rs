@@ -7,6 +7,7 @@ use utoipa_actix_web::service_config::ServiceConfig;
 
 use crate::error::ApiError;
 
+pub mod account;
 pub mod analytics;
 pub mod api_keys;
 pub mod audit_events;
@@ -21,6 +22,7 @@ pub mod org_routes;
 pub mod organizations;
 pub mod policy;
 pub mod provider_keys;
+pub mod service_accounts;
 pub mod sso;
 pub mod sso_connections;
 pub mod teams;
@@ -32,6 +34,7 @@ pub fn api(cfg: &mut ServiceConfig) {
         utoipa_actix_web::scope("/api/v1")
             .service(crate::openapi::serve)
             .configure(auth::routes)
+            .configure(account::routes)
             .configure(me::routes)
             .configure(sso::routes)
             .configure(organizations::routes)
@@ -47,7 +50,8 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(analytics::routes)
             .configure(limits::routes)
             .configure(gateway::routes)
-            .configure(org_routes::routes),
+            .configure(org_routes::routes)
+            .configure(service_accounts::routes),
     );
 }
 

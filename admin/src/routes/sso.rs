@@ -4,13 +4,20 @@
 //!    `connection_id`: returns the identity provider's authorization URL. The state, nonce and
 //!    PKCE verifier stay server-side in Redis under the state for ten minutes.
 //! 2. The identity provider sends the browser to `GET /auth/sso/callback?code&state`: the state
-//!    is taken (single use), the code exchanged, the ID token verified (signature, issuer,
-//!    audience, expiry, nonce), and the user signed in: found by e-mail or created without a
-//!    password (just-in-time provisioning), made a member with the role its groups map to (an
-//!    owner stays owner), added to the teams its groups map to. Returns the session's tokens.
+//!    is taken (single use) and checked against the browser's binding cookie, the code
+//!    exchanged, the ID token verified (signature, issuer, audience, expiry, nonce), and the
+//!    identity (connection, issuer, subject) looked up:
+//!    - linked to an account: that account is signed in, made a member with the role its
+//!      groups map to (an owner stays owner), added to the teams its groups map to;
+//!    - new, and no account has the address: an account is created without a password (just-in-
+//!      time provisioning, only for addresses of the connection's proven domains) and linked;
+//!    - new, and an account has the address: nothing is signed in or changed. The answer is 202
+//!      with a `link_token`; `POST /auth/sso/link` with it and the account's password links the
+//!      identity and signs in. An address asserted by an identity provider never opens an
+//!      existing account by itself.
 //!
 //! Members of an organization with SSO can still sign in with a password if they have one;
-//! accounts created through SSO have none. See docs/sso.md.
+//! accounts created through SSO have none (a password reset sets one). See docs/sso.md.
 
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
@@ -37,7 +44,7 @@ use crate::tokens::{self, TokenResponse};
 use crate::{throttle, trail, validate};
 
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(initiate).service(callback);
+    cfg.service(initiate).service(callback).service(link);
 }
 
 /// The longest authorization code accepted from a callback.
@@ -238,7 +245,9 @@ fn display_name(claimed: Option<&str>, email: &Email) -> String {
 /// Complete an SSO sign-in: where the identity provider sends the user back. Returns the new
 /// session's tokens.
 #[utoipa::path(tag = "auth", security(()), params(CallbackQuery),
-    responses((status = 200, description = "Signed in", body = TokenResponse), Errors))]
+    responses((status = 200, description = "Signed in", body = TokenResponse),
+              (status = 202, description = "An account has this address: prove it to link the identity", body = LinkRequired),
+              Errors))]
 #[get("/auth/sso/callback")]
 pub async fn callback(
     state: web::Data<AppState>,
@@ -311,12 +320,6 @@ pub async fn callback(
     .await?;
     let email = gw_shared::email::parse(&identity.email)
         .map_err(|_| ApiError::Unauthorized("the identity provider sent an invalid e-mail address".into()))?;
-    if !sso::email_in_domains(&email.normalized, &connection.email_domains) {
-        let domain = gw_shared::email::domain(&email.normalized).unwrap_or_default();
-        return Err(ApiError::Unauthorized(format!(
-            "the e-mail domain {domain} does not sign in through this SSO connection"
-        )));
-    }
     let default = sso::grantable_role(&connection.default_role).unwrap_or(Role::Viewer);
     let role = sso::role_for(&identity.groups, &sso::role_mapping_from_json(&connection.role_mapping), default);
     let team_ids = sso::teams_for(&identity.groups, &sso::team_mapping_from_json(&connection.team_mapping));
@@ -333,15 +336,193 @@ pub async fn callback(
     };
     let mut conn = state.conn().await?;
     let state_ref = state.get_ref();
-    let tokens = conn.transaction(async |tx| provision(state_ref, tx, &login).await).await?;
-    log::info!(
-        "SSO sign-in of user {} to org {} through connection {} as {}",
-        tokens.user.id,
-        org.id,
-        connection.id,
-        tokens.role
-    );
-    Ok(HttpResponse::Ok().cookie(binding_cookie(&state, "", 0)).json(tokens))
+    let outcome = conn.transaction(async |tx| sign_in(state_ref, tx, &login).await).await?;
+    let clear = binding_cookie(&state, "", 0);
+    match outcome {
+        Outcome::SignedIn(tokens) => {
+            log::info!(
+                "SSO sign-in of user {} to org {} through connection {} as {}",
+                tokens.user.id,
+                org.id,
+                connection.id,
+                tokens.role
+            );
+            Ok(HttpResponse::Ok().cookie(clear).json(tokens))
+        }
+        Outcome::LinkRequired(user_id) => {
+            let token = random_token();
+            let pending = PendingLink {
+                connection_id: connection.id,
+                issuer: connection.issuer.clone(),
+                subject: identity.subject.clone(),
+                user_id,
+                groups: identity.groups.clone(),
+                email_verified: identity.email_verified,
+                created_at: Utc::now(),
+            };
+            store_link(&state, &token, &pending).await?;
+            log::info!("SSO sign-in through connection {} needs a link to user {user_id}", connection.id);
+            Ok(HttpResponse::Accepted().cookie(clear).json(LinkRequired {
+                status: "link_required",
+                message: LINK_MESSAGE,
+                link_token: token,
+                expires_in: sso::STATE_TTL_SECS,
+            }))
+        }
+    }
+}
+
+const LINK_MESSAGE: &str = "An account with this e-mail address exists. Prove it is yours: send this link_token \
+                            with the account's password to POST /api/v1/auth/sso/link (no password yet: reset it \
+                            first). Until then, this identity signs nothing in.";
+
+/// The answer to a sign-in whose identity is new while an account has its address.
+#[derive(Serialize, ToSchema)]
+pub struct LinkRequired {
+    /// Always `link_required`.
+    status: &'static str,
+    message: &'static str,
+    /// Send with the account's password to `POST /auth/sso/link`; single use.
+    link_token: String,
+    /// Seconds the link token lives.
+    expires_in: u64,
+}
+
+/// A verified identity waiting for its account's proof (Redis, under the token's hash).
+#[derive(Serialize, Deserialize)]
+struct PendingLink {
+    connection_id: Uuid,
+    issuer: String,
+    subject: String,
+    user_id: Uuid,
+    groups: Vec<String>,
+    email_verified: Option<bool>,
+    created_at: DateTime<Utc>,
+}
+
+fn random_token() -> String {
+    use base64::Engine;
+    let bytes: [u8; 32] = rand::random();
+    format!("sso_link_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+fn link_key(token: &str) -> String {
+    format!("gw:sso:link:{}", binding_hash(token))
+}
+
+async fn store_link(state: &AppState, token: &str, pending: &PendingLink) -> ApiResult<()> {
+    let text = serde_json::to_string(pending).map_err(|e| ApiError::Internal(format!("encoding SSO link: {e}")))?;
+    let mut rc = state.redis.get().await.map_err(redis_error)?;
+    let _: () = deadpool_redis::redis::cmd("SET")
+        .arg(link_key(token))
+        .arg(text)
+        .arg("EX")
+        .arg(sso::STATE_TTL_SECS)
+        .query_async(&mut rc)
+        .await
+        .map_err(redis_error)?;
+    Ok(())
+}
+
+async fn take_link(state: &AppState, token: &str) -> ApiResult<Option<PendingLink>> {
+    let mut rc = state.redis.get().await.map_err(redis_error)?;
+    let text: Option<String> =
+        deadpool_redis::redis::cmd("GETDEL").arg(link_key(token)).query_async(&mut rc).await.map_err(redis_error)?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LinkBody {
+    /// The `link_token` of the callback's 202 answer.
+    link_token: String,
+    /// The password of the account that has the identity's e-mail address.
+    password: String,
+    /// The account's current TOTP code, when it has a second factor.
+    #[serde(default)]
+    totp_code: Option<String>,
+    /// One of the account's recovery codes, instead of `totp_code`.
+    #[serde(default)]
+    recovery_code: Option<String>,
+}
+
+/// Link a new SSO identity to the account that has its address, proving the account with its
+/// password (and second factor), then sign in through the connection. The link token works
+/// once; a wrong password spends it.
+#[utoipa::path(tag = "auth", security(()), request_body = LinkBody,
+    responses((status = 200, description = "Linked and signed in", body = TokenResponse), Errors))]
+#[post("/auth/sso/link")]
+pub async fn link(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: crate::body::Json<LinkBody>,
+) -> ApiResult<HttpResponse> {
+    throttle::attempt(&state, &req, "login").await?;
+    let b = body.into_inner();
+    let invalid = || ApiError::Unauthorized("unknown or expired link token: sign in through SSO again".into());
+    if !b.link_token.starts_with("sso_link_") || b.link_token.len() > 128 {
+        return Err(invalid());
+    }
+    let pending = take_link(&state, &b.link_token).await?.ok_or_else(invalid)?;
+    let user = {
+        let mut conn = state.conn().await?;
+        users::find(&mut conn, pending.user_id).await?.ok_or_else(invalid)?
+    };
+    let proof =
+        crate::passwords::Proof { password: b.password, totp_code: b.totp_code, recovery_code: b.recovery_code };
+    crate::passwords::prove_account(&state, &req, &user, proof).await?;
+
+    let mut conn = state.conn().await?;
+    let connection = sso_db::find_by_id(&mut conn, pending.connection_id)
+        .await?
+        .filter(|c| c.enabled && c.issuer == pending.issuer)
+        .ok_or_else(|| ApiError::Unauthorized("this SSO connection no longer exists or is disabled".into()))?;
+    let org = orgs::find(&mut conn, connection.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
+    if !sso::plan_allows_sso(&org.plan) {
+        return Err(plan_required(&org.plan));
+    }
+    let email = gw_shared::email::Email { display: user.email.clone(), normalized: user.email_normalized.clone() };
+    let default = sso::grantable_role(&connection.default_role).unwrap_or(Role::Viewer);
+    let role = sso::role_for(&pending.groups, &sso::role_mapping_from_json(&connection.role_mapping), default);
+    let team_ids = sso::teams_for(&pending.groups, &sso::team_mapping_from_json(&connection.team_mapping));
+    let login = Login {
+        connection: &connection,
+        org: &org,
+        email: &email,
+        name: user.name.clone(),
+        role,
+        team_ids: &team_ids,
+        subject: &pending.subject,
+        email_verified: pending.email_verified,
+        request_id: trail::request_id(&req),
+    };
+    let state_ref = state.get_ref();
+    let tokens = conn
+        .transaction(async |tx| {
+            let new = sso_db::NewIdentity {
+                org_id: org.id,
+                connection_id: connection.id,
+                issuer: &connection.issuer,
+                subject: &pending.subject,
+                user_id: user.id,
+                linked_by: "password",
+            };
+            match sso_db::link(tx, new_id(), &new).await {
+                Ok(()) => {}
+                Err(e) if is_unique_violation(&e) => {
+                    return Err(ApiError::Conflict(
+                        "this identity, or another identity of this connection, is linked to an account already".into(),
+                    ))
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let detail = json!({"connection_id": connection.id.to_string(), "subject": pending.subject});
+            admin_audit::insert(tx, &login.event(user.id, role, "user.sso_link", detail)).await?;
+            admit(state_ref, tx, &login, user.clone(), false).await
+        })
+        .await?;
+    log::info!("SSO identity linked to user {} in org {} through connection {}", user.id, org.id, connection.id);
+    Ok(HttpResponse::Ok().json(tokens))
 }
 
 /// A verified sign-in, ready to provision.
@@ -377,10 +558,29 @@ impl Login<'_> {
     }
 }
 
-/// The account of the address, created without a password when there is none.
-async fn find_or_create_user(conn: &mut AsyncPgConnection, login: &Login<'_>) -> ApiResult<(User, bool)> {
-    if let Some(user) = users::find_by_email(conn, &login.email.normalized).await? {
-        return Ok((user, false));
+/// What a verified callback leads to.
+enum Outcome {
+    SignedIn(Box<TokenResponse>),
+    /// An account (this one) has the address and no link to the identity: it must prove itself.
+    LinkRequired(Uuid),
+}
+
+/// The identity's account: the linked one, or a new one when nobody has the address.
+async fn sign_in(state: &AppState, conn: &mut AsyncPgConnection, login: &Login<'_>) -> ApiResult<Outcome> {
+    let c = login.connection;
+    if let Some(identity) = sso_db::identity(conn, c.id, &c.issuer, login.subject).await? {
+        let user = users::find(conn, identity.user_id).await?.ok_or(ApiError::NotFound("user"))?;
+        return Ok(Outcome::SignedIn(Box::new(admit(state, conn, login, user, false).await?)));
+    }
+    // A new identity: only for the connection's proven domains.
+    let domain = gw_shared::email::domain(&login.email.normalized).unwrap_or_default().to_string();
+    if !sso_db::domain_proven(conn, c.id, &domain).await? {
+        return Err(ApiError::Unauthorized(format!(
+            "the e-mail domain {domain} does not sign in through this SSO connection"
+        )));
+    }
+    if let Some(existing) = users::find_by_email(conn, &login.email.normalized).await? {
+        return Ok(Outcome::LinkRequired(existing.id));
     }
     let new = NewUser {
         id: new_id(),
@@ -389,31 +589,44 @@ async fn find_or_create_user(conn: &mut AsyncPgConnection, login: &Login<'_>) ->
         name: &login.name,
         password_hash: None,
     };
-    match users::insert(conn, &new).await {
-        Ok(user) => Ok((user, true)),
+    let user = match users::insert(conn, &new).await {
+        Ok(user) => user,
         Err(e) if is_unique_violation(&e) => {
-            Err(ApiError::Conflict("this account was created by a concurrent sign-in; sign in again".into()))
+            return Err(ApiError::Conflict("this account was created by a concurrent sign-in; sign in again".into()))
         }
-        Err(e) => Err(e.into()),
+        Err(e) => return Err(e.into()),
+    };
+    let identity = sso_db::NewIdentity {
+        org_id: login.org.id,
+        connection_id: c.id,
+        issuer: &c.issuer,
+        subject: login.subject,
+        user_id: user.id,
+        linked_by: "provisioned",
+    };
+    match sso_db::link(conn, new_id(), &identity).await {
+        Ok(()) => {}
+        Err(e) if is_unique_violation(&e) => {
+            return Err(ApiError::Conflict("this identity was linked by a concurrent sign-in; sign in again".into()))
+        }
+        Err(e) => return Err(e.into()),
     }
+    Ok(Outcome::SignedIn(Box::new(admit(state, conn, login, user, true).await?)))
 }
 
-/// Just-in-time provisioning and the session, in one transaction: the user (created if new),
-/// its membership (added with the mapped role; an existing member's role set to it, except an
+/// Signs a linked account in through the connection, in the caller's transaction: its
+/// membership (added with the mapped role; an existing member's role set to it, except an
 /// owner's), its mapped teams (added to, never removed from), the audit events, the tokens.
-async fn provision(state: &AppState, conn: &mut AsyncPgConnection, login: &Login<'_>) -> ApiResult<TokenResponse> {
-    let (user, created) = find_or_create_user(conn, login).await?;
+/// Nothing of the account outside this organization changes.
+async fn admit(
+    state: &AppState,
+    conn: &mut AsyncPgConnection,
+    login: &Login<'_>,
+    user: User,
+    created: bool,
+) -> ApiResult<TokenResponse> {
     let org_id = login.org.id;
     let (membership, joined) = sso_db::ensure_membership(conn, org_id, user.id, login.role.as_str()).await?;
-    // An account that already existed with a password, joining this organization through its
-    // identity provider: whoever set that password (perhaps someone who signed the address up
-    // before its owner) loses it, with every session it opened. The provider has just proved
-    // who holds the address; passwords are never verified by mail here.
-    let password_cleared = joined && !created && user.password_hash.is_some();
-    if password_cleared {
-        users::clear_password(conn, user.id).await?;
-        gw_shared::db::sessions::revoke_all_for_user(conn, user.id).await?;
-    }
     let current = membership.role.parse::<Role>().ok();
     let role = if current == Some(Role::Owner) {
         Role::Owner
@@ -443,7 +656,6 @@ async fn provision(state: &AppState, conn: &mut AsyncPgConnection, login: &Login
         "role": role.as_str(),
         "previous_role": current.map(Role::as_str),
         "joined": joined,
-        "password_cleared": password_cleared,
         "teams": added_teams,
     });
     admin_audit::insert(conn, &login.event(user.id, role, "user.sso_login", detail)).await?;

@@ -28,9 +28,14 @@ pub struct AdminConfig {
     /// Sign-in and sign-up attempts allowed per client address per `ip_window_secs`.
     pub ip_attempts: u64,
     pub ip_window_secs: u64,
-    /// Failed sign-ins allowed per account per `account_window_secs`.
+    /// Failed sign-ins allowed per account from one client address per `account_window_secs`:
+    /// guessing from one place stops here, and the owner signing in from another is not kept
+    /// out.
     pub account_failures: u64,
     pub account_window_secs: u64,
+    /// Failed sign-ins allowed per account from all addresses together per
+    /// `account_window_secs` (a distributed guess); a password reset clears it.
+    pub account_total_failures: u64,
     /// Take the client address from the last `X-Forwarded-For` entry (behind a trusted proxy).
     pub trust_forwarded_for: bool,
     /// Sign-up answers 202 the same way for new and registered addresses and mails a link;
@@ -50,6 +55,13 @@ pub struct AdminConfig {
     /// although they are not public: an identity provider on the operator's own network. Empty:
     /// public addresses only (`gw_shared::net_guard`).
     pub outbound_allow: Vec<ipnet::IpNet>,
+    /// The DNS server (`ip:port`) that e-mail domain proofs (TXT records) are looked up
+    /// through; unset: the system's resolvers (`/etc/resolv.conf`).
+    pub dns_resolver: Option<std::net::SocketAddr>,
+    /// Lifetime of a password reset link.
+    pub password_reset_ttl_secs: i64,
+    /// The issuer name in TOTP authenticator apps.
+    pub totp_issuer: String,
 }
 
 impl Default for AdminConfig {
@@ -70,6 +82,7 @@ impl Default for AdminConfig {
             ip_window_secs: 60,
             account_failures: 10,
             account_window_secs: 15 * 60,
+            account_total_failures: 100,
             trust_forwarded_for: false,
             email_verification: false,
             verification_ttl_secs: 24 * 3600,
@@ -77,6 +90,9 @@ impl Default for AdminConfig {
             rollup_interval_secs: 60,
             export_max_rows: 50_000_000,
             outbound_allow: Vec::new(),
+            dns_resolver: None,
+            password_reset_ttl_secs: 3600,
+            totp_issuer: "gw".into(),
         }
     }
 }

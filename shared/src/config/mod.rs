@@ -9,9 +9,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 mod admin;
+mod mail;
 mod routes;
 
 pub use admin::AdminConfig;
+pub use mail::MailConfig;
 pub use routes::{give_id, RouteError, Routes, RoutesSource, MAX_DEPLOYMENTS, MAX_MODELS, MAX_PROVIDERS};
 
 use crate::catalog::Catalog;
@@ -33,6 +35,8 @@ pub struct Config {
     pub proxy: ProxyConfig,
     #[serde(default)]
     pub admin: AdminConfig,
+    #[serde(default)]
+    pub mail: MailConfig,
     #[serde(default)]
     pub routing: RoutingConfig,
     #[serde(default)]
@@ -500,6 +504,9 @@ impl Config {
         }
         if let Some(v) = env("GW_ADMIN_LISTEN") {
             self.admin.listen = v;
+        }
+        if let Some(v) = env("GW_SMTP_URL").filter(|s| !s.is_empty()) {
+            self.mail.smtp_url = Some(v);
         }
         self.secrets.jwt_secret = env("GW_JWT_SECRET").filter(|s| !s.is_empty());
         if let Some(k) = env("GW_ENCRYPTION_KEY").filter(|s| !s.is_empty()) {

@@ -19,6 +19,7 @@ pub mod registrations;
 pub mod rollups;
 pub mod route_catalog;
 pub mod schema;
+pub mod service_accounts;
 pub mod sessions;
 pub mod sso;
 pub mod teams;

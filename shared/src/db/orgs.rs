@@ -23,6 +23,9 @@ pub struct Organization {
     pub budget: Option<serde_json::Value>,
     pub rate_limits: Option<serde_json::Value>,
     pub log_bodies: bool,
+    /// Members must sign in with a second factor (TOTP); one without gets a session good only
+    /// for enrolling it.
+    pub require_totp: bool,
 }
 
 /// What the proxy caches of an organization: its limits, and whether its audit rows keep

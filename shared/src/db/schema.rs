@@ -12,6 +12,7 @@ diesel::table! {
         budget -> Nullable<Jsonb>,
         rate_limits -> Nullable<Jsonb>,
         log_bodies -> Bool,
+        require_totp -> Bool,
     }
 }
 
@@ -24,6 +25,11 @@ diesel::table! {
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
         email_normalized -> Text,
+        kind -> Text,
+        totp_secret_sealed -> Nullable<Bytea>,
+        totp_key_version -> Nullable<Int2>,
+        totp_enabled_at -> Nullable<Timestamptz>,
+        totp_last_step -> Nullable<Int8>,
     }
 }
 
@@ -245,6 +251,7 @@ diesel::table! {
         created_at -> Timestamptz,
         expires_at -> Timestamptz,
         revoked_at -> Nullable<Timestamptz>,
+        scope -> Text,
     }
 }
 
@@ -285,10 +292,66 @@ diesel::table! {
 }
 
 diesel::table! {
-    sso_domains (domain) {
+    sso_domains (connection_id, domain) {
         domain -> Text,
         connection_id -> Uuid,
         org_id -> Uuid,
+        verification_token -> Text,
+        verified_at -> Nullable<Timestamptz>,
+        checked_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    sso_identities (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        connection_id -> Uuid,
+        issuer -> Text,
+        subject -> Text,
+        user_id -> Uuid,
+        linked_by -> Text,
+        created_at -> Timestamptz,
+        last_sign_in_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    recovery_codes (id) {
+        id -> Uuid,
+        user_id -> Uuid,
+        code_hash -> Bytea,
+        created_at -> Timestamptz,
+        used_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    password_resets (id) {
+        id -> Uuid,
+        user_id -> Uuid,
+        token_hash -> Bytea,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        used_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    service_accounts (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        name -> Text,
+        role -> Text,
+        scopes -> Array<Text>,
+        token_prefix -> Text,
+        token_hash -> Bytea,
+        created_by -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        expires_at -> Nullable<Timestamptz>,
+        last_used_at -> Nullable<Timestamptz>,
+        revoked_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -316,6 +379,10 @@ diesel::table! {
         body -> Text,
         created_at -> Timestamptz,
         sent_at -> Nullable<Timestamptz>,
+        attempts -> Int4,
+        next_attempt_at -> Timestamptz,
+        last_error -> Nullable<Text>,
+        failed_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -355,6 +422,10 @@ diesel::allow_tables_to_appear_in_same_query!(
     admin_audit_events,
     sso_connections,
     sso_domains,
+    sso_identities,
+    recovery_codes,
+    password_resets,
+    service_accounts,
     organizations,
     users,
     org_memberships,

@@ -21,6 +21,9 @@ pub struct Session {
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// `full`, or `totp_enrollment`: a password sign-in into an organization that requires a
+    /// second factor, by a user without one, good only for enrolling it.
+    pub scope: String,
 }
 
 pub async fn insert(
@@ -29,6 +32,7 @@ pub async fn insert(
     user_id: Uuid,
     org_id: Uuid,
     method: &str,
+    scope: &str,
     expires_at: DateTime<Utc>,
 ) -> Result<()> {
     diesel::insert_into(sessions::table)
@@ -37,6 +41,7 @@ pub async fn insert(
             sessions::user_id.eq(user_id),
             sessions::org_id.eq(org_id),
             sessions::method.eq(method),
+            sessions::scope.eq(scope),
             sessions::expires_at.eq(expires_at),
         ))
         .execute(conn)
@@ -48,9 +53,15 @@ pub async fn find(conn: &mut AsyncPgConnection, id: Uuid) -> Result<Option<Sessi
     Ok(sessions::table.filter(sessions::id.eq(id)).select(Session::as_select()).first(conn).await.optional()?)
 }
 
-/// The member's current role when session `id` of `user_id` in `org_id` is live (not revoked,
-/// not past its absolute lifetime) and the user is still a member; `None` otherwise.
-pub async fn live_role(conn: &mut AsyncPgConnection, id: Uuid, user_id: Uuid, org_id: Uuid) -> Result<Option<String>> {
+/// The member's current role and the session's scope when session `id` of `user_id` in
+/// `org_id` is live (not revoked, not past its absolute lifetime) and the user is still a
+/// member; `None` otherwise.
+pub async fn live_role(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    user_id: Uuid,
+    org_id: Uuid,
+) -> Result<Option<(String, String)>> {
     Ok(sessions::table
         .inner_join(
             org_memberships::table
@@ -61,10 +72,16 @@ pub async fn live_role(conn: &mut AsyncPgConnection, id: Uuid, user_id: Uuid, or
         .filter(sessions::org_id.eq(org_id))
         .filter(sessions::revoked_at.is_null())
         .filter(sessions::expires_at.gt(Utc::now()))
-        .select(org_memberships::role)
+        .select((org_memberships::role, sessions::scope))
         .first(conn)
         .await
         .optional()?)
+}
+
+/// Sets what a session may do (`full` once a second factor is enrolled).
+pub async fn set_scope(conn: &mut AsyncPgConnection, id: Uuid, scope: &str) -> Result<()> {
+    diesel::update(sessions::table.filter(sessions::id.eq(id))).set(sessions::scope.eq(scope)).execute(conn).await?;
+    Ok(())
 }
 
 /// Revokes a session and every refresh token of it.
@@ -76,6 +93,13 @@ pub async fn revoke(conn: &mut AsyncPgConnection, id: Uuid) -> Result<()> {
 /// Revokes every session of a user in one organization (removed from it, or role lowered).
 pub async fn revoke_for_member(conn: &mut AsyncPgConnection, org_id: Uuid, user_id: Uuid) -> Result<usize> {
     let ended = end(conn, sessions::org_id.eq(org_id).and(sessions::user_id.eq(user_id))).await?;
+    revoke_tokens(conn, &ended).await?;
+    Ok(ended.len())
+}
+
+/// Revokes every session of a user but one (a password change keeps the session that made it).
+pub async fn revoke_others(conn: &mut AsyncPgConnection, user_id: Uuid, keep: Uuid) -> Result<usize> {
+    let ended = end(conn, sessions::user_id.eq(user_id).and(sessions::id.ne(keep))).await?;
     revoke_tokens(conn, &ended).await?;
     Ok(ended.len())
 }

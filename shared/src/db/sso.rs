@@ -1,8 +1,10 @@
 //! SSO connections: an organization's OpenID Connect identity provider, the e-mail domains that
 //! sign in through it, and how its groups map to roles and teams. The client secret is sealed
 //! with the master keyring (AES-256-GCM) and bound to the organization and the connection, like
-//! provider keys. Each e-mail domain belongs to at most one connection across all organizations
-//! (`sso_domains`, kept in step with `sso_connections.email_domains` in the same transaction).
+//! provider keys. A connection claims its e-mail domains (`sso_domains`, kept in step with
+//! `sso_connections.email_domains` in the same transaction); a claim is active only once a DNS
+//! TXT record proved it, and one connection across all organizations may hold a proven domain.
+//! Identities (connection, issuer, subject) are linked to accounts in `sso_identities`.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -10,7 +12,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::schema::{org_memberships, sso_connections, sso_domains};
+use super::schema::{org_memberships, sso_connections, sso_domains, sso_identities};
 use super::users::Membership;
 use crate::crypto::Keyring;
 use crate::error::{Error, Result};
@@ -75,6 +77,14 @@ pub struct NewConnection<'a> {
     pub created_by: Option<Uuid>,
 }
 
+/// A fresh verification token for a domain claim: published in DNS, so not a secret; it only
+/// tells this claim from another organization's.
+fn verification_token() -> String {
+    use rand::distributions::Alphanumeric;
+    use rand::Rng;
+    rand::rngs::OsRng.sample_iter(&Alphanumeric).take(32).map(char::from).collect()
+}
+
 async fn insert_domains(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
@@ -87,15 +97,92 @@ async fn insert_domains(
                 sso_domains::domain.eq(domain.as_str()),
                 sso_domains::connection_id.eq(connection_id),
                 sso_domains::org_id.eq(org_id),
+                sso_domains::verification_token.eq(verification_token()),
             ))
+            .on_conflict_do_nothing()
             .execute(conn)
             .await?;
     }
     Ok(())
 }
 
-/// Inserts a connection and its domains in one transaction. A domain another connection (of
-/// any organization) already signs in makes this fail with a unique violation.
+/// A connection's claim on an e-mail domain.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = sso_domains)]
+pub struct DomainClaim {
+    pub domain: String,
+    pub connection_id: Uuid,
+    pub org_id: Uuid,
+    pub verification_token: String,
+    pub verified_at: Option<DateTime<Utc>>,
+    pub checked_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The claims of a connection, by domain.
+pub async fn domains(conn: &mut AsyncPgConnection, org_id: Uuid, connection_id: Uuid) -> Result<Vec<DomainClaim>> {
+    Ok(sso_domains::table
+        .filter(sso_domains::org_id.eq(org_id))
+        .filter(sso_domains::connection_id.eq(connection_id))
+        .order(sso_domains::domain.asc())
+        .select(DomainClaim::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// The claims of several connections of an organization (a page of them).
+pub async fn domains_of(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    connection_ids: &[Uuid],
+) -> Result<Vec<DomainClaim>> {
+    Ok(sso_domains::table
+        .filter(sso_domains::org_id.eq(org_id))
+        .filter(sso_domains::connection_id.eq_any(connection_ids))
+        .order(sso_domains::domain.asc())
+        .select(DomainClaim::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Records a DNS check of a claim: proven (`verified`) or not. Proving a domain another
+/// connection has proven meanwhile fails with a unique violation.
+pub async fn record_check(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    connection_id: Uuid,
+    domain: &str,
+    verified: bool,
+) -> Result<Option<DomainClaim>> {
+    let now = Utc::now();
+    let target = sso_domains::table
+        .filter(sso_domains::org_id.eq(org_id))
+        .filter(sso_domains::connection_id.eq(connection_id))
+        .filter(sso_domains::domain.eq(domain));
+    let row = if verified {
+        diesel::update(target)
+            .set((
+                sso_domains::checked_at.eq(now),
+                sso_domains::verified_at.eq(diesel::dsl::sql::<
+                    diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>,
+                >("coalesce(verified_at, now())")),
+            ))
+            .returning(DomainClaim::as_returning())
+            .get_result(conn)
+            .await
+            .optional()?
+    } else {
+        diesel::update(target)
+            .set(sso_domains::checked_at.eq(now))
+            .returning(DomainClaim::as_returning())
+            .get_result(conn)
+            .await
+            .optional()?
+    };
+    Ok(row)
+}
+
+/// Inserts a connection and its domain claims (unproven) in one transaction.
 pub async fn insert(conn: &mut AsyncPgConnection, ring: &Keyring, new: &NewConnection<'_>) -> Result<Connection> {
     let (version, sealed) = seal_secret(ring, new.org_id, new.id, new.client_secret)?;
     conn.transaction(async |conn| {
@@ -160,10 +247,12 @@ pub async fn find_by_id(conn: &mut AsyncPgConnection, id: Uuid) -> Result<Option
         .optional()?)
 }
 
-/// The connection an e-mail domain (normalized) signs in through, across organizations.
+/// The connection an e-mail domain (normalized) signs in through, across organizations: the one
+/// that proved it.
 pub async fn find_by_domain(conn: &mut AsyncPgConnection, domain: &str) -> Result<Option<Connection>> {
     let id: Option<Uuid> = sso_domains::table
         .filter(sso_domains::domain.eq(domain))
+        .filter(sso_domains::verified_at.is_not_null())
         .select(sso_domains::connection_id)
         .first(conn)
         .await
@@ -174,13 +263,29 @@ pub async fn find_by_domain(conn: &mut AsyncPgConnection, domain: &str) -> Resul
     }
 }
 
-/// The connection (other than `except`) that already holds one of `domains`, with that domain.
+/// Whether a connection holds a proven claim on a domain.
+pub async fn domain_proven(conn: &mut AsyncPgConnection, connection_id: Uuid, domain: &str) -> Result<bool> {
+    Ok(diesel::select(diesel::dsl::exists(
+        sso_domains::table
+            .filter(sso_domains::connection_id.eq(connection_id))
+            .filter(sso_domains::domain.eq(domain))
+            .filter(sso_domains::verified_at.is_not_null()),
+    ))
+    .get_result(conn)
+    .await?)
+}
+
+/// The proven domain of another connection among `domains`, if any: a connection may claim it
+/// but never prove it while that one holds it.
 pub async fn domain_taken(
     conn: &mut AsyncPgConnection,
     domains: &[String],
     except: Option<Uuid>,
 ) -> Result<Option<String>> {
-    let mut q = sso_domains::table.filter(sso_domains::domain.eq_any(domains)).into_boxed();
+    let mut q = sso_domains::table
+        .filter(sso_domains::domain.eq_any(domains))
+        .filter(sso_domains::verified_at.is_not_null())
+        .into_boxed();
     if let Some(except) = except {
         q = q.filter(sso_domains::connection_id.ne(except));
     }
@@ -220,9 +325,10 @@ struct Changes {
     updated_at: DateTime<Utc>,
 }
 
-/// Applies a change to a connection of an organization, replacing its domains when they change,
-/// in one transaction; `None` when there is no such connection. A domain another connection
-/// holds makes this fail with a unique violation.
+/// Applies a change to a connection of an organization, replacing its domain claims when they
+/// change (a kept domain keeps its proof; a changed issuer unproves nothing, but identities are
+/// matched with the issuer, so old links stop matching), in one transaction; `None` when there
+/// is no such connection.
 pub async fn update(
     conn: &mut AsyncPgConnection,
     ring: &Keyring,
@@ -261,7 +367,13 @@ pub async fn update(
             return Ok::<Option<Connection>, Error>(None);
         };
         if let Some(domains) = change.email_domains.as_deref() {
-            diesel::delete(sso_domains::table.filter(sso_domains::connection_id.eq(id))).execute(conn).await?;
+            diesel::delete(
+                sso_domains::table
+                    .filter(sso_domains::connection_id.eq(id))
+                    .filter(sso_domains::domain.ne_all(domains)),
+            )
+            .execute(conn)
+            .await?;
             insert_domains(conn, org_id, id, domains).await?;
         }
         Ok(Some(row))
@@ -338,6 +450,69 @@ pub async fn ensure_membership(
         .first(conn)
         .await?;
     Ok((membership, added == 1))
+}
+
+/// An identity provider's user linked to an account.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = sso_identities)]
+pub struct Identity {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub connection_id: Uuid,
+    pub issuer: String,
+    pub subject: String,
+    pub user_id: Uuid,
+    pub linked_by: String,
+    pub created_at: DateTime<Utc>,
+    pub last_sign_in_at: DateTime<Utc>,
+}
+
+/// The account linked to (connection, issuer, subject), if any; marks the sign-in.
+pub async fn identity(
+    conn: &mut AsyncPgConnection,
+    connection_id: Uuid,
+    issuer: &str,
+    subject: &str,
+) -> Result<Option<Identity>> {
+    Ok(diesel::update(
+        sso_identities::table
+            .filter(sso_identities::connection_id.eq(connection_id))
+            .filter(sso_identities::issuer.eq(issuer))
+            .filter(sso_identities::subject.eq(subject)),
+    )
+    .set(sso_identities::last_sign_in_at.eq(Utc::now()))
+    .returning(Identity::as_returning())
+    .get_result(conn)
+    .await
+    .optional()?)
+}
+
+pub struct NewIdentity<'a> {
+    pub org_id: Uuid,
+    pub connection_id: Uuid,
+    pub issuer: &'a str,
+    pub subject: &'a str,
+    pub user_id: Uuid,
+    /// `provisioned` or `password`.
+    pub linked_by: &'a str,
+}
+
+/// Links an identity to an account. Fails with a unique violation when the identity is linked
+/// already, or the account has another identity at this connection.
+pub async fn link(conn: &mut AsyncPgConnection, id: Uuid, new: &NewIdentity<'_>) -> Result<()> {
+    diesel::insert_into(sso_identities::table)
+        .values((
+            sso_identities::id.eq(id),
+            sso_identities::org_id.eq(new.org_id),
+            sso_identities::connection_id.eq(new.connection_id),
+            sso_identities::issuer.eq(new.issuer),
+            sso_identities::subject.eq(new.subject),
+            sso_identities::user_id.eq(new.user_id),
+            sso_identities::linked_by.eq(new.linked_by),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

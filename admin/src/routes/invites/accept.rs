@@ -9,7 +9,6 @@ use gw_shared::db::invites::{self, Status};
 use gw_shared::db::{orgs, teams, users};
 use gw_shared::ids::new_id;
 use gw_shared::keys::{hash_secret, MAX_BEARER_LEN};
-use gw_shared::password::MAX_PASSWORD_LEN;
 use gw_shared::roles::Role;
 use serde::Deserialize;
 use serde_json::json;
@@ -17,7 +16,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
-use crate::passwords::{hash_new_password, password_rules, verify};
+use crate::passwords::{hash_new_password, password_rules, prove_account, Proof};
 use crate::state::AppState;
 use crate::throttle;
 use crate::tokens::{self, TokenResponse};
@@ -36,6 +35,12 @@ pub struct AcceptBody {
     /// well-known password), or the existing account's password.
     #[serde(default)]
     password: Option<String>,
+    /// The existing account's TOTP code, when it has a second factor.
+    #[serde(default)]
+    totp_code: Option<String>,
+    /// One of the existing account's recovery codes, instead of `totp_code`.
+    #[serde(default)]
+    recovery_code: Option<String>,
 }
 
 fn invalid_token() -> ApiError {
@@ -95,15 +100,8 @@ pub async fn accept_invite(
             let Some(password) = b.password else {
                 return Err(ApiError::field("password", "is required: this address has an account; give its password"));
             };
-            let invalid = || ApiError::Unauthorized("invalid email or password".into());
-            if password.len() > MAX_PASSWORD_LEN {
-                return Err(invalid());
-            }
-            throttle::account_attempt(&state, &invite.email_normalized).await?;
-            if !verify(&state, password, user.password_hash.clone()).await? {
-                return Err(invalid());
-            }
-            throttle::account_succeeded(&state, &invite.email_normalized).await;
+            let proof = Proof { password, totp_code: b.totp_code, recovery_code: b.recovery_code };
+            prove_account(&state, &req, &user, proof).await?;
             Account::Existing(user.id)
         }
     };

@@ -1,8 +1,10 @@
-//! SSO connections: an organization's OpenID Connect identity provider (admins only; the plan must
-//! be growth or enterprise). Create, list, get, update and delete. The client secret is sealed
-//! with the master keyring and never returned (`client_secret_set: true` says one is stored); an
-//! e-mail domain signs in through at most one connection across all organizations (409 when
-//! another connection holds it). Every write is in the admin audit trail, without the secret.
+//! SSO connections: an organization's OpenID Connect identity provider (owners change them,
+//! admins read them; the plan must be growth or enterprise). Create, list, get, update, delete,
+//! and prove a domain. The client secret is sealed with the master keyring and never returned
+//! (`client_secret_set: true` says one is stored). A connection's e-mail domains are claims:
+//! each becomes active only after a DNS TXT record proves the organization controls it
+//! (`POST .../domains/{domain}/verify`), and a domain proven by one connection cannot be proven
+//! by another (409). Every write is in the admin audit trail, without the secret.
 //!
 //! Sign-in through a connection is `routes::sso`; see docs/sso.md.
 
@@ -34,7 +36,7 @@ mod fields;
 use fields::{default_role, domain_conflict, domains, domains_free, groups_claim, role_mapping, secret, team_mapping};
 
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(list).service(create).service(get).service(update).service(remove);
+    cfg.service(list).service(create).service(get).service(update).service(remove).service(verify_domain);
 }
 
 const MAX_CLIENT_ID_CHARS: usize = 512;
@@ -116,6 +118,9 @@ pub struct ConnectionOut {
     /// Always true: a client secret is stored (sealed); it is never returned.
     client_secret_set: bool,
     email_domains: Vec<String>,
+    /// Each e-mail domain's proof: what to publish in DNS, and whether it is proven. Only
+    /// proven domains sign in.
+    domains: Vec<DomainOut>,
     groups_claim: String,
     /// Group name → `admin`, `member` or `viewer`.
     role_mapping: BTreeMap<String, String>,
@@ -130,7 +135,36 @@ pub struct ConnectionOut {
     updated_at: DateTime<Utc>,
 }
 
-fn out(state: &AppState, c: Connection) -> ConnectionOut {
+/// An e-mail domain a connection claims, and its proof.
+#[derive(Serialize, ToSchema)]
+pub struct DomainOut {
+    domain: String,
+    /// `pending` until the TXT record is found, then `verified`.
+    status: &'static str,
+    /// Publish a TXT record under this name...
+    txt_name: String,
+    /// ...with this value, then `POST /sso/connections/{connection_id}/domains/{domain}/verify`.
+    txt_value: String,
+    verified_at: Option<DateTime<Utc>>,
+    /// When gw last looked the record up.
+    checked_at: Option<DateTime<Utc>>,
+}
+
+impl From<sso_db::DomainClaim> for DomainOut {
+    fn from(d: sso_db::DomainClaim) -> Self {
+        DomainOut {
+            txt_name: crate::domain_proof::record_name(&d.domain),
+            txt_value: crate::domain_proof::record_value(&d.verification_token),
+            status: if d.verified_at.is_some() { "verified" } else { "pending" },
+            domain: d.domain,
+            verified_at: d.verified_at,
+            checked_at: d.checked_at,
+        }
+    }
+}
+
+fn out(state: &AppState, c: Connection, claims: Vec<sso_db::DomainClaim>) -> ConnectionOut {
+    let domains = claims.into_iter().filter(|d| d.connection_id == c.id).map(DomainOut::from).collect();
     let role_mapping =
         sso::role_mapping_from_json(&c.role_mapping).into_iter().map(|(g, r)| (g, r.as_str().to_string())).collect();
     ConnectionOut {
@@ -140,6 +174,7 @@ fn out(state: &AppState, c: Connection) -> ConnectionOut {
         client_id: c.client_id,
         client_secret_set: !c.client_secret_sealed.is_empty(),
         email_domains: c.email_domains,
+        domains,
         groups_claim: c.groups_claim,
         role_mapping,
         team_mapping: sso::team_mapping_from_json(&c.team_mapping),
@@ -227,7 +262,8 @@ pub async fn create(
     };
     trail::by(&mut conn, &session, &req, entry).await?;
     log::info!("SSO connection {} created in org {}", row.id, row.org_id);
-    Ok(HttpResponse::Created().json(out(&state, row)))
+    let claims = sso_db::domains(&mut conn, session.org_id, row.id).await?;
+    Ok(HttpResponse::Created().json(out(&state, row, claims)))
 }
 
 /// List the organization's SSO connections, newest first.
@@ -241,7 +277,9 @@ pub async fn list(
     let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;
     let rows = sso_db::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
-    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |c| c.id, |c| out(&state, c))))
+    let ids: Vec<Uuid> = rows.iter().map(|c| c.id).collect();
+    let claims = sso_db::domains_of(&mut conn, session.org_id, &ids).await?;
+    Ok(HttpResponse::Ok().json(Page::from_rows(rows, limit, |c| c.id, |c| out(&state, c, claims.clone()))))
 }
 
 /// One SSO connection (never its client secret).
@@ -253,7 +291,8 @@ pub async fn get(state: web::Data<AppState>, session: Session, id: web::Path<Uui
     let mut conn = state.conn().await?;
     let row =
         sso_db::find(&mut conn, session.org_id, id.into_inner()).await?.ok_or(ApiError::NotFound("SSO connection"))?;
-    Ok(HttpResponse::Ok().json(out(&state, row)))
+    let claims = sso_db::domains(&mut conn, session.org_id, row.id).await?;
+    Ok(HttpResponse::Ok().json(out(&state, row, claims)))
 }
 
 /// Update an SSO connection. Only disabling (`{"enabled": false}`) is allowed once the plan no
@@ -336,7 +375,8 @@ pub async fn update(
     };
     trail::by(&mut conn, &session, &req, entry).await?;
     log::info!("SSO connection {id} updated in org {} ({})", row.org_id, changed.join(", "));
-    Ok(HttpResponse::Ok().json(out(&state, row)))
+    let claims = sso_db::domains(&mut conn, session.org_id, row.id).await?;
+    Ok(HttpResponse::Ok().json(out(&state, row, claims)))
 }
 
 /// Delete an SSO connection; its domains no longer sign in through SSO. Members it provisioned
@@ -363,4 +403,71 @@ pub async fn remove(
     trail::by(&mut conn, &session, &req, entry).await?;
     log::info!("SSO connection {id} deleted in org {}", row.org_id);
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// Prove a domain of a connection: gw looks up the TXT record the connection's `domains` entry
+/// names, through the operator's resolver. Found: the domain is verified and signs in through
+/// this connection. Not found: 400 saying what was expected and what was seen.
+#[utoipa::path(operation_id = "verify_sso_domain", tag = "sso",
+    params(("connection_id" = Uuid, Path, description = "The SSO connection's id"),
+           ("domain" = String, Path, description = "One of the connection's e-mail domains")),
+    responses((status = 200, description = "Verified", body = DomainOut), Errors))]
+#[post("/sso/connections/{connection_id}/domains/{domain}/verify")]
+pub async fn verify_domain(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    path: web::Path<(Uuid, String)>,
+) -> ApiResult<HttpResponse> {
+    let (id, raw) = path.into_inner();
+    let domain = sso::normalize_domain(&raw).map_err(|m| ApiError::field("domain", m))?;
+    let mut conn = state.conn().await?;
+    require_plan(&mut conn, session.org_id).await?;
+    sso_db::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("SSO connection"))?;
+    let claim = sso_db::domains(&mut conn, session.org_id, id)
+        .await?
+        .into_iter()
+        .find(|d| d.domain == domain)
+        .ok_or(ApiError::NotFound("domain of this SSO connection"))?;
+    if claim.verified_at.is_some() {
+        return Ok(HttpResponse::Ok().json(DomainOut::from(claim)));
+    }
+    domains_free(&mut conn, std::slice::from_ref(&domain), Some(id)).await?;
+    // No database connection is held across the lookup.
+    drop(conn);
+    let found = state.domain_proof.check(&domain, &claim.verification_token).await.map_err(|e| {
+        log::warn!("domain proof lookup failed: {e}");
+        ApiError::BadGateway(e.to_string())
+    })?;
+    let proven = found == crate::domain_proof::Found::Proven;
+    let mut conn = state.conn().await?;
+    let row = match sso_db::record_check(&mut conn, session.org_id, id, &domain, proven).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return Err(ApiError::NotFound("domain of this SSO connection")),
+        Err(e) if is_unique_violation(&e) => return Err(domain_conflict()),
+        Err(e) => return Err(e.into()),
+    };
+    if !proven {
+        let seen = match found {
+            crate::domain_proof::Found::Other(n) => format!("{n} other TXT record(s)"),
+            _ => "no TXT record".to_string(),
+        };
+        return Err(ApiError::field(
+            "domain",
+            format!(
+                "not proven: expected a TXT record {} at {}, found {seen}",
+                crate::domain_proof::record_value(&claim.verification_token),
+                crate::domain_proof::record_name(&domain)
+            ),
+        ));
+    }
+    let entry = Entry {
+        action: "sso_connection.domain_verified",
+        resource_type: "sso_connection",
+        resource_id: Some(id.to_string()),
+        detail: json!({"domain": domain}),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
+    log::info!("SSO domain proven for connection {id} in org {}", session.org_id);
+    Ok(HttpResponse::Ok().json(DomainOut::from(row)))
 }
