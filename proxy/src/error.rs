@@ -23,7 +23,7 @@ pub enum ProxyError {
     MissingAuth,
     #[error("Malformed Authorization header: expected 'Bearer <API_KEY>'.")]
     MalformedAuth,
-    #[error("Session tokens are not accepted on /v1: use an API key (sk_live_...).")]
+    #[error("Management credentials (session and service-account tokens) are not accepted on /v1: use an API key (sk_live_...).")]
     SessionTokenOnProxy,
     #[error("Incorrect API key provided: {0}.")]
     InvalidKey(String),

@@ -16,7 +16,16 @@ use uuid::Uuid;
 const ROLES: [&str; 4] = ["viewer", "member", "admin", "owner"];
 
 fn rank(role: &str) -> usize {
+    // `account`: a person's own account settings, whatever their role.
+    if role == "account" {
+        return 0;
+    }
     ROLES.iter().position(|r| *r == role).unwrap_or(usize::MAX)
+}
+
+/// Operations that end the caller's sessions: each role calls them with a session of its own.
+fn ends_sessions(path: &str) -> bool {
+    path.ends_with("/auth/logout") || path.ends_with("/auth/logout-all")
 }
 
 /// Every operation of the document: (method, path, x-gw-role).
@@ -97,9 +106,7 @@ async fn the_role_matrix_holds_for_every_operation_and_role() {
     // A gateway operator (no organization role above member is needed for the catalog).
     let operator = stack.join(&owner, "member", &[team]).await;
     db::grant_operator(operator.user_id).await;
-    let mut ops = operations(&stack).await;
-    // Signing out ends the session the rest of the walk uses: it goes last.
-    ops.sort_by_key(|(_, path, _)| path.ends_with("/auth/logout"));
+    let ops = operations(&stack).await;
     let ids = BTreeMap::from([("team_id", team.to_string()), ("version", "1".to_string())]);
     let mut checked = 0;
     for (method, path, least) in &ops {
@@ -126,7 +133,16 @@ async fn the_role_matrix_holds_for_every_operation_and_role() {
                 assert!(message.contains("API keys are not accepted"), "{method} {path}: {message}");
             }
         }
-        for (role, s) in &sessions {
+        let own: Vec<(&str, Session)> = if ends_sessions(path) {
+            let mut fresh = Vec::new();
+            for role in ROLES {
+                fresh.push((role, stack.join(&owner, role, &[team]).await));
+            }
+            fresh
+        } else {
+            sessions.clone()
+        };
+        for (role, s) in &own {
             let r = call(&stack, method, &url, Some(&s.access_token), body.as_ref()).await;
             let status = r.status().as_u16();
             if rank(role) < rank(least) {
@@ -156,6 +172,7 @@ struct Tenant {
     provider_key: String,
     invite: String,
     sso: String,
+    service_account: String,
     /// A request-log entry and a reconcile run of A's, written straight to the database.
     log: String,
     run: String,
@@ -206,8 +223,22 @@ async fn tenant(stack: &Stack) -> Tenant {
     let r = stack.admin_post("/sso/connections", t, &body).await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
     let sso = id(&r.json().await.unwrap());
+    let r = stack.admin_post("/service-accounts", t, &json!({"name": "ci", "role": "admin"})).await;
+    assert_eq!(r.status(), 201);
+    let service_account = id(&r.json().await.unwrap());
     let (log, run) = seed_log_and_run(owner.org_id).await;
-    Tenant { owner, team: team.to_string(), user: user.to_string(), api_key, provider_key, invite, sso, log, run }
+    Tenant {
+        owner,
+        team: team.to_string(),
+        user: user.to_string(),
+        api_key,
+        provider_key,
+        invite,
+        sso,
+        service_account,
+        log,
+        run,
+    }
 }
 
 /// What A can see of its own resources: compared before and after B's attempts.
@@ -222,6 +253,7 @@ async fn snapshot(stack: &Stack, a: &Tenant) -> Vec<Value> {
         format!("/api-keys/{}", a.api_key),
         format!("/provider-keys/{}", a.provider_key),
         format!("/sso/connections/{}", a.sso),
+        format!("/service-accounts/{}", a.service_account),
         "/invites".to_string(),
         "/users".to_string(),
     ] {
@@ -243,6 +275,9 @@ enum Case {
     /// Scoped to the caller's own organization or session by construction; no foreign id can be
     /// expressed (the request runs as B and must only touch B).
     OwnScope(Option<Value>),
+    /// The caller's own account, refused for what the request lacks (a second factor, a code):
+    /// a 4xx other than 401/403 that names nothing of A's.
+    OwnRefused(Value),
     /// No session: sign-up, sign-in, refresh, SSO, invite acceptance, the document.
     Public,
     /// The gateway's route catalog: no organization's, and refused to B (no operator).
@@ -261,7 +296,25 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("POST", "/api/v1/auth/sso/initiate"), Public),
         (("GET", "/api/v1/auth/sso/callback"), Public),
         (("POST", "/api/v1/auth/invites/accept"), Public),
+        (("POST", "/api/v1/auth/sso/link"), Public),
+        (("POST", "/api/v1/auth/password-reset"), Public),
+        (("POST", "/api/v1/auth/password-reset/confirm"), Public),
         (("POST", "/api/v1/auth/logout"), OwnScope(None)),
+        (("POST", "/api/v1/auth/logout-all"), OwnScope(None)),
+        (
+            ("POST", "/api/v1/auth/password"),
+            OwnScope(Some(json!({"current_password": gw_tests::PASSWORD, "new_password": gw_tests::PASSWORD}))),
+        ),
+        (("GET", "/api/v1/auth/totp"), OwnScope(None)),
+        (("POST", "/api/v1/auth/totp/setup"), OwnScope(Some(json!({"password": gw_tests::PASSWORD})))),
+        (("POST", "/api/v1/auth/totp/enable"), OwnRefused(json!({"code": "000000"}))),
+        (("POST", "/api/v1/auth/totp/disable"), OwnRefused(json!({"password": gw_tests::PASSWORD}))),
+        (("POST", "/api/v1/auth/totp/recovery-codes"), OwnRefused(json!({"password": gw_tests::PASSWORD}))),
+        (("GET", "/api/v1/service-accounts"), List),
+        (("POST", "/api/v1/service-accounts"), OwnScope(Some(json!({"name": "b-ci", "role": "viewer"})))),
+        (("GET", "/api/v1/service-accounts/{account_id}"), Foreign(None)),
+        (("DELETE", "/api/v1/service-accounts/{account_id}"), Foreign(None)),
+        (("POST", "/api/v1/sso/connections/{connection_id}/domains/{domain}/verify"), Foreign(None)),
         (("GET", "/api/v1/auth/me"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current/limits"), OwnScope(None)),
@@ -374,6 +427,7 @@ async fn no_operation_reaches_another_organizations_resources() {
     db::set_plan(b.org_id, "growth").await;
     // B's own session for the one call that ends it.
     let b_logout = stack.join(&b, "admin", &[]).await;
+    let b_logout_all = stack.join(&b, "admin", &[]).await;
     let before = snapshot(&stack, &a).await;
     let cases = cases(&a);
     let ids = BTreeMap::from([
@@ -383,8 +437,11 @@ async fn no_operation_reaches_another_organizations_resources() {
         ("connection_id", a.sso.clone()),
         ("log_id", a.log.clone()),
         ("run_id", a.run.clone()),
+        ("account_id", a.service_account.clone()),
+        ("domain", "example.com".to_string()),
     ]);
-    let secret_ids = [&a.team, &a.user, &a.api_key, &a.provider_key, &a.invite, &a.sso, &a.log, &a.run];
+    let secret_ids =
+        [&a.team, &a.user, &a.api_key, &a.provider_key, &a.invite, &a.sso, &a.service_account, &a.log, &a.run];
     let ops = operations(&stack).await;
     let mut missing = Vec::new();
     for (method, path, _) in &ops {
@@ -399,7 +456,13 @@ async fn no_operation_reaches_another_organizations_resources() {
         match case {
             Case::Public => {}
             Case::OwnScope(body) => {
-                let token = if path.ends_with("/logout") { &b_logout.access_token } else { &b.access_token };
+                let token = if path.ends_with("/logout") {
+                    &b_logout.access_token
+                } else if path.ends_with("/logout-all") {
+                    &b_logout_all.access_token
+                } else {
+                    &b.access_token
+                };
                 let r = call(&stack, method, &url, Some(token), body.as_ref()).await;
                 assert!(r.status().is_success(), "{method} {path} as B: {}", r.status());
                 let text = r.text().await.unwrap();
@@ -422,6 +485,18 @@ async fn no_operation_reaches_another_organizations_resources() {
                 let text = r.text().await.unwrap();
                 for id in secret_ids {
                     assert!(!text.contains(id.as_str()), "{method} {path} listed A's {id} to B");
+                }
+            }
+            Case::OwnRefused(body) => {
+                let r = call(&stack, method, &url, Some(&b.access_token), Some(body)).await;
+                let status = r.status().as_u16();
+                let text = r.text().await.unwrap();
+                assert!(
+                    (400..500).contains(&status) && ![401, 403].contains(&status),
+                    "{method} {path}: {status} {text}"
+                );
+                for id in secret_ids {
+                    assert!(!text.contains(id.as_str()), "{method} {path} told B about A's {id}");
                 }
             }
             Case::Gateway => {

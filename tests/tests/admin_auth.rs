@@ -243,7 +243,8 @@ async fn refresh_with_an_unknown_token_is_401() {
 async fn failed_logins_lock_the_account_for_a_while() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
-    // The shared stack allows 10 failures per account per 15 minutes.
+    // The shared stack allows 10 failures per account and address per 15 minutes (the owner
+    // elsewhere is not kept out: admin_accounts.rs).
     for _ in 0..10 {
         let r = stack.public_post("/auth/login", &json!({"email": s.email, "password": "wrong password!!"})).await;
         assert_eq!(r.status(), 401);

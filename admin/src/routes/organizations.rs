@@ -48,6 +48,9 @@ pub struct OrganizationOut {
     rate_limits: Option<RateLimits>,
     /// Audit rows keep request and response bodies (after redaction).
     log_bodies: bool,
+    /// Members signing in with a password must give a second factor (TOTP); one without gets a
+    /// session good only for enrolling it.
+    require_totp: bool,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -63,6 +66,7 @@ impl From<orgs::Organization> for OrganizationOut {
             budget: org.budget.and_then(|v| serde_json::from_value(v).ok()),
             rate_limits: org.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
             log_bodies: org.log_bodies,
+            require_totp: org.require_totp,
             created_at: org.created_at,
             updated_at: org.updated_at,
         }
@@ -91,6 +95,9 @@ pub struct UpdateOrganization {
     /// Keep request and response bodies (after redaction) in the audit log.
     #[serde(default)]
     log_bodies: Option<bool>,
+    /// Require a second factor of every member signing in with a password (owners only).
+    #[serde(default)]
+    require_totp: Option<bool>,
 }
 
 /// The caller's organization.
@@ -139,19 +146,31 @@ pub async fn update(
         ("budget", budget.is_some()),
         ("rate_limits", rate_limits.is_some()),
         ("log_bodies", b.log_bodies.is_some()),
+        ("require_totp", b.require_totp.is_some()),
     ]
     .into_iter()
     .filter_map(|(f, set)| set.then_some(f))
     .collect();
     if changed.is_empty() {
         return Err(ApiError::Validation(
-            "nothing to update: send name, data_residency, metadata, budget, rate_limits or log_bodies".into(),
+            "nothing to update: send name, data_residency, metadata, budget, rate_limits, log_bodies or require_totp"
+                .into(),
         ));
+    }
+    if b.require_totp.is_some() && session.role != gw_shared::roles::Role::Owner {
+        return Err(ApiError::Forbidden("only an owner changes require_totp".into()));
     }
     // The proxies cache limits and body logging together.
     let limits_changed = budget.is_some() || rate_limits.is_some() || b.log_bodies.is_some();
-    let change =
-        orgs::Change { name, data_residency_region: region, metadata, budget, rate_limits, log_bodies: b.log_bodies };
+    let change = orgs::Change {
+        name,
+        data_residency_region: region,
+        metadata,
+        budget,
+        rate_limits,
+        log_bodies: b.log_bodies,
+        require_totp: b.require_totp,
+    };
     let org = orgs::update(&mut conn, session.org_id, &change).await?.ok_or(ApiError::NotFound("organization"))?;
     let entry = Entry {
         action: "organization.update",

@@ -28,7 +28,7 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
     let header = session.req_header().headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
     let header = header.ok_or(ProxyError::MissingAuth)?;
     let token = keys::parse_bearer(header).ok_or(ProxyError::MalformedAuth)?;
-    if keys::looks_like_jwt(token) {
+    if keys::looks_like_jwt(token) || token.starts_with(keys::SERVICE_TOKEN_PREFIX) {
         return Err(ProxyError::SessionTokenOnProxy);
     }
     let pass = gw.throttle.pass(ctx.client_ip);

@@ -93,6 +93,7 @@ pub struct Change {
     pub budget: Option<Option<serde_json::Value>>,
     pub rate_limits: Option<Option<serde_json::Value>>,
     pub log_bodies: Option<bool>,
+    pub require_totp: Option<bool>,
 }
 
 pub async fn update(conn: &mut AsyncPgConnection, org_id: Uuid, change: &Change) -> Result<Option<Organization>> {

@@ -1,5 +1,7 @@
-//! Invites: owners and admins invite an address with a role (and teams); the invite's token is
-//! shown once, in the creation response, and only its SHA-256 is stored. Whoever holds the token
+//! Invites: owners and admins invite an address with a role (and teams). Where the operator
+//! configured mail (`[mail] smtp_url`), the invite's link is mailed to the address and the
+//! inviter never sees the token; otherwise the token is shown once, in the creation response,
+//! for the inviter to pass on. Only its SHA-256 is stored. Whoever holds the token
 //! accepts it once (`POST /auth/invites/accept`, no session): a new account is created with the
 //! name and password given, or an existing account proves its password; either way the account
 //! joins the organization and the invite's teams and is signed in. Only an owner invites owners.
@@ -98,9 +100,12 @@ pub struct InviteCreated {
     status: &'static str,
     created_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
-    /// The invite token: give it to the invitee, who accepts with `POST /auth/invites/accept`.
-    token: String,
-    warning: &'static str,
+    /// `mail` (the link was mailed to the address; no token here) or `token` (no mail is
+    /// configured: pass `token` on to the invitee).
+    delivery: &'static str,
+    /// Only when `delivery` is `token`: the invitee accepts with it at `POST /auth/invites/accept`.
+    token: Option<String>,
+    warning: Option<&'static str>,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -219,7 +224,29 @@ pub async fn create_invite(
         expires_at: now + lifetime,
     };
     let trail = Trail::of(&session, &req);
-    let invite = conn.transaction(async |conn| create_tx(conn, &trail, &new).await).await?;
+    let mailed = state.cfg.mail.enabled();
+    let org_name = gw_shared::db::orgs::find(&mut conn, session.org_id).await?.map(|o| o.name).unwrap_or_default();
+    let letter = mailed.then(|| {
+        format!(
+            "You are invited to join the gw organization \"{}\" as {}.\n\n\
+             Accept here: {}/accept-invite#token={token}\n\n\
+             Or send {{\"token\": \"{token}\"}} (with your name and a password for a new account, or your \
+             account's password) to POST /api/v1/auth/invites/accept. The invite works once, until {}.",
+            org_name.replace(['\r', '\n'], " "),
+            role.as_str(),
+            state.cfg.admin.public_base(),
+            (now + lifetime).to_rfc3339()
+        )
+    });
+    let invite = conn
+        .transaction(async |conn| {
+            let invite = create_tx(conn, &trail, &new).await?;
+            if let Some(body) = letter {
+                crate::mail::enqueue(conn, &invite.email, "invite", "You are invited to gw", body).await?;
+            }
+            Ok::<_, ApiError>(invite)
+        })
+        .await?;
     log::info!("invite {} created in org {}", invite.id, invite.org_id);
     Ok(HttpResponse::Created().json(InviteCreated {
         id: invite.id,
@@ -229,8 +256,9 @@ pub async fn create_invite(
         status: Status::Pending.as_str(),
         created_at: invite.created_at,
         expires_at: invite.expires_at,
-        token,
-        warning: WARNING,
+        delivery: if mailed { "mail" } else { "token" },
+        token: (!mailed).then_some(token),
+        warning: (!mailed).then_some(WARNING),
     }))
 }
 
