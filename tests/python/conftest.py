@@ -12,6 +12,8 @@ import httpx
 import openai
 import pytest
 
+from servers import Dns, Smtp
+
 ROOT = Path(__file__).resolve().parents[2]
 DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://gw@127.0.0.1:15432/gw")
 
@@ -61,8 +63,22 @@ def run_stack(**extra_env):
 
 
 @pytest.fixture(scope="session")
-def stack():
-    yield from run_stack()
+def dns():
+    """The DNS server e-mail domain proofs are looked up through (`admin.dns_resolver`)."""
+    with Dns() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def smtp():
+    """The SMTP server gw's mail relay delivers to (`GW_SMTP_URL`)."""
+    with Smtp() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def stack(dns, smtp):
+    yield from run_stack(GW_STACK_DNS=dns.address, GW_STACK_SMTP_URL=smtp.url)
 
 
 @pytest.fixture(scope="module")

@@ -125,8 +125,9 @@ def unique_domain():
 class Admin:
     """An organization (registered with a password) and its owner's session."""
 
-    def __init__(self, stack, plan):
+    def __init__(self, stack, plan, dns):
         self.stack = stack
+        self.dns = dns
         self.http = httpx.Client(base_url=stack["admin"], timeout=30)
         # The owner's address is in a domain of its own, so a connection may claim it.
         self.domain = unique_domain()
@@ -143,22 +144,49 @@ class Admin:
     def auth(self):
         return {"Authorization": f"Bearer {self.token}"}
 
-    def create_connection(self, issuer, domains, expect=201, **fields):
+    def create_connection(self, issuer, domains, expect=201, prove=True, **fields):
+        """Creates a connection and (unless `prove=False`) proves each domain through DNS."""
         body = {"name": "Corp IdP", "issuer": issuer, "client_id": f"gw-{uuid.uuid4().hex[:8]}",
                 "client_secret": "s3cret-client-secret", "email_domains": domains, **fields}
         r = self.http.post("/api/v1/sso/connections", json=body, headers=self.auth())
         assert r.status_code == expect, r.text
-        return r.json()
+        c = r.json()
+        if expect == 201 and prove:
+            for d in c["domains"]:
+                self.dns.publish(d["txt_name"], d["txt_value"])
+                r = self.verify(c["id"], d["domain"])
+                assert r.status_code == 200 and r.json()["status"] == "verified", r.text
+        return c
+
+    def verify(self, connection_id, domain):
+        return self.http.post(f"/api/v1/sso/connections/{connection_id}/domains/{domain}/verify",
+                              headers=self.auth())
+
+    def join(self, smtp, role):
+        """Invites a new person with `role`; they accept from the mailed link: their session."""
+        email = f"{role}-{uuid.uuid4().hex[:8]}@test.gw"
+        r = self.http.post("/api/v1/invites", json={"email": email, "role": role}, headers=self.auth())
+        assert r.status_code == 201 and r.json()["delivery"] == "mail", r.text
+        _, body = smtp.wait_for(email, "invited")
+        token = body.split("#token=", 1)[1].split()[0]
+        r = self.http.post("/api/v1/auth/invites/accept", json={"token": token, "name": role, "password": PASSWORD})
+        assert r.status_code == 201, r.text
+        return {"Authorization": f"Bearer {r.json()['access_token']}"}
 
 
 @pytest.fixture(scope="module")
-def growth(stack):
-    return Admin(stack, "growth")
+def growth(stack, dns):
+    return Admin(stack, "growth", dns)
 
 
 @pytest.fixture(scope="module")
-def free(stack):
-    return Admin(stack, "free")
+def free(stack, dns):
+    return Admin(stack, "free", dns)
+
+
+def link(stack, link_token, password, **extra):
+    return httpx.post(f"{stack['admin']}/api/v1/auth/sso/link",
+                      json={"link_token": link_token, "password": password, **extra}, timeout=30)
 
 
 def initiate(stack, body):
@@ -244,6 +272,8 @@ def test_connections_crud_never_return_the_secret(growth, mock):
     assert c["client_secret_set"] is True
     assert "client_secret" not in c and "s3cret" not in json.dumps(c)
     assert c["email_domains"] == [domain]
+    # Created with its domain pending; the helper proved it since.
+    assert [d["status"] for d in c["domains"]] == ["pending"]
     assert c["groups_claim"] == "groups" and c["default_role"] == "member" and c["enabled"] is True
     assert c["issuer"] == mock  # exactly as given: no trailing slash added
     assert c["redirect_uri"] == f"{growth.stack['admin']}/api/v1/auth/sso/callback"
@@ -251,6 +281,7 @@ def test_connections_crud_never_return_the_secret(growth, mock):
     h = growth.auth()
     got = growth.http.get(f"/api/v1/sso/connections/{c['id']}", headers=h)
     assert got.status_code == 200 and got.json()["id"] == c["id"]
+    assert [d["status"] for d in got.json()["domains"]] == ["verified"]
     listed = growth.http.get("/api/v1/sso/connections", params={"limit": 200}, headers=h).json()
     assert c["id"] in [x["id"] for x in listed["data"]]
 
@@ -279,7 +310,8 @@ def test_connections_crud_never_return_the_secret(growth, mock):
     rows = psql(f"SELECT action || ' ' || detail::text FROM admin_audit_events "
                 f"WHERE org_id = '{growth.org_id}' AND resource_id = '{c['id']}' ORDER BY id")
     actions = [line.split(" ", 1)[0] for line in rows.splitlines()]
-    assert actions == ["sso_connection.create", "sso_connection.update", "sso_connection.delete"], rows
+    assert actions == ["sso_connection.create", "sso_connection.domain_verified", "sso_connection.update",
+                       "sso_connection.delete"], rows
     assert "s3cret" not in rows and "rotated-secret" not in rows
 
 
@@ -348,6 +380,7 @@ def test_sign_in_provisions_the_user_with_the_highest_mapped_role(growth, mock, 
     user_id = tokens["user"]["id"]
     assert psql(f"SELECT password_hash IS NULL FROM users WHERE id = '{user_id}'") == "t"
     assert psql(f"SELECT method FROM sessions WHERE user_id = '{user_id}'") == "sso"
+    assert psql(f"SELECT linked_by FROM sso_identities WHERE user_id = '{user_id}'") == "provisioned"
     actions = psql(f"SELECT action FROM admin_audit_events WHERE org_id = '{growth.org_id}' "
                    f"AND resource_id = '{user_id}' ORDER BY id").splitlines()
     assert actions == ["user.provision", "user.sso_login"]
@@ -395,40 +428,116 @@ def test_a_custom_groups_claim_and_team_mapping(growth, mock, stack):
     assert members == [tokens["user"]["id"]]
 
 
-def test_the_owner_stays_owner(growth, mock, stack):
-    # The owner registered with a password at an address of its own domain.
+def test_an_address_alone_never_opens_the_owners_account(growth, mock, stack):
+    """The identity provider asserts the owner's address: that opens nothing until the owner
+    proves the account with its password; then the identity is linked and signs in as owner."""
     growth.create_connection(mock, [growth.domain], role_mapping={"staff": "viewer"})
-    _, _, r = sign_in(stack, mock, growth.email, {"email": growth.email, "groups": ["staff"]})
+    sub = f"owner-{uuid.uuid4().hex[:8]}"
+    _, _, r = sign_in(stack, mock, growth.email, {"email": growth.email, "groups": ["staff"]}, sub=sub)
+    assert r.status_code == 202, r.text
+    pending = r.json()
+    assert pending["status"] == "link_required" and "access_token" not in r.text
+    assert pending["link_token"].startswith("sso_link_")
+    # A wrong password spends the link token.
+    expect_401(link(stack, pending["link_token"], "not the owners password"), "invalid email or password")
+    expect_401(link(stack, pending["link_token"], PASSWORD), "unknown or expired link token")
+
+    _, _, r = sign_in(stack, mock, growth.email, {"email": growth.email, "groups": ["staff"]}, sub=sub)
+    assert r.status_code == 202, r.text
+    r = link(stack, r.json()["link_token"], PASSWORD)
     assert r.status_code == 200, r.text
-    tokens = r.json()
-    assert tokens["role"] == "owner" and tokens["user"]["id"] == growth.user_id
+    assert r.json()["role"] == "owner" and r.json()["user"]["id"] == growth.user_id
+    linked = psql(f"SELECT linked_by FROM sso_identities WHERE user_id = '{growth.user_id}' AND subject = '{sub}'")
+    assert linked == "password"
+    # From now on the identity signs in by itself, and the owner stays owner.
+    _, _, r = sign_in(stack, mock, growth.email, {"email": growth.email, "groups": ["staff"]}, sub=sub)
+    assert r.status_code == 200, r.text
+    assert r.json()["role"] == "owner"
     # The password still works for a member of an organization with SSO.
     r = httpx.post(f"{stack['admin']}/api/v1/auth/login", json={"email": growth.email, "password": PASSWORD},
                    timeout=30)
     assert r.status_code == 200, r.text
 
 
-def test_a_password_set_by_someone_else_stops_working_when_the_provider_signs_the_user_in(growth, mock, stack):
-    # Someone signs the address up first, with a password of their own, before its owner's
-    # organization turns SSO on.
+def test_another_subject_with_a_linked_address_gets_no_session(growth, mock, stack):
+    """Identities are matched on (connection, issuer, subject): a second subject asserting the
+    address of a linked account gets no session of it."""
+    domain = unique_domain()
+    email = f"lead@{domain}"
+    growth.create_connection(mock, [domain])
+    _, _, r = sign_in(stack, mock, email, {"email": email}, sub=f"first-{uuid.uuid4().hex[:8]}")
+    assert r.status_code == 200, r.text
+    _, _, r = sign_in(stack, mock, email, {"email": email}, sub=f"second-{uuid.uuid4().hex[:8]}")
+    assert r.status_code == 202, r.text
+    assert "access_token" not in r.text
+
+
+def test_an_admin_cannot_create_or_change_a_connection(growth, mock, stack, smtp):
+    c = growth.create_connection(mock, [unique_domain()])
+    admin = growth.join(smtp, "admin")
+    body = {"name": "mine", "issuer": mock, "client_id": "x", "client_secret": "s3cret-client-secret",
+            "email_domains": [unique_domain()]}
+    r = httpx.post(f"{stack['admin']}/api/v1/sso/connections", json=body, headers=admin, timeout=30)
+    assert r.status_code == 403, r.text
+    r = httpx.patch(f"{stack['admin']}/api/v1/sso/connections/{c['id']}", json={"issuer": mock}, headers=admin,
+                    timeout=30)
+    assert r.status_code == 403, r.text
+    r = httpx.post(f"{stack['admin']}/api/v1/sso/connections/{c['id']}/domains/x.example/verify", headers=admin,
+                   timeout=30)
+    assert r.status_code == 403, r.text
+    # Admins still read them.
+    assert httpx.get(f"{stack['admin']}/api/v1/sso/connections/{c['id']}", headers=admin, timeout=30).status_code == 200
+
+
+def test_a_sign_in_through_one_organizations_provider_changes_nothing_of_an_account_in_another(
+        growth, mock, stack):
+    # The address has an account in another organization, with a password and a live session.
     domain = unique_domain()
     victim = f"ceo@{domain}"
     r = httpx.post(f"{stack['admin']}/api/v1/auth/register", json={
-        "email": victim, "password": "squatters password", "name": "Squatter", "org_name": "Squat"}, timeout=30)
+        "email": victim, "password": "the victims password", "name": "Victim", "org_name": "Elsewhere"}, timeout=30)
     assert r.status_code == 201, r.text
-    squatter_token = r.json()["access_token"]
+    victim_token = r.json()["access_token"]
+    victim_id = r.json()["user"]["id"]
+    # growth proves the domain and its identity provider asserts the address.
     growth.create_connection(mock, [domain], role_mapping={"execs": "admin"})
-    # The address's owner signs in through the identity provider: same account, now in corp.
     _, _, r = sign_in(stack, mock, victim, {"email": victim, "groups": ["execs"]})
-    assert r.status_code == 200, r.text
-    assert r.json()["organization"]["id"] == growth.org_id and r.json()["role"] == "admin"
-    # The squatter's password and open session no longer open anything.
-    r = httpx.post(f"{stack['admin']}/api/v1/auth/login", json={"email": victim, "password": "squatters password"},
+    assert r.status_code == 202, r.text
+    # Nothing of the account changed: its password, its session, its memberships.
+    r = httpx.post(f"{stack['admin']}/api/v1/auth/login", json={"email": victim, "password": "the victims password"},
                    timeout=30)
-    assert r.status_code == 401, r.text
+    assert r.status_code == 200, r.text
     r = httpx.get(f"{stack['admin']}/api/v1/organizations/current",
-                  headers={"Authorization": f"Bearer {squatter_token}"}, timeout=30)
-    assert r.status_code == 401, r.text
+                  headers={"Authorization": f"Bearer {victim_token}"}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert psql(f"SELECT count(*) FROM org_memberships WHERE user_id = '{victim_id}'") == "1"
+    assert psql(f"SELECT count(*) FROM sso_identities WHERE user_id = '{victim_id}'") == "0"
+
+
+def test_a_domain_without_its_txt_record_cannot_be_claimed_and_with_it_can(growth, mock, stack, dns):
+    domain = unique_domain()
+    c = growth.create_connection(mock, [domain], prove=False)
+    claim = c["domains"][0]
+    assert claim["status"] == "pending" and claim["txt_name"] == f"_gw-verification.{domain}"
+    assert claim["txt_value"].startswith("gw-domain-verification=")
+    # Unproven: nobody signs in through it.
+    assert initiate(stack, {"email": f"x@{domain}"}).status_code == 404
+    r = growth.verify(c["id"], domain)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["fields"][0]["message"]
+    assert "no TXT record" in message and claim["txt_value"] in message
+    # Another organization's record proves nothing for this claim.
+    dns.publish(claim["txt_name"], "gw-domain-verification=someone-elses-token")
+    r = growth.verify(c["id"], domain)
+    assert r.status_code == 400 and "1 other TXT record" in r.text, r.text
+    dns.publish(claim["txt_name"], claim["txt_value"])
+    r = growth.verify(c["id"], domain)
+    assert r.status_code == 200 and r.json()["status"] == "verified", r.text
+    assert initiate(stack, {"email": f"x@{domain}"}).status_code == 200
+    # Proven by one connection, a domain cannot be proven by another organization's.
+    other = Admin(stack, "growth", dns)
+    taken = other.create_connection(mock, [domain], expect=409)
+    assert taken["error"]["code"] == "conflict"
 
 
 def test_a_replayed_state_is_refused(growth, mock, stack):

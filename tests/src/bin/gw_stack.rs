@@ -2,7 +2,9 @@
 //! integration tests do, prints its addresses as one JSON line, and stops it when standard input
 //! closes. The Python SDK and wire-format tests drive gw through it. With
 //! `GW_STACK_ROUTES=database` the stack runs on a database of its own with the route catalog
-//! managed there (its URL and the config file's path are printed too).
+//! managed there (its URL and the config file's path are printed too). `GW_STACK_DNS`
+//! (`ip:port`) is the resolver e-mail domain proofs are looked up through, and
+//! `GW_STACK_SMTP_URL` the SMTP server mail is delivered to.
 
 use std::io::Read;
 
@@ -14,18 +16,24 @@ async fn main() {
     let catalog = std::env::var("GW_STACK_ROUTES").is_ok_and(|v| v == "database");
     // The SSO tests' identity providers run on this machine: the outbound guard allows loopback
     // here (the Rust tests check that it refuses it by default).
-    let admin_config = "outbound_allow = [\"127.0.0.0/8\", \"::1/128\"]".to_string();
+    let mut admin_config = "outbound_allow = [\"127.0.0.0/8\", \"::1/128\"]".to_string();
+    if let Ok(dns) = std::env::var("GW_STACK_DNS") {
+        admin_config.push_str(&format!("\ndns_resolver = \"{dns}\""));
+    }
+    let env: Vec<(String, String)> =
+        std::env::var("GW_STACK_SMTP_URL").map(|url| vec![("GW_SMTP_URL".to_string(), url)]).unwrap_or_default();
     let (stack, database_url) = if catalog {
         let url = db::fresh_database().await;
         let opts = StackOptions {
             database_url: Some(url.clone()),
             routing_config: Some("routes = \"database\"\nhealth_check_interval_ms = 0".into()),
             admin_config,
+            env,
             ..Default::default()
         };
         (Stack::start_with(opts).await, Some(url))
     } else {
-        (Stack::start_with(StackOptions { admin_config, ..Default::default() }).await, None)
+        (Stack::start_with(StackOptions { admin_config, env, ..Default::default() }).await, None)
     };
     let config = database_url.as_ref().map(|_| stack.config_path().display().to_string());
     println!(

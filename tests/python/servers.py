@@ -1,0 +1,126 @@
+"""Real servers the tests start on this machine: a DNS server (dnslib) answering TXT records the
+tests publish, and an SMTP server (aiosmtpd) keeping what it receives."""
+
+import email
+import email.policy
+import socket
+import threading
+import time
+
+from aiosmtpd.controller import Controller
+from dnslib import QTYPE, RCODE, RR, TXT
+from dnslib.server import BaseResolver, DNSServer
+
+
+class Zone(BaseResolver):
+    """TXT records by name; every other question is NXDOMAIN."""
+
+    def __init__(self):
+        self.txt = {}
+        self.lock = threading.Lock()
+        self.questions = []
+
+    def resolve(self, request, handler):
+        reply = request.reply()
+        name = str(request.q.qname).rstrip(".").lower()
+        with self.lock:
+            self.questions.append((name, QTYPE[request.q.qtype]))
+            values = list(self.txt.get(name, [])) if request.q.qtype == QTYPE.TXT else []
+        for value in values:
+            reply.add_answer(RR(request.q.qname, QTYPE.TXT, rdata=TXT(value), ttl=0))
+        if not values:
+            reply.header.rcode = RCODE.NXDOMAIN
+        return reply
+
+
+class Dns:
+    """A DNS server on 127.0.0.1 (UDP and TCP, one port)."""
+
+    def __init__(self):
+        self.zone = Zone()
+        self.port = free_port()
+        self.udp = DNSServer(self.zone, port=self.port, address="127.0.0.1")
+        self.tcp = DNSServer(self.zone, port=self.port, address="127.0.0.1", tcp=True)
+
+    def __enter__(self):
+        self.udp.start_thread()
+        self.tcp.start_thread()
+        return self
+
+    def __exit__(self, *exc):
+        self.udp.stop()
+        self.tcp.stop()
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def publish(self, name, value):
+        with self.zone.lock:
+            self.zone.txt.setdefault(name.lower(), []).append(value)
+
+    def withdraw(self, name):
+        with self.zone.lock:
+            self.zone.txt.pop(name.lower(), None)
+
+
+class _Inbox:
+    def __init__(self):
+        self.messages = []
+        self.lock = threading.Lock()
+
+    async def handle_DATA(self, server, session, envelope):
+        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        with self.lock:
+            self.messages.append((list(envelope.rcpt_tos), msg))
+        return "250 OK"
+
+
+class Smtp:
+    """An SMTP server on 127.0.0.1 keeping every message it receives."""
+
+    def __init__(self):
+        self.inbox = _Inbox()
+        self.port = free_port()
+        self.controller = Controller(self.inbox, hostname="127.0.0.1", port=self.port)
+
+    def __enter__(self):
+        self.controller.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.controller.stop()
+
+    @property
+    def url(self):
+        return f"smtp://127.0.0.1:{self.port}"
+
+    def wait_for(self, to, subject_contains, timeout=30):
+        """The first message to `to` whose subject contains the words: (subject, text body)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.inbox.lock:
+                for rcpts, msg in self.inbox.messages:
+                    if to.lower() in [r.lower() for r in rcpts] and subject_contains in str(msg["subject"]):
+                        return str(msg["subject"]), msg.get_content()
+            time.sleep(0.1)
+        raise AssertionError(f"no mail to {to} about {subject_contains!r} within {timeout} s")
+
+    def count_to(self, to):
+        with self.inbox.lock:
+            return sum(1 for rcpts, _ in self.inbox.messages if to.lower() in [r.lower() for r in rcpts])
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, socket.socket() as t:
+        # One port free for both UDP and TCP.
+        for _ in range(50):
+            t.bind(("127.0.0.1", 0))
+            port = t.getsockname()[1]
+            try:
+                u.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                t.close()
+                t = socket.socket()
+        raise RuntimeError("no free port")
