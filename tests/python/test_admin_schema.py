@@ -19,8 +19,8 @@ Choices (the command line is in test_schemathesis):
   right, and none of the four checks here is about them.
 * `--generation-allow-x00 false`: every text field already refuses control characters (400); NUL
   bytes would only exercise that one rule over and over.
-* `POST /api/v1/auth/logout` is excluded (`--exclude-name`): it would end the very session the run
-  signs in with, and every later request would be a 401.
+* `POST /api/v1/auth/logout` and `POST /api/v1/auth/logout-all` are excluded (`--exclude-name`):
+  they would end the very session the run signs in with, and every later request would be a 401.
 * Path ids: generated UUIDs find nothing (404), so the operations on one resource are given real
   ids through a config file (`--config-file`, written per run): GET and PATCH (and rotate, and
   adding a team member) get the resources kept for them, DELETE gets a second set made to be
@@ -48,7 +48,7 @@ import pytest
 
 from conftest import Org, grant_operator, psql
 
-ROLES = {"public", "viewer", "member", "admin", "owner", "operator"}
+ROLES = {"public", "viewer", "member", "admin", "owner", "operator", "account"}
 ERROR_REF = "#/components/schemas/ErrorBody"
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
@@ -146,15 +146,19 @@ class Fixtures:
                 "secret": f"sk-schema-{tag}-0123456789"})["id"]
             # Disabled: an enabled connection would send sign-ins for its domain to its (absent)
             # identity provider.
+            domain = f"schema-{uuid.uuid4().hex[:12]}.example"
             connection_id = post("/api/v1/sso/connections", {
                 "name": f"schema idp {tag}", "issuer": "http://127.0.0.1:9", "client_id": f"schema-{tag}",
-                "client_secret": "schema-secret", "email_domains": [f"schema-{uuid.uuid4().hex[:12]}.example"],
+                "client_secret": "schema-secret", "email_domains": [domain],
                 "role_mapping": {"admins": "admin"}, "team_mapping": {"devs": [team_id]},
                 "default_role": "viewer", "enabled": False})["id"]
             invite_id = post("/api/v1/invites", {
                 "email": f"invitee-{uuid.uuid4()}@test.gw", "team_ids": [team_id]})["id"]
+            account_id = post("/api/v1/service-accounts", {
+                "name": f"schema ci {tag}", "role": "viewer", "scopes": ["teams:read"]})["id"]
             return {"team_id": team_id, "api_key_id": api_key_id, "provider_key_id": provider_key_id,
-                    "connection_id": connection_id, "invite_id": invite_id}
+                    "connection_id": connection_id, "invite_id": invite_id, "account_id": account_id,
+                    "domain": domain}
 
         # One live key per provider: two providers.
         self.keep = one_of_each("a", "upstream")
@@ -183,6 +187,10 @@ class Fixtures:
             "DELETE /api/v1/provider-keys/{key_id}": {"path.key_id": d["provider_key_id"]},
             "DELETE /api/v1/sso/connections/{connection_id}": {"path.connection_id": d["connection_id"]},
             "DELETE /api/v1/invites/{invite_id}": {"path.invite_id": d["invite_id"]},
+            "GET /api/v1/service-accounts/{account_id}": {"path.account_id": k["account_id"]},
+            "DELETE /api/v1/service-accounts/{account_id}": {"path.account_id": d["account_id"]},
+            "POST /api/v1/sso/connections/{connection_id}/domains/{domain}/verify": {
+                "path.connection_id": k["connection_id"], "path.domain": k["domain"]},
         }
 
     def config(self):
@@ -228,6 +236,7 @@ def run_schemathesis(admin, token, config_text, tmp_path, *extra):
         "--max-examples", str(MAX_EXAMPLES),
         "--workers", str(WORKERS),
         "--exclude-name", "POST /api/v1/auth/logout",
+        "--exclude-name", "POST /api/v1/auth/logout-all",
         "--generation-database", "none",
         "--request-timeout", "30",
         "--no-color",
