@@ -36,6 +36,13 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
 }
 
+/// `N` free ports, distinct: all are held until every one is picked (one at a time, the kernel
+/// may hand the same port out twice).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N).map(|_| TcpListener::bind("127.0.0.1:0").expect("no free port")).collect();
+    std::array::from_fn(|i| listeners[i].local_addr().map(|a| a.port()).expect("no free port"))
+}
+
 pub(crate) fn migrate_once() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {

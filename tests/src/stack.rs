@@ -10,7 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::config::{config_text_with_routing, database_url, redis_url, with_admin_keys, SHARED_ROUTING};
-use crate::process::{free_port, http_client, migrate_once, spawn_bin, spawn_mock, wait_up, Proc};
+use crate::process::{free_port, free_ports, http_client, migrate_once, spawn_bin, spawn_mock, wait_up, Proc};
 use crate::JWT_SECRET;
 
 #[derive(Default, Clone)]
@@ -79,7 +79,7 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
     let config = std::env::temp_dir().join(format!("gw-test-{}.toml", Uuid::new_v4()));
     let guard = if guarded { Some(config.clone()) } else { None };
     let (mock_proc, mock) = spawn_mock(&opts.mock_args, guard.as_deref());
-    let (proxy_port, metrics_port, admin_port) = (free_port(), free_port(), free_port());
+    let [proxy_port, metrics_port, admin_port] = free_ports::<3>();
     let proxy_extra =
         if opts.proxy_config.is_empty() { "audit_flush_interval_ms = 50" } else { opts.proxy_config.as_str() };
     let db = opts.database_url.clone().unwrap_or_else(database_url);

@@ -216,3 +216,46 @@ async fn wrong_passwords_from_one_address_do_not_keep_the_owner_out_from_another
     let r = owner.post(&url).json(&json!({"email": s.email, "password": PASSWORD})).send().await.unwrap();
     assert_eq!(r.status(), 200, "the owner, elsewhere, signs in");
 }
+
+/// An outbox row's delivery state: attempts, last error, sent at, next attempt at.
+type OutboxRow = (i32, Option<String>, Option<chrono::DateTime<chrono::Utc>>, chrono::DateTime<chrono::Utc>);
+
+#[tokio::test]
+async fn mail_the_smtp_server_refuses_is_kept_and_retried_later() {
+    // Nothing listens on port 1: every delivery attempt fails.
+    let stack = gw_tests::Stack::start_with(gw_tests::StackOptions {
+        env: vec![("GW_SMTP_URL".into(), "smtp://127.0.0.1:1".into())],
+        ..Default::default()
+    })
+    .await;
+    let s = stack.register().await;
+    assert_eq!(stack.public_post("/auth/password-reset", &json!({"email": s.email})).await.status(), 202);
+    use gw_shared::db::schema::email_outbox as o;
+    let mut conn = gw_tests::db::connect().await;
+    let mut row = None;
+    for _ in 0..300 {
+        let found: Option<OutboxRow> = o::table
+            .filter(o::to_address.eq(&s.email))
+            .filter(o::kind.eq("password_reset"))
+            .select((o::attempts, o::last_error, o::sent_at, o::next_attempt_at))
+            .first(&mut conn)
+            .await
+            .optional()
+            .unwrap();
+        if found.as_ref().is_some_and(|(attempts, _, _, _)| *attempts > 0) {
+            row = found;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (attempts, last_error, sent_at, next_attempt_at) = row.expect("the relay tried the message");
+    assert_eq!(attempts, 1);
+    assert!(sent_at.is_none());
+    assert!(last_error.is_some_and(|e| !e.is_empty()));
+    assert!(next_attempt_at > chrono::Utc::now(), "the next attempt waits (backoff)");
+    let metrics = stack.http.get(format!("{}/metrics", stack.admin)).send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("gw_admin_mail_total{kind=\"password_reset\",outcome=\"retry\"}")),
+        "{metrics}"
+    );
+}

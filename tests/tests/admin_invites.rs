@@ -49,7 +49,12 @@ async fn create_returns_the_token_once_and_stores_only_its_hash() {
     let created = json_of(r, 201).await;
     let mut fields: Vec<&str> = created.as_object().unwrap().keys().map(String::as_str).collect();
     fields.sort();
-    assert_eq!(fields, ["created_at", "email", "expires_at", "id", "role", "status", "team_ids", "token", "warning"]);
+    assert_eq!(
+        fields,
+        ["created_at", "delivery", "email", "expires_at", "id", "role", "status", "team_ids", "token", "warning"]
+    );
+    // This stack has no mail server: the token is the inviter's to pass on.
+    assert_eq!(created["delivery"], "token");
     assert_eq!(created["email"], email);
     assert_eq!(created["role"], "admin");
     assert_eq!(created["status"], "pending");

@@ -21,8 +21,9 @@ async fn discovery_of_private_and_metadata_addresses_is_refused() {
         let domain = format!("guard-{}.example", uuid::Uuid::new_v4().simple());
         let body = json!({"name": "idp", "issuer": issuer, "client_id": "c", "client_secret": "s3cret-client-secret",
             "email_domains": [domain]});
-        json_of(stack.admin_post("/sso/connections", &s.access_token, &body).await, 201).await;
-        let r = stack.public_post("/auth/sso/initiate", &json!({"email": format!("someone@{domain}")})).await;
+        let c = json_of(stack.admin_post("/sso/connections", &s.access_token, &body).await, 201).await;
+        // By connection: its domain is not proven (that is not what this test is about).
+        let r = stack.public_post("/auth/sso/initiate", &json!({"connection_id": c["id"]})).await;
         let b = expect_api_error(r, 502).await;
         let message = b["error"]["message"].as_str().unwrap();
         assert!(message.contains(why), "{issuer}: {message}");
@@ -35,8 +36,8 @@ async fn discovery_of_private_and_metadata_addresses_is_refused() {
     let domain = format!("guard-{}.example", uuid::Uuid::new_v4().simple());
     let body = json!({"name": "idp", "issuer": "http://localhost:9/idp", "client_id": "c",
         "client_secret": "s3cret-client-secret", "email_domains": [domain]});
-    json_of(stack.admin_post("/sso/connections", &s.access_token, &body).await, 201).await;
-    let r = stack.public_post("/auth/sso/initiate", &json!({"email": format!("someone@{domain}")})).await;
+    let c = json_of(stack.admin_post("/sso/connections", &s.access_token, &body).await, 201).await;
+    let r = stack.public_post("/auth/sso/initiate", &json!({"connection_id": c["id"]})).await;
     let b = expect_api_error(r, 502).await;
     insta::assert_json_snapshot!(b, {".error.message" => "[message]"}, @r#"
     {

@@ -321,7 +321,10 @@ async fn session_token_instead_of_api_key_is_401() {
     let stack = Stack::shared().await;
     let s = stack.register().await;
     let b = expect_openai_error(post_raw(&stack, Some(&s.access_token), VALID).await, 401).await;
-    assert!(b["error"]["message"].as_str().unwrap().contains("Session tokens"));
+    assert!(b["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("(session and service-account tokens) are not accepted on /v1"));
 }
 
 #[tokio::test]

@@ -21,30 +21,32 @@
 
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
-use diesel_async::{AsyncConnection, AsyncPgConnection};
-use gw_shared::db::admin_audit::{self, Event};
-use gw_shared::db::sso::{self as sso_db, Connection};
-use gw_shared::db::users::{self, NewUser, User};
-use gw_shared::db::{orgs, teams};
+use diesel_async::AsyncConnection;
+use gw_shared::db::orgs;
+use gw_shared::db::sso as sso_db;
 use gw_shared::email::Email;
-use gw_shared::ids::new_id;
 use gw_shared::roles::Role;
 use gw_shared::sso;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
-use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
+use crate::error::{ApiError, ApiResult, Errors};
 use crate::oidc;
 use crate::sso_config::{keyring, plan_required, redirect_uri};
 use crate::state::AppState;
-use crate::tokens::{self, TokenResponse};
+use crate::tokens::TokenResponse;
 use crate::{throttle, trail, validate};
 
+mod link;
+mod provision;
+
+use link::{random_token, store_link, LinkRequired, PendingLink, LINK_MESSAGE};
+use provision::{sign_in, Login, Outcome};
+
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(initiate).service(callback).service(link);
+    cfg.service(initiate).service(callback).service(link::link);
 }
 
 /// The longest authorization code accepted from a callback.
@@ -370,296 +372,6 @@ pub async fn callback(
             }))
         }
     }
-}
-
-const LINK_MESSAGE: &str = "An account with this e-mail address exists. Prove it is yours: send this link_token \
-                            with the account's password to POST /api/v1/auth/sso/link (no password yet: reset it \
-                            first). Until then, this identity signs nothing in.";
-
-/// The answer to a sign-in whose identity is new while an account has its address.
-#[derive(Serialize, ToSchema)]
-pub struct LinkRequired {
-    /// Always `link_required`.
-    status: &'static str,
-    message: &'static str,
-    /// Send with the account's password to `POST /auth/sso/link`; single use.
-    link_token: String,
-    /// Seconds the link token lives.
-    expires_in: u64,
-}
-
-/// A verified identity waiting for its account's proof (Redis, under the token's hash).
-#[derive(Serialize, Deserialize)]
-struct PendingLink {
-    connection_id: Uuid,
-    issuer: String,
-    subject: String,
-    user_id: Uuid,
-    groups: Vec<String>,
-    email_verified: Option<bool>,
-    created_at: DateTime<Utc>,
-}
-
-fn random_token() -> String {
-    use base64::Engine;
-    let bytes: [u8; 32] = rand::random();
-    format!("sso_link_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
-}
-
-fn link_key(token: &str) -> String {
-    format!("gw:sso:link:{}", binding_hash(token))
-}
-
-async fn store_link(state: &AppState, token: &str, pending: &PendingLink) -> ApiResult<()> {
-    let text = serde_json::to_string(pending).map_err(|e| ApiError::Internal(format!("encoding SSO link: {e}")))?;
-    let mut rc = state.redis.get().await.map_err(redis_error)?;
-    let _: () = deadpool_redis::redis::cmd("SET")
-        .arg(link_key(token))
-        .arg(text)
-        .arg("EX")
-        .arg(sso::STATE_TTL_SECS)
-        .query_async(&mut rc)
-        .await
-        .map_err(redis_error)?;
-    Ok(())
-}
-
-async fn take_link(state: &AppState, token: &str) -> ApiResult<Option<PendingLink>> {
-    let mut rc = state.redis.get().await.map_err(redis_error)?;
-    let text: Option<String> =
-        deadpool_redis::redis::cmd("GETDEL").arg(link_key(token)).query_async(&mut rc).await.map_err(redis_error)?;
-    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
-}
-
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LinkBody {
-    /// The `link_token` of the callback's 202 answer.
-    link_token: String,
-    /// The password of the account that has the identity's e-mail address.
-    password: String,
-    /// The account's current TOTP code, when it has a second factor.
-    #[serde(default)]
-    totp_code: Option<String>,
-    /// One of the account's recovery codes, instead of `totp_code`.
-    #[serde(default)]
-    recovery_code: Option<String>,
-}
-
-/// Link a new SSO identity to the account that has its address, proving the account with its
-/// password (and second factor), then sign in through the connection. The link token works
-/// once; a wrong password spends it.
-#[utoipa::path(tag = "auth", security(()), request_body = LinkBody,
-    responses((status = 200, description = "Linked and signed in", body = TokenResponse), Errors))]
-#[post("/auth/sso/link")]
-pub async fn link(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    body: crate::body::Json<LinkBody>,
-) -> ApiResult<HttpResponse> {
-    throttle::attempt(&state, &req, "login").await?;
-    let b = body.into_inner();
-    let invalid = || ApiError::Unauthorized("unknown or expired link token: sign in through SSO again".into());
-    if !b.link_token.starts_with("sso_link_") || b.link_token.len() > 128 {
-        return Err(invalid());
-    }
-    let pending = take_link(&state, &b.link_token).await?.ok_or_else(invalid)?;
-    let user = {
-        let mut conn = state.conn().await?;
-        users::find(&mut conn, pending.user_id).await?.ok_or_else(invalid)?
-    };
-    let proof =
-        crate::passwords::Proof { password: b.password, totp_code: b.totp_code, recovery_code: b.recovery_code };
-    crate::passwords::prove_account(&state, &req, &user, proof).await?;
-
-    let mut conn = state.conn().await?;
-    let connection = sso_db::find_by_id(&mut conn, pending.connection_id)
-        .await?
-        .filter(|c| c.enabled && c.issuer == pending.issuer)
-        .ok_or_else(|| ApiError::Unauthorized("this SSO connection no longer exists or is disabled".into()))?;
-    let org = orgs::find(&mut conn, connection.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
-    if !sso::plan_allows_sso(&org.plan) {
-        return Err(plan_required(&org.plan));
-    }
-    let email = gw_shared::email::Email { display: user.email.clone(), normalized: user.email_normalized.clone() };
-    let default = sso::grantable_role(&connection.default_role).unwrap_or(Role::Viewer);
-    let role = sso::role_for(&pending.groups, &sso::role_mapping_from_json(&connection.role_mapping), default);
-    let team_ids = sso::teams_for(&pending.groups, &sso::team_mapping_from_json(&connection.team_mapping));
-    let login = Login {
-        connection: &connection,
-        org: &org,
-        email: &email,
-        name: user.name.clone(),
-        role,
-        team_ids: &team_ids,
-        subject: &pending.subject,
-        email_verified: pending.email_verified,
-        request_id: trail::request_id(&req),
-    };
-    let state_ref = state.get_ref();
-    let tokens = conn
-        .transaction(async |tx| {
-            let new = sso_db::NewIdentity {
-                org_id: org.id,
-                connection_id: connection.id,
-                issuer: &connection.issuer,
-                subject: &pending.subject,
-                user_id: user.id,
-                linked_by: "password",
-            };
-            match sso_db::link(tx, new_id(), &new).await {
-                Ok(()) => {}
-                Err(e) if is_unique_violation(&e) => {
-                    return Err(ApiError::Conflict(
-                        "this identity, or another identity of this connection, is linked to an account already".into(),
-                    ))
-                }
-                Err(e) => return Err(e.into()),
-            }
-            let detail = json!({"connection_id": connection.id.to_string(), "subject": pending.subject});
-            admin_audit::insert(tx, &login.event(user.id, role, "user.sso_link", detail)).await?;
-            admit(state_ref, tx, &login, user.clone(), false).await
-        })
-        .await?;
-    log::info!("SSO identity linked to user {} in org {} through connection {}", user.id, org.id, connection.id);
-    Ok(HttpResponse::Ok().json(tokens))
-}
-
-/// A verified sign-in, ready to provision.
-struct Login<'a> {
-    connection: &'a Connection,
-    org: &'a orgs::Organization,
-    email: &'a Email,
-    name: String,
-    /// The role the groups map to.
-    role: Role,
-    team_ids: &'a [Uuid],
-    subject: &'a str,
-    email_verified: Option<bool>,
-    request_id: Option<String>,
-}
-
-impl Login<'_> {
-    /// An admin audit event of this sign-in, by the signed-in user (built here rather than
-    /// through `trail::record`, whose request is not `Send`, so it commits with the change).
-    fn event(&self, user_id: Uuid, role: Role, action: &str, detail: Value) -> Event {
-        Event {
-            id: new_id(),
-            org_id: self.org.id,
-            actor_user_id: Some(user_id),
-            actor_role: Some(role.as_str().to_string()),
-            action: action.to_string(),
-            resource_type: "user".to_string(),
-            resource_id: Some(user_id.to_string()),
-            request_id: self.request_id.clone(),
-            detail,
-            created_at: Utc::now(),
-        }
-    }
-}
-
-/// What a verified callback leads to.
-enum Outcome {
-    SignedIn(Box<TokenResponse>),
-    /// An account (this one) has the address and no link to the identity: it must prove itself.
-    LinkRequired(Uuid),
-}
-
-/// The identity's account: the linked one, or a new one when nobody has the address.
-async fn sign_in(state: &AppState, conn: &mut AsyncPgConnection, login: &Login<'_>) -> ApiResult<Outcome> {
-    let c = login.connection;
-    if let Some(identity) = sso_db::identity(conn, c.id, &c.issuer, login.subject).await? {
-        let user = users::find(conn, identity.user_id).await?.ok_or(ApiError::NotFound("user"))?;
-        return Ok(Outcome::SignedIn(Box::new(admit(state, conn, login, user, false).await?)));
-    }
-    // A new identity: only for the connection's proven domains.
-    let domain = gw_shared::email::domain(&login.email.normalized).unwrap_or_default().to_string();
-    if !sso_db::domain_proven(conn, c.id, &domain).await? {
-        return Err(ApiError::Unauthorized(format!(
-            "the e-mail domain {domain} does not sign in through this SSO connection"
-        )));
-    }
-    if let Some(existing) = users::find_by_email(conn, &login.email.normalized).await? {
-        return Ok(Outcome::LinkRequired(existing.id));
-    }
-    let new = NewUser {
-        id: new_id(),
-        email: &login.email.display,
-        email_normalized: &login.email.normalized,
-        name: &login.name,
-        password_hash: None,
-    };
-    let user = match users::insert(conn, &new).await {
-        Ok(user) => user,
-        Err(e) if is_unique_violation(&e) => {
-            return Err(ApiError::Conflict("this account was created by a concurrent sign-in; sign in again".into()))
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let identity = sso_db::NewIdentity {
-        org_id: login.org.id,
-        connection_id: c.id,
-        issuer: &c.issuer,
-        subject: login.subject,
-        user_id: user.id,
-        linked_by: "provisioned",
-    };
-    match sso_db::link(conn, new_id(), &identity).await {
-        Ok(()) => {}
-        Err(e) if is_unique_violation(&e) => {
-            return Err(ApiError::Conflict("this identity was linked by a concurrent sign-in; sign in again".into()))
-        }
-        Err(e) => return Err(e.into()),
-    }
-    Ok(Outcome::SignedIn(Box::new(admit(state, conn, login, user, true).await?)))
-}
-
-/// Signs a linked account in through the connection, in the caller's transaction: its
-/// membership (added with the mapped role; an existing member's role set to it, except an
-/// owner's), its mapped teams (added to, never removed from), the audit events, the tokens.
-/// Nothing of the account outside this organization changes.
-async fn admit(
-    state: &AppState,
-    conn: &mut AsyncPgConnection,
-    login: &Login<'_>,
-    user: User,
-    created: bool,
-) -> ApiResult<TokenResponse> {
-    let org_id = login.org.id;
-    let (membership, joined) = sso_db::ensure_membership(conn, org_id, user.id, login.role.as_str()).await?;
-    let current = membership.role.parse::<Role>().ok();
-    let role = if current == Some(Role::Owner) {
-        Role::Owner
-    } else {
-        if current != Some(login.role) {
-            users::set_role(conn, org_id, user.id, login.role.as_str()).await?;
-        }
-        login.role
-    };
-    let mut added_teams: Vec<Uuid> = Vec::with_capacity(login.team_ids.len());
-    for team_id in login.team_ids {
-        // A mapped team deleted since the mapping was saved is skipped.
-        if teams::exists_in_org(conn, org_id, *team_id).await? {
-            teams::ensure_member(conn, org_id, *team_id, user.id).await?;
-            added_teams.push(*team_id);
-        }
-    }
-    let connection_id = login.connection.id.to_string();
-    if created {
-        let detail = json!({"connection_id": connection_id, "role": role.as_str()});
-        admin_audit::insert(conn, &login.event(user.id, role, "user.provision", detail)).await?;
-    }
-    let detail = json!({
-        "connection_id": connection_id,
-        "subject": login.subject,
-        "email_verified": login.email_verified,
-        "role": role.as_str(),
-        "previous_role": current.map(Role::as_str),
-        "joined": joined,
-        "teams": added_teams,
-    });
-    admin_audit::insert(conn, &login.event(user.id, role, "user.sso_login", detail)).await?;
-    tokens::open_session(state, conn, &user, login.org, role.as_str(), "sso").await
 }
 
 #[cfg(test)]
