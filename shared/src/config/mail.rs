@@ -7,9 +7,9 @@ use serde::Deserialize;
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MailConfig {
-    /// `smtp://host:port` (plain, or STARTTLS when the server offers it; `?tls=required` insists
-    /// on it), `smtps://host:465` (TLS from the start), with `user:password@` for
-    /// authentication. Overridden by `GW_SMTP_URL` (it may hold a password: keep it out of
+    /// `smtp://host:587?tls=required` (STARTTLS, refused without it), `smtps://host:465` (TLS
+    /// from the start), `?tls=opportunistic` (STARTTLS when offered), or plain `smtp://host:25`
+    /// (a local relay); `user:password@` authenticates. Overridden by `GW_SMTP_URL` (it may hold a password: keep it out of
     /// files).
     pub smtp_url: Option<String>,
     /// The sender address (`gw <noreply@example.com>`).
