@@ -87,3 +87,21 @@ pub fn record(org: Uuid, at: chrono::DateTime<chrono::Utc>) -> AuditRecord {
         ..Default::default()
     }
 }
+
+/// The newest mail of `kind` to `address` in the outbox (its body), and how many there are.
+pub async fn outbox(address: &str, kind: &str) -> (String, usize) {
+    use diesel::prelude::*;
+    use diesel_async::RunQueryDsl;
+    use gw_shared::db::schema::email_outbox as o;
+    let mut conn = connect().await;
+    let bodies: Vec<String> = o::table
+        .filter(o::to_address.eq(address))
+        .filter(o::kind.eq(kind))
+        .order(o::created_at.desc())
+        .select(o::body)
+        .load(&mut conn)
+        .await
+        .expect("reading the outbox");
+    let newest = <[String]>::first(&bodies).cloned().unwrap_or_default();
+    (newest, bodies.len())
+}

@@ -32,15 +32,31 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// Ports this test process has handed out: tests start stacks concurrently, and a port freed
+/// by one pick is free for the next pick too until a server binds it, so two stacks could be
+/// given the same port (one server then fails to bind, and its stack talks to the other's).
+static HANDED_OUT: OnceLock<std::sync::Mutex<std::collections::HashSet<u16>>> = OnceLock::new();
+
+/// A free port on 127.0.0.1 that this process has not handed out before.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
+    free_ports::<1>()[0]
 }
 
-/// `N` free ports, distinct: all are held until every one is picked (one at a time, the kernel
-/// may hand the same port out twice).
+/// `N` distinct free ports that this process has not handed out before.
 pub fn free_ports<const N: usize>() -> [u16; N] {
-    let listeners: Vec<TcpListener> = (0..N).map(|_| TcpListener::bind("127.0.0.1:0").expect("no free port")).collect();
-    std::array::from_fn(|i| listeners[i].local_addr().map(|a| a.port()).expect("no free port"))
+    let handed = HANDED_OUT.get_or_init(Default::default);
+    // Every listener is held until all are picked, so the kernel cannot give one port twice.
+    let mut held: Vec<TcpListener> = Vec::new();
+    let mut ports: Vec<u16> = Vec::with_capacity(N);
+    while ports.len() < N {
+        let l = TcpListener::bind("127.0.0.1:0").expect("no free port");
+        let port = l.local_addr().map(|a| a.port()).expect("no free port");
+        if handed.lock().map(|mut h| h.insert(port)).unwrap_or(false) {
+            ports.push(port);
+        }
+        held.push(l);
+    }
+    std::array::from_fn(|i| ports[i])
 }
 
 pub(crate) fn migrate_once() {

@@ -4,6 +4,7 @@
 
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
+use gw_tests::db::outbox;
 use gw_tests::{expect_api_error, Session, Stack, PASSWORD};
 use serde_json::{json, Value};
 
@@ -11,21 +12,6 @@ const NEW_PASSWORD: &str = "a brand new passphrase";
 
 async fn login(stack: &Stack, email: &str, password: &str) -> reqwest::Response {
     stack.public_post("/auth/login", &json!({"email": email, "password": password})).await
-}
-
-/// The newest mail of `kind` to `address`, and how many there are.
-async fn outbox(address: &str, kind: &str) -> (String, usize) {
-    use gw_shared::db::schema::email_outbox as o;
-    let mut conn = gw_tests::db::connect().await;
-    let bodies: Vec<String> = o::table
-        .filter(o::to_address.eq(address))
-        .filter(o::kind.eq(kind))
-        .order(o::created_at.desc())
-        .select(o::body)
-        .load(&mut conn)
-        .await
-        .unwrap();
-    (<[String]>::first(&bodies).cloned().unwrap_or_default(), bodies.len())
 }
 
 fn reset_token(body: &str) -> String {

@@ -1,6 +1,7 @@
 //! `/api/v1/auth`: register, login, refresh-token rotation, each with the ways it is refused. All
 //! on the test binary's shared stack, each test with its own organization.
 
+use gw_tests::db::outbox;
 use gw_tests::{expect_api_error, header, Stack, StackOptions, PASSWORD};
 use serde_json::{json, Value};
 
@@ -392,24 +393,6 @@ async fn weak_passwords_are_refused_naming_the_field() {
 
 async fn verifying_stack() -> Stack {
     Stack::start_with(StackOptions { admin_config: "email_verification = true".into(), ..Default::default() }).await
-}
-
-/// The newest outbox mail to `address` of `kind`: (body, count of such mails).
-async fn outbox(address: &str, kind: &str) -> (String, usize) {
-    use diesel::prelude::*;
-    use diesel_async::RunQueryDsl;
-    use gw_shared::db::schema::email_outbox as o;
-    let mut conn = gw_tests::db::connect().await;
-    let bodies: Vec<String> = o::table
-        .filter(o::to_address.eq(address))
-        .filter(o::kind.eq(kind))
-        .order(o::created_at.desc())
-        .select(o::body)
-        .load(&mut conn)
-        .await
-        .unwrap();
-    let newest = <[String]>::first(&bodies).cloned().unwrap_or_default();
-    (newest, bodies.len())
 }
 
 fn token_in(body: &str) -> String {

@@ -45,6 +45,24 @@ const RESET_TOKEN_PREFIX: &str = "pwr_";
 /// Reset links one account may be sent per hour.
 const RESETS_PER_HOUR: i64 = 5;
 
+/// The rules for a new password, as a field error of `new_password` (never echoing it).
+fn new_password_rules(password: &str, normalized_email: &str) -> ApiResult<()> {
+    password_rules(password, normalized_email).map_err(|_| {
+        ApiError::field(
+            "new_password",
+            "must be 12 to 1024 characters, at least 5 different, not a well-known password, not your address",
+        )
+    })
+}
+
+/// Proves the session's own account again; a wrong password is a field error of `field`.
+async fn reprove(state: &AppState, req: &HttpRequest, user: &users::User, proof: Proof, field: &str) -> ApiResult<()> {
+    prove_account(state, req, user, proof).await.map_err(|e| match e {
+        ApiError::Unauthorized(_) => ApiError::field(field, "is not your current password"),
+        other => other,
+    })
+}
+
 async fn me(state: &AppState, session: &Session) -> ApiResult<users::User> {
     let mut conn = state.conn().await?;
     users::find(&mut conn, session.user_id).await?.ok_or(ApiError::NotFound("user"))
@@ -79,17 +97,9 @@ pub async fn change_password(
             "this account has no password yet: set one with POST /api/v1/auth/password-reset".into(),
         ));
     }
-    password_rules(&b.new_password, &user.email_normalized).map_err(|_| {
-        ApiError::field(
-            "new_password",
-            "must be 12 to 1024 characters, at least 5 different, not a well-known password, not your address",
-        )
-    })?;
+    new_password_rules(&b.new_password, &user.email_normalized)?;
     let proof = Proof { password: b.current_password, totp_code: b.totp_code, recovery_code: b.recovery_code };
-    prove_account(&state, &req, &user, proof).await.map_err(|e| match e {
-        ApiError::Unauthorized(_) => ApiError::field("current_password", "is not your current password"),
-        other => other,
-    })?;
+    reprove(&state, &req, &user, proof, "current_password").await?;
     let hash = hash_new_password(&state, b.new_password).await?;
     let mut conn = state.conn().await?;
     let ended = conn
@@ -210,12 +220,7 @@ pub async fn confirm_reset(
                 return Err(invalid());
             };
             let user = users::find(conn, reset.user_id).await?.ok_or_else(invalid)?;
-            password_rules(&b.new_password, &user.email_normalized).map_err(|_| {
-                ApiError::field(
-                    "new_password",
-                    "must be 12 to 1024 characters, at least 5 different, not a well-known password, not your address",
-                )
-            })?;
+            new_password_rules(&b.new_password, &user.email_normalized)?;
             Ok::<_, ApiError>(user)
         })
         .await?;
@@ -299,19 +304,11 @@ pub async fn totp_setup(
     }
     let password = body.into_inner().password;
     if user.password_hash.is_none() || password.len() > MAX_PASSWORD_LEN {
-        return Err(ApiError::field("password", "is not your password"));
+        return Err(ApiError::field("password", "is not your current password"));
     }
     let proof = Proof { password, totp_code: None, recovery_code: None };
-    prove_account(&state, &req, &user, proof).await.map_err(|e| match e {
-        ApiError::Unauthorized(_) => ApiError::field("password", "is not your password"),
-        other => other,
-    })?;
-    let ring = state
-        .cfg
-        .secrets
-        .keyring
-        .as_ref()
-        .ok_or_else(|| ApiError::Unavailable("a second factor needs GW_ENCRYPTION_KEY".into()))?;
+    reprove(&state, &req, &user, proof, "password").await?;
+    let ring = second_factor::keyring(&state)?;
     let secret = second_factor::new_secret();
     let (version, sealed) = ring.seal(&secret, &users::totp_aad(user.id))?;
     let mut conn = state.conn().await?;
@@ -410,10 +407,7 @@ async fn prove_with_factor(
         return Err(ApiError::Conflict("this account has no second factor".into()));
     }
     let proof = Proof { password: b.password, totp_code: b.totp_code, recovery_code: b.recovery_code };
-    prove_account(state, req, &user, proof).await.map_err(|e| match e {
-        ApiError::Unauthorized(_) => ApiError::field("password", "is not your password"),
-        other => other,
-    })?;
+    reprove(state, req, &user, proof, "password").await?;
     Ok(user)
 }
 

@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::provision::{admit, Login};
-use super::{binding_hash, redis_error};
+use super::{binding_hash, take_json};
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::sso_config::plan_required;
 use crate::state::AppState;
@@ -59,29 +59,8 @@ pub(super) fn random_token() -> String {
     format!("sso_link_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
-fn link_key(token: &str) -> String {
+pub(super) fn link_key(token: &str) -> String {
     format!("gw:sso:link:{}", binding_hash(token))
-}
-
-pub(super) async fn store_link(state: &AppState, token: &str, pending: &PendingLink) -> ApiResult<()> {
-    let text = serde_json::to_string(pending).map_err(|e| ApiError::Internal(format!("encoding SSO link: {e}")))?;
-    let mut rc = state.redis.get().await.map_err(redis_error)?;
-    let _: () = deadpool_redis::redis::cmd("SET")
-        .arg(link_key(token))
-        .arg(text)
-        .arg("EX")
-        .arg(sso::STATE_TTL_SECS)
-        .query_async(&mut rc)
-        .await
-        .map_err(redis_error)?;
-    Ok(())
-}
-
-async fn take_link(state: &AppState, token: &str) -> ApiResult<Option<PendingLink>> {
-    let mut rc = state.redis.get().await.map_err(redis_error)?;
-    let text: Option<String> =
-        deadpool_redis::redis::cmd("GETDEL").arg(link_key(token)).query_async(&mut rc).await.map_err(redis_error)?;
-    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -116,7 +95,7 @@ pub async fn link(
     if !b.link_token.starts_with("sso_link_") || b.link_token.len() > 128 {
         return Err(invalid());
     }
-    let pending = take_link(&state, &b.link_token).await?.ok_or_else(invalid)?;
+    let pending = take_json::<PendingLink>(&state, &link_key(&b.link_token)).await?.ok_or_else(invalid)?;
     let user = {
         let mut conn = state.conn().await?;
         users::find(&mut conn, pending.user_id).await?.ok_or_else(invalid)?

@@ -42,7 +42,7 @@ use crate::{throttle, trail, validate};
 mod link;
 mod provision;
 
-use link::{random_token, store_link, LinkRequired, PendingLink, LINK_MESSAGE};
+use link::{link_key, random_token, LinkRequired, PendingLink, LINK_MESSAGE};
 use provision::{sign_in, Login, Outcome};
 
 pub fn routes(cfg: &mut ServiceConfig) {
@@ -134,11 +134,12 @@ fn redis_error(e: impl Into<gw_shared::Error>) -> ApiError {
     ApiError::from(e.into())
 }
 
-async fn store(state: &AppState, csrf: &str, pending: &Pending) -> ApiResult<()> {
-    let text = serde_json::to_string(pending).map_err(|e| ApiError::Internal(format!("encoding SSO state: {e}")))?;
+/// Keeps `value` as JSON under `key` for as long as a sign-in may take (`sso::STATE_TTL_SECS`).
+async fn put_json<T: Serialize>(state: &AppState, key: &str, value: &T) -> ApiResult<()> {
+    let text = serde_json::to_string(value).map_err(|e| ApiError::Internal(format!("encoding SSO state: {e}")))?;
     let mut rc = state.redis.get().await.map_err(redis_error)?;
     let _: () = deadpool_redis::redis::cmd("SET")
-        .arg(sso::state_key(csrf))
+        .arg(key)
         .arg(text)
         .arg("EX")
         .arg(sso::STATE_TTL_SECS)
@@ -148,14 +149,11 @@ async fn store(state: &AppState, csrf: &str, pending: &Pending) -> ApiResult<()>
     Ok(())
 }
 
-/// Takes a started sign-in (GETDEL: a state works once).
-async fn take(state: &AppState, csrf: &str) -> ApiResult<Option<Pending>> {
+/// Takes what [`put_json`] kept (GETDEL: it works once).
+async fn take_json<T: serde::de::DeserializeOwned>(state: &AppState, key: &str) -> ApiResult<Option<T>> {
     let mut rc = state.redis.get().await.map_err(redis_error)?;
-    let text: Option<String> = deadpool_redis::redis::cmd("GETDEL")
-        .arg(sso::state_key(csrf))
-        .query_async(&mut rc)
-        .await
-        .map_err(redis_error)?;
+    let text: Option<String> =
+        deadpool_redis::redis::cmd("GETDEL").arg(key).query_async(&mut rc).await.map_err(redis_error)?;
     Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
 }
 
@@ -211,7 +209,7 @@ pub async fn initiate(
         created_at: Utc::now(),
         binding: binding_hash(&binding),
     };
-    store(&state, &started.state, &pending).await?;
+    put_json(&state, &sso::state_key(&started.state), &pending).await?;
     let ttl = i64::try_from(sso::STATE_TTL_SECS).unwrap_or(600);
     Ok(HttpResponse::Ok().cookie(binding_cookie(&state, &binding, ttl)).json(InitiateOut {
         authorization_url: started.url,
@@ -259,7 +257,7 @@ pub async fn callback(
     let q = q.into_inner();
     // The state is spent whatever happens next.
     let pending = match q.state.as_deref() {
-        Some(s) if sso::plausible_state(s) => take(&state, s).await?,
+        Some(s) if sso::plausible_state(s) => take_json::<Pending>(&state, &sso::state_key(s)).await?,
         _ => None,
     };
     if let Some(error) = q.error.as_deref() {
@@ -362,7 +360,7 @@ pub async fn callback(
                 email_verified: identity.email_verified,
                 created_at: Utc::now(),
             };
-            store_link(&state, &token, &pending).await?;
+            put_json(&state, &link_key(&token), &pending).await?;
             log::info!("SSO sign-in through connection {} needs a link to user {user_id}", connection.id);
             Ok(HttpResponse::Accepted().cookie(clear).json(LinkRequired {
                 status: "link_required",
