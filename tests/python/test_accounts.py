@@ -7,8 +7,9 @@ import uuid
 
 import httpx
 import pyotp
+import pytest
 
-from conftest import psql
+from conftest import psql, run_stack
 
 PASSWORD = "correct horse battery"
 NEW_PASSWORD = "a brand new passphrase"
@@ -102,6 +103,28 @@ def test_an_invite_mail_arrives_its_link_works_once_and_the_inviter_never_sees_t
     assert r.status_code == 201, r.text
     assert r.json()["organization"]["id"] == owner["organization"]["id"]
     r = api(stack, "POST", "/auth/invites/accept", json=accept)
+    assert r.status_code == 400 and r.json()["error"]["fields"][0]["field"] == "token", r.text
+
+
+@pytest.fixture(scope="module")
+def verifying_stack(dns, smtp):
+    """A stack whose sign-ups confirm the address first (`admin.email_verification`)."""
+    yield from run_stack(GW_STACK_DNS=dns.address, GW_STACK_SMTP_URL=smtp.url,
+                         GW_STACK_ADMIN_CONFIG="email_verification = true")
+
+
+def test_a_sign_up_confirmation_mail_arrives_and_its_link_works_once(verifying_stack, smtp):
+    email = f"signup-{uuid.uuid4().hex[:10]}@test.gw"
+    r = api(verifying_stack, "POST", "/auth/register",
+            json={"email": email, "password": PASSWORD, "name": "New", "org_name": "New Org"})
+    assert r.status_code == 202, r.text
+    _, body = smtp.wait_for(email, "Confirm")
+    token = token_in(body, "ver_")
+    confirm = {"token": token, "password": PASSWORD}
+    r = api(verifying_stack, "POST", "/auth/verify-email", json=confirm)
+    assert r.status_code == 201, r.text
+    assert r.json()["user"]["email"] == email
+    r = api(verifying_stack, "POST", "/auth/verify-email", json=confirm)
     assert r.status_code == 400 and r.json()["error"]["fields"][0]["field"] == "token", r.text
 
 

@@ -4,7 +4,8 @@
 //! `GW_STACK_ROUTES=database` the stack runs on a database of its own with the route catalog
 //! managed there (its URL and the config file's path are printed too). `GW_STACK_DNS`
 //! (`ip:port`) is the resolver e-mail domain proofs are looked up through, and
-//! `GW_STACK_SMTP_URL` the SMTP server mail is delivered to.
+//! `GW_STACK_SMTP_URL` the SMTP server mail is delivered to; `GW_STACK_ADMIN_CONFIG` holds more
+//! `[admin]` keys.
 
 use std::io::Read;
 
@@ -19,6 +20,10 @@ async fn main() {
     let mut admin_config = "outbound_allow = [\"127.0.0.0/8\", \"::1/128\"]".to_string();
     if let Ok(dns) = std::env::var("GW_STACK_DNS") {
         admin_config.push_str(&format!("\ndns_resolver = \"{dns}\""));
+    }
+    if let Ok(extra) = std::env::var("GW_STACK_ADMIN_CONFIG") {
+        admin_config.push('\n');
+        admin_config.push_str(&extra);
     }
     let env: Vec<(String, String)> =
         std::env::var("GW_STACK_SMTP_URL").map(|url| vec![("GW_SMTP_URL".to_string(), url)]).unwrap_or_default();
