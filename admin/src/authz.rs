@@ -107,6 +107,7 @@ pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/users/{user_id}", VIEWER),
     rule("PATCH", "/api/v1/users/{user_id}", ADMIN),
     rule("DELETE", "/api/v1/users/{user_id}", ADMIN),
+    rule("POST", "/api/v1/users/{user_id}/transfer-keys", ADMIN),
     rule("GET", "/api/v1/invites", ADMIN),
     rule("POST", "/api/v1/invites", ADMIN),
     rule("DELETE", "/api/v1/invites/{invite_id}", ADMIN),

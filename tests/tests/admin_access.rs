@@ -354,6 +354,7 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/users/{user_id}"), Foreign(None)),
         (("PATCH", "/api/v1/users/{user_id}"), Foreign(Some(json!({"role": "viewer"})))),
         (("DELETE", "/api/v1/users/{user_id}"), Foreign(None)),
+        (("POST", "/api/v1/users/{user_id}/transfer-keys"), Foreign(Some(json!({"to_user_id": Uuid::new_v4()})))),
         (("GET", "/api/v1/invites"), List),
         (("POST", "/api/v1/invites"), ForeignReference(json!({"email": "x@test.gw", "team_ids": [a.team]}))),
         (("DELETE", "/api/v1/invites/{invite_id}"), Foreign(None)),

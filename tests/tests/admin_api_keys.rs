@@ -763,3 +763,88 @@ async fn members_cannot_change_permissions() {
         stack.admin_patch(&path, &member.access_token, &json!({"name": "renamed", "permissions": ["proxy:llm"]})).await;
     assert_eq!(json_of(r, 200).await["name"], "renamed");
 }
+
+// ---- restrictions: members tighten, only admins loosen ----
+
+#[tokio::test]
+async fn a_member_cannot_lift_an_admins_model_restriction() {
+    let stack = Stack::shared().await;
+    let owner = stack.register().await;
+    let team = stack.create_team(&owner, "restricted").await;
+    let member = stack.join(&owner, "member", &[team]).await;
+    let r = stack
+        .admin_post(
+            "/api-keys",
+            &owner.access_token,
+            &json!({"name": "one model", "team_id": team, "models": ["gpt-4o-mini"]}),
+        )
+        .await;
+    let key = json_of(r, 201).await;
+    let id = key["id"].as_str().unwrap();
+    let secret = key["key"].as_str().unwrap().to_string();
+
+    let r = stack.admin_patch(&format!("/api-keys/{id}"), &member.access_token, &json!({"models": null})).await;
+    let b = expect_api_error(r, 403).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "forbidden",
+        "fields": [],
+        "message": "members may tighten a key's restrictions, not loosen them: loosening models needs the admin role or higher"
+      }
+    }
+    "#);
+    let r = stack
+        .admin_patch(
+            &format!("/api-keys/{id}"),
+            &member.access_token,
+            &json!({"models": ["gpt-4o-mini", "mock-model"]}),
+        )
+        .await;
+    expect_api_error(r, 403).await;
+    // Still restricted, at the proxy too.
+    let got = json_of(stack.admin_get(&format!("/api-keys/{id}"), &owner.access_token).await, 200).await;
+    assert_eq!(got["models"], json!(["gpt-4o-mini"]));
+    let other = json!({"model": "mock-model", "messages": [{"role": "user", "content": "hi"}]});
+    assert_ne!(stack.chat(&secret, other).await.status(), 200);
+    // Tightening stays open to the member; an admin may loosen.
+    let r =
+        stack.admin_patch(&format!("/api-keys/{id}"), &member.access_token, &json!({"rate_limits": {"rpm": 10}})).await;
+    assert_eq!(r.status(), 200);
+    let r =
+        stack.admin_patch(&format!("/api-keys/{id}"), &member.access_token, &json!({"rate_limits": {"rpm": 20}})).await;
+    expect_api_error(r, 403).await;
+    let r = stack.admin_patch(&format!("/api-keys/{id}"), &owner.access_token, &json!({"models": null})).await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn a_member_cannot_lift_a_budget_or_an_expiry() {
+    let stack = Stack::shared().await;
+    let owner = stack.register().await;
+    let team = stack.create_team(&owner, "budgeted").await;
+    let member = stack.join(&owner, "member", &[team]).await;
+    let expires = (chrono::Utc::now() + chrono::TimeDelta::days(2)).to_rfc3339();
+    let body =
+        json!({"name": "k", "team_id": team, "budget": {"amount_usd": "5", "period": "month"}, "expires_at": expires});
+    let key = json_of(stack.admin_post("/api-keys", &owner.access_token, &body).await, 201).await;
+    let id = key["id"].as_str().unwrap();
+    for change in [
+        json!({"budget": null}),
+        json!({"budget": {"amount_usd": "50", "period": "month"}}),
+        json!({"expires_at": null}),
+        json!({"expires_at": (chrono::Utc::now() + chrono::TimeDelta::days(30)).to_rfc3339()}),
+    ] {
+        let r = stack.admin_patch(&format!("/api-keys/{id}"), &member.access_token, &change).await;
+        let b = expect_api_error(r, 403).await;
+        assert!(b["error"]["message"].as_str().unwrap().contains("loosening"), "{change}: {b}");
+    }
+    let r = stack
+        .admin_patch(
+            &format!("/api-keys/{id}"),
+            &member.access_token,
+            &json!({"budget": {"amount_usd": "1", "period": "month"}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+}

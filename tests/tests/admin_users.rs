@@ -254,3 +254,67 @@ async fn a_removed_users_access_stops_at_once() {
     assert_eq!(events["data"][0]["detail"]["role"], "member");
     assert_eq!(events["data"][0]["actor_user_id"], s.user_id.to_string());
 }
+
+// ---- the keys of a removed member ----
+
+async fn member_key(stack: &Stack, member: &Session, team: Uuid) -> (String, String) {
+    let r = stack.admin_post("/api-keys", &member.access_token, &json!({"name": "mine", "team_id": team})).await;
+    assert_eq!(r.status(), 201);
+    let b: serde_json::Value = r.json().await.unwrap();
+    (b["id"].as_str().unwrap().to_string(), b["key"].as_str().unwrap().to_string())
+}
+
+async fn refused_soon(stack: &Stack, key: &str) -> bool {
+    // The revocation reaches the proxies by message; allow it a few round trips.
+    for _ in 0..50 {
+        if stack.chat(key, gw_tests::mock_chat("hi")).await.status() == 401 {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_removed_members_keys_are_refused_by_the_proxy() {
+    let stack = Stack::shared().await;
+    let owner = stack.register().await;
+    let team = stack.create_team(&owner, "leavers").await;
+    let member = stack.join(&owner, "member", &[team]).await;
+    let (id, key) = member_key(&stack, &member, team).await;
+    // Warm the proxy's cache: only the invalidation can end the key fast.
+    assert_eq!(stack.chat(&key, gw_tests::mock_chat("hi")).await.status(), 200);
+    assert_eq!(stack.admin_delete(&format!("/users/{}", member.user_id), &owner.access_token).await.status(), 204);
+    assert!(refused_soon(&stack, &key).await, "the removed member's key still works");
+    let got: serde_json::Value =
+        stack.admin_get(&format!("/api-keys/{id}"), &owner.access_token).await.json().await.unwrap();
+    assert_eq!(got["status"], "revoked");
+}
+
+#[tokio::test]
+async fn keys_transferred_before_the_removal_keep_working() {
+    let stack = Stack::shared().await;
+    let owner = stack.register().await;
+    let team = stack.create_team(&owner, "handover").await;
+    let member = stack.join(&owner, "member", &[team]).await;
+    let (id, key) = member_key(&stack, &member, team).await;
+    let body = json!({"to_user_id": owner.user_id});
+    let r = stack.admin_post(&format!("/users/{}/transfer-keys", member.user_id), &owner.access_token, &body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["transferred"], 1);
+    assert_eq!(stack.admin_delete(&format!("/users/{}", member.user_id), &owner.access_token).await.status(), 204);
+    assert_eq!(stack.chat(&key, gw_tests::mock_chat("hi")).await.status(), 200);
+    let got: serde_json::Value =
+        stack.admin_get(&format!("/api-keys/{id}"), &owner.access_token).await.json().await.unwrap();
+    assert_eq!(got["created_by"], owner.user_id.to_string());
+    // Transferring to someone outside the organization is refused naming the field.
+    let r = stack
+        .admin_post(
+            &format!("/users/{}/transfer-keys", owner.user_id),
+            &owner.access_token,
+            &json!({"to_user_id": Uuid::new_v4()}),
+        )
+        .await;
+    let b = expect_api_error(r, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "to_user_id");
+}

@@ -1,12 +1,15 @@
 //! The organization's members: list and read them; owners and admins change roles and remove
 //! members. Only an owner grants the owner role or changes or removes an owner; the organization
 //! always keeps at least one owner; nobody changes their own role. A removed member's sessions
-//! end at once, and so does access for a demoted one (their sessions are revoked).
+//! end at once, and so does access for a demoted one (their sessions are revoked). The API keys a
+//! removed member created are revoked with the removal, unless an admin first hands them to
+//! another member (`POST /users/{user_id}/transfer-keys`).
 
-use actix_web::{delete, get, patch, web, HttpRequest, HttpResponse};
+use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use gw_shared::db::{sessions, teams, users};
+use gw_shared::db::{api_keys, sessions, teams, users};
+use gw_shared::redis::Invalidation;
 use gw_shared::roles::Role;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -22,7 +25,7 @@ use crate::trail::Entry;
 use crate::trail::Trail;
 
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(list_users).service(get_user).service(update_user).service(remove_user);
+    cfg.service(list_users).service(get_user).service(update_user).service(remove_user).service(transfer_keys);
 }
 
 #[derive(Serialize, ToSchema)]
@@ -205,8 +208,9 @@ async fn set_role_tx(
     users::find_member(conn, org_id, user_id).await?.ok_or(ApiError::NotFound("user"))
 }
 
-/// Remove a member from the organization and its teams; their sessions end at once. Only an
-/// owner removes an owner; the last owner stays (409).
+/// Remove a member from the organization and its teams; their sessions end at once, and the API
+/// keys they created are revoked (the proxies refuse them within a second) unless they were
+/// transferred first. Only an owner removes an owner; the last owner stays (409).
 #[utoipa::path(tag = "users", params(("user_id" = Uuid, Path, description = "The user's id")),
     responses((status = 204, description = "Removed"), Errors))]
 #[delete("/users/{user_id}")]
@@ -220,9 +224,63 @@ pub async fn remove_user(
     let trail = Trail::of(&session, &req);
     let (org_id, actor_role) = (session.org_id, session.role);
     let mut conn = state.conn().await?;
-    conn.transaction(async |conn| remove_tx(conn, &trail, org_id, actor_role, user_id).await).await?;
-    log::info!("user {user_id} removed from org {org_id}");
+    let revoked = conn.transaction(async |conn| remove_tx(conn, &trail, org_id, actor_role, user_id).await).await?;
+    for (key_id, hashes) in &revoked {
+        for hash in hashes {
+            let Ok(hash) = <[u8; 32]>::try_from(hash.as_slice()) else {
+                return Err(ApiError::Internal("stored key hash is not 32 bytes".into()));
+            };
+            state.invalidate(&Invalidation::ApiKey(hash), format!("the revocation of key {key_id}")).await;
+        }
+    }
+    log::info!("user {user_id} removed from org {org_id}; {} of their key(s) revoked", revoked.len());
     Ok(HttpResponse::NoContent().finish())
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TransferKeysBody {
+    /// The member who becomes the keys' creator.
+    to_user_id: Uuid,
+}
+
+/// How many keys changed hands.
+#[derive(Serialize, ToSchema)]
+pub struct KeysTransferred {
+    transferred: usize,
+}
+
+/// Hand every live API key a member created to another member (before removing the first, so
+/// the keys survive the removal). The keys, their secrets and restrictions stay as they are.
+#[utoipa::path(tag = "users", params(("user_id" = Uuid, Path, description = "The member whose keys move")),
+    request_body = TransferKeysBody, responses((status = 200, body = KeysTransferred), Errors))]
+#[post("/users/{user_id}/transfer-keys")]
+pub async fn transfer_keys(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    path: web::Path<Uuid>,
+    body: crate::body::Json<TransferKeysBody>,
+) -> ApiResult<HttpResponse> {
+    let from = path.into_inner();
+    let to = body.into_inner().to_user_id;
+    if from == to {
+        return Err(ApiError::field("to_user_id", "must be another member"));
+    }
+    let mut conn = state.conn().await?;
+    users::find_member(&mut conn, session.org_id, from).await?.ok_or(ApiError::NotFound("user"))?;
+    if users::find_member(&mut conn, session.org_id, to).await?.is_none() {
+        return Err(ApiError::field("to_user_id", "is not a member of this organization"));
+    }
+    let n = api_keys::transfer_created_by(&mut conn, session.org_id, from, to).await?;
+    let entry = Entry {
+        action: "api_key.transfer",
+        resource_type: "user",
+        resource_id: Some(from.to_string()),
+        detail: json!({"to_user_id": to, "keys": n}),
+    };
+    crate::trail::by(&mut conn, &session, &req, entry).await?;
+    Ok(HttpResponse::Ok().json(KeysTransferred { transferred: n }))
 }
 
 async fn remove_tx(
@@ -231,7 +289,7 @@ async fn remove_tx(
     org_id: Uuid,
     actor_role: Role,
     user_id: Uuid,
-) -> ApiResult<()> {
+) -> ApiResult<Vec<(Uuid, Vec<Vec<u8>>)>> {
     let owners = users::lock_owners(conn, org_id).await?;
     let actor_role = actor_now(conn, org_id, trail, actor_role).await?;
     let target = users::find_member(conn, org_id, user_id).await?.ok_or(ApiError::NotFound("user"))?;
@@ -246,12 +304,14 @@ async fn remove_tx(
         return Err(ApiError::NotFound("user"));
     }
     sessions::revoke_for_member(conn, org_id, user_id).await?;
+    let revoked = api_keys::revoke_created_by(conn, org_id, user_id).await?;
+    let keys: Vec<Uuid> = revoked.iter().map(|(id, _)| *id).collect();
     let entry = Entry {
         action: "user.remove",
         resource_type: "user",
         resource_id: Some(user_id.to_string()),
-        detail: json!({"email": target.email, "role": role.as_str()}),
+        detail: json!({"email": target.email, "role": role.as_str(), "revoked_keys": keys}),
     };
     trail.record(conn, entry).await?;
-    Ok(())
+    Ok(revoked)
 }

@@ -199,6 +199,39 @@ pub async fn revoke(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Res
     Ok(hashes.map(|(h, p)| std::iter::once(h).chain(p).collect()))
 }
 
+/// Revokes every live key a user created in an organization (the user is leaving it); returns
+/// each key's id and hashes (current and replaced) for the proxies' caches.
+pub async fn revoke_created_by(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    user_id: Uuid,
+) -> Result<Vec<(Uuid, Vec<Vec<u8>>)>> {
+    let rows: Vec<(Uuid, Vec<u8>, Option<Vec<u8>>)> = diesel::update(
+        api_keys::table
+            .filter(api_keys::org_id.eq(org_id))
+            .filter(api_keys::created_by.eq(user_id))
+            .filter(api_keys::revoked_at.is_null()),
+    )
+    .set(api_keys::revoked_at.eq(Utc::now()))
+    .returning((api_keys::id, api_keys::key_hash, api_keys::previous_key_hash))
+    .get_results(conn)
+    .await?;
+    Ok(rows.into_iter().map(|(id, h, p)| (id, std::iter::once(h).chain(p).collect())).collect())
+}
+
+/// Hands every live key a user created in an organization to another member; returns how many.
+pub async fn transfer_created_by(conn: &mut AsyncPgConnection, org_id: Uuid, from: Uuid, to: Uuid) -> Result<usize> {
+    Ok(diesel::update(
+        api_keys::table
+            .filter(api_keys::org_id.eq(org_id))
+            .filter(api_keys::created_by.eq(from))
+            .filter(api_keys::revoked_at.is_null()),
+    )
+    .set(api_keys::created_by.eq(to))
+    .execute(conn)
+    .await?)
+}
+
 /// What the proxy needs to authorize a request made with a key (also what Redis caches of it).
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, serde::Serialize, serde::Deserialize)]
 #[diesel(table_name = api_keys)]

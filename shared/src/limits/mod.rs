@@ -5,6 +5,7 @@
 pub mod estimate;
 pub mod events;
 pub mod local;
+pub mod narrowing;
 pub mod period;
 pub mod plan;
 pub mod script;

@@ -393,6 +393,14 @@ pub async fn update(
     if perms.as_ref().is_some_and(|p| *p != key.permissions) && !session.is_admin() {
         return Err(ApiError::Forbidden("changing a key's permissions needs the admin role or higher".into()));
     }
+    if !session.is_admin() {
+        if let Some(field) = loosened(&key, &b.expires_at, &allowed_models, &budget, &rate_limits) {
+            return Err(ApiError::Forbidden(format!(
+                "members may tighten a key's restrictions, not loosen them: loosening {field} needs the admin role or \
+                 higher"
+            )));
+        }
+    }
     let change =
         api_keys::Change { name, permissions: perms, expires_at: b.expires_at, allowed_models, budget, rate_limits };
     let Some((row, hash)) = api_keys::update(&mut conn, session.org_id, id, &change).await? else {
@@ -408,6 +416,42 @@ pub async fn update(
     drop_cached(&state, id, hash, "update").await?;
     let s = spend::of_one(&mut conn, session.org_id, Owner::Key, row.id, row.budget.as_ref()).await?;
     Ok(HttpResponse::Ok().json(ApiKeyOut::new(row, s)))
+}
+
+/// The first restriction of `key` a change loosens, if any (`gw_shared::limits::narrowing`).
+fn loosened(
+    key: &api_keys::ApiKey,
+    expires_at: &Option<Option<DateTime<Utc>>>,
+    models: &Option<Option<Vec<String>>>,
+    budget: &Option<Option<Value>>,
+    rate_limits: &Option<Option<Value>>,
+) -> Option<&'static str> {
+    use gw_shared::limits::narrowing;
+    use gw_shared::limits::settings::{Budget, RateLimits};
+    let parse_budget = |v: Option<&Value>| v.and_then(|v| serde_json::from_value::<Budget>(v.clone()).ok());
+    let parse_limits = |v: Option<&Value>| v.and_then(|v| serde_json::from_value::<RateLimits>(v.clone()).ok());
+    if let Some(new) = models {
+        if narrowing::models_loosened(key.allowed_models.as_deref(), new.as_deref()) {
+            return Some("models");
+        }
+    }
+    if let Some(new) = budget {
+        if narrowing::budget_loosened(parse_budget(key.budget.as_ref()).as_ref(), parse_budget(new.as_ref()).as_ref()) {
+            return Some("budget");
+        }
+    }
+    if let Some(new) = rate_limits {
+        let (cur, new) = (parse_limits(key.rate_limits.as_ref()), parse_limits(new.as_ref()));
+        if narrowing::rate_limits_loosened(cur.as_ref(), new.as_ref()) {
+            return Some("rate_limits");
+        }
+    }
+    if let Some(new) = expires_at {
+        if narrowing::expiry_loosened(key.expires_at, *new) {
+            return Some("expires_at");
+        }
+    }
+    None
 }
 
 /// Revoke a key: the proxies refuse it within a second. Revoking again is a no-op.
