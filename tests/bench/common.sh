@@ -38,6 +38,7 @@ ${4:-}
 [admin]
 listen = "127.0.0.1:$ADMIN_PORT"
 workers = 1
+signup = "open"
 [[providers]]
 name = "bench-upstream"
 kind = "openai"

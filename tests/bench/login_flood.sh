@@ -25,6 +25,7 @@ url = "$REDIS_URL"
 [admin]
 listen = "127.0.0.1:$PORT"
 workers = 1
+signup = "open"
 trust_forwarded_for = true
 TOML
 "$REL/gw-admin" migrate

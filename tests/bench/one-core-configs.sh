@@ -30,6 +30,7 @@ cat > "$work/admin.toml" <<TOML
 [admin]
 listen = "127.0.0.1:$port"
 workers = 1
+signup = "open"
 TOML
 "$ADMIN_BIN" migrate >/dev/null
 GW_CONFIG=$work/admin.toml RUST_LOG=warn "$ADMIN_BIN" serve >"$work/admin.log" 2>&1 & admin_pid=$!

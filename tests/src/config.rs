@@ -64,6 +64,8 @@ workers = 1
 # Every test signs up and in from 127.0.0.1: per-address throttling is tested on a stack of its
 # own (admin_auth.rs), with addresses taken from X-Forwarded-For.
 ip_attempts = 1000000
+# Every test registers organizations of its own (sign-up modes are tested on stacks of their own).
+signup = "open"
 max_concurrent_hashes = 4
 # Tests read overviews over hours the rollup job has just aggregated, and seed rows years old
 # (retention is tested on a database of its own).

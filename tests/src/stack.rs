@@ -260,6 +260,28 @@ impl Stack {
         s
     }
 
+    /// An owner made the way an operator makes one where sign-up is not open: `gw-admin
+    /// bootstrap` (a fresh address), then a password sign-in.
+    pub async fn bootstrap_owner(&self) -> Session {
+        let email = format!("bootstrap-{}@test.gw", Uuid::new_v4());
+        let out = std::env::temp_dir().join(format!("gw-bootstrap-{}.json", Uuid::new_v4()));
+        let out_text = out.display().to_string();
+        self.admin_command(&["bootstrap", "--email", &email, "--out", &out_text]);
+        let creds: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("bootstrap credentials")).expect("json");
+        let _ = std::fs::remove_file(&out);
+        let r = self
+            .http
+            .post(format!("{}/api/v1/auth/login", self.admin))
+            .json(&serde_json::json!({"email": email, "password": creds["password"]}))
+            .send()
+            .await
+            .expect("login");
+        assert_eq!(r.status(), 200, "the bootstrap login failed");
+        let body: serde_json::Value = r.json().await.expect("login body");
+        Session::from_tokens(email, &body)
+    }
+
     /// Whether this handle points at the shared stack.
     pub fn is_shared(&self) -> bool {
         self.shared

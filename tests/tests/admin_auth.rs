@@ -571,3 +571,51 @@ async fn a_path_id_that_is_not_a_uuid_is_400_without_the_parsers_words() {
     }
     "#);
 }
+
+// ---- sign-up modes (admin.signup) ----
+
+#[tokio::test]
+async fn with_sign_up_closed_nobody_registers_and_invites_admit_existing_accounts_only() {
+    let stack =
+        Stack::start_with(StackOptions { admin_config: "signup = \"closed\"".into(), ..Default::default() }).await;
+    let body = json!({"email": format!("c-{}@test.gw", uuid::Uuid::new_v4()), "password": PASSWORD, "name": "N", "org_name": "O"});
+    let b = expect_api_error(stack.public_post("/auth/register", &body).await, 403).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "forbidden",
+        "fields": [],
+        "message": "sign-up is closed on this gateway"
+      }
+    }
+    "#);
+    let owner = stack.bootstrap_owner().await;
+    let email = format!("new-{}@test.gw", uuid::Uuid::new_v4());
+    let invite: Value =
+        stack.admin_post("/invites", &owner.access_token, &json!({"email": email})).await.json().await.unwrap();
+    let accept = json!({"token": invite["token"], "name": "New", "password": PASSWORD});
+    let b = expect_api_error(stack.public_post("/auth/invites/accept", &accept).await, 403).await;
+    assert_eq!(
+        b["error"]["message"],
+        "new accounts are closed on this gateway: only an existing account accepts an invite"
+    );
+}
+
+#[tokio::test]
+async fn with_sign_up_by_invitation_only_an_invite_admits() {
+    let stack =
+        Stack::start_with(StackOptions { admin_config: "signup = \"invite_only\"".into(), ..Default::default() }).await;
+    let email = format!("i-{}@test.gw", uuid::Uuid::new_v4());
+    let body = json!({"email": email, "password": PASSWORD, "name": "N", "org_name": "O"});
+    let b = expect_api_error(stack.public_post("/auth/register", &body).await, 403).await;
+    assert_eq!(
+        b["error"]["message"],
+        "sign-up is by invitation only on this gateway: ask an organization for an invite"
+    );
+    let owner = stack.bootstrap_owner().await;
+    let invite: Value =
+        stack.admin_post("/invites", &owner.access_token, &json!({"email": email})).await.json().await.unwrap();
+    let accept = json!({"token": invite["token"], "name": "New", "password": PASSWORD});
+    let r = stack.public_post("/auth/invites/accept", &accept).await;
+    assert_eq!(r.status(), 201);
+}

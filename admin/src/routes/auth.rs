@@ -102,6 +102,7 @@ pub async fn register(
     body: crate::body::Json<RegisterBody>,
 ) -> ApiResult<HttpResponse> {
     throttle::attempt(&state, &req, "register").await?;
+    signup_open(&state)?;
     let b = body.into_inner();
     let email = validate::email("email", &b.email)?;
     let name = validate::text("name", &b.name, 200)?;
@@ -125,6 +126,18 @@ pub async fn register(
     };
     let tokens = signed_up(&state, &mut conn, &req, &org, &user).await?;
     Ok(HttpResponse::Created().json(tokens))
+}
+
+/// Sign-up is refused unless the operator opened it (`admin.signup = "open"`).
+fn signup_open(state: &AppState) -> ApiResult<()> {
+    use gw_shared::config::SignupMode;
+    match state.cfg.admin.signup {
+        SignupMode::Open => Ok(()),
+        SignupMode::InviteOnly => Err(ApiError::Forbidden(
+            "sign-up is by invitation only on this gateway: ask an organization for an invite".into(),
+        )),
+        SignupMode::Closed => Err(ApiError::Forbidden("sign-up is closed on this gateway".into())),
+    }
 }
 
 struct Pending {
@@ -224,6 +237,7 @@ pub async fn verify_email(
     body: crate::body::Json<VerifyBody>,
 ) -> ApiResult<HttpResponse> {
     throttle::attempt(&state, &req, "verify").await?;
+    signup_open(&state)?;
     let b = body.into_inner();
     let token = b.token.clone();
     let invalid = || ApiError::field("token", "this confirmation link is invalid, expired or already used");

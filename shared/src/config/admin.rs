@@ -62,6 +62,30 @@ pub struct AdminConfig {
     pub password_reset_ttl_secs: i64,
     /// The issuer name in TOTP authenticator apps.
     pub totp_issuer: String,
+    /// Who may create accounts and organizations: `open` (anyone signs up an organization),
+    /// `invite_only` (the default: no sign-up; invites and SSO create accounts), `closed` (no new
+    /// accounts at all: invites admit existing accounts only, SSO creates none; the operator's
+    /// `gw-admin bootstrap` still works).
+    pub signup: SignupMode,
+}
+
+/// `admin.signup`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignupMode {
+    Open,
+    InviteOnly,
+    Closed,
+}
+
+impl SignupMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignupMode::Open => "open",
+            SignupMode::InviteOnly => "invite_only",
+            SignupMode::Closed => "closed",
+        }
+    }
 }
 
 impl Default for AdminConfig {
@@ -93,6 +117,7 @@ impl Default for AdminConfig {
             dns_resolver: None,
             password_reset_ttl_secs: 3600,
             totp_issuer: "gw".into(),
+            signup: SignupMode::InviteOnly,
         }
     }
 }

@@ -12,7 +12,7 @@ mod admin;
 mod mail;
 mod routes;
 
-pub use admin::AdminConfig;
+pub use admin::{AdminConfig, SignupMode};
 pub use mail::MailConfig;
 pub use routes::{give_id, RouteError, Routes, RoutesSource, MAX_DEPLOYMENTS, MAX_MODELS, MAX_PROVIDERS};
 

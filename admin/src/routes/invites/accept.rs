@@ -84,6 +84,11 @@ pub async fn accept_invite(
         (invite, existing)
     };
     let account = match existing {
+        None if state.cfg.admin.signup == gw_shared::config::SignupMode::Closed => {
+            return Err(ApiError::Forbidden(
+                "new accounts are closed on this gateway: only an existing account accepts an invite".into(),
+            ))
+        }
         None => {
             let name = match b.name.as_deref() {
                 Some(n) => validate::text("name", n, 200)?,

@@ -75,6 +75,11 @@ pub(super) async fn sign_in(state: &AppState, conn: &mut AsyncPgConnection, logi
     if let Some(existing) = users::find_by_email(conn, &login.email.normalized).await? {
         return Ok(Outcome::LinkRequired(existing.id));
     }
+    if state.cfg.admin.signup == gw_shared::config::SignupMode::Closed {
+        return Err(ApiError::Forbidden(
+            "new accounts are closed on this gateway: SSO signs in existing accounts only".into(),
+        ));
+    }
     let new = NewUser {
         id: new_id(),
         email: &login.email.display,
