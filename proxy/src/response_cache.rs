@@ -52,7 +52,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn ttl(&self) -> Duration {
-        self.directives.ttl.unwrap_or(self.settings.ttl)
+        self.directives.ttl_within(self.settings.ttl)
     }
 }
 
@@ -111,7 +111,7 @@ pub struct ResponseCache {
     l3_timeout: Duration,
     db: DbPool,
     embedder: Embedder,
-    embed_slots: Semaphore,
+    embed_slots: Arc<Semaphore>,
     jobs: mpsc::Sender<Job>,
     jobs_rx: tokio::sync::Mutex<mpsc::Receiver<Job>>,
     metrics: Arc<Metrics>,
@@ -138,7 +138,7 @@ impl ResponseCache {
             l3_timeout: cfg.l3_timeout,
             db,
             embedder,
-            embed_slots: Semaphore::new(EMBED_SLOTS),
+            embed_slots: Arc::new(Semaphore::new(EMBED_SLOTS)),
             jobs,
             jobs_rx: tokio::sync::Mutex::new(jobs_rx),
             metrics,
@@ -300,10 +300,20 @@ impl ResponseCache {
         let Some(embedder) = self.embedder.get().await else {
             return Err("the local embedding model is not loaded (GW_EMBEDDING_MODEL_DIR)".into());
         };
-        let _slot = self.embed_slots.acquire().await.map_err(|e| e.to_string())?;
+        if prompt.len() > gw_shared::cache::embed::MAX_PROMPT_BYTES {
+            return Ok(None);
+        }
+        // The slot goes with the work: a lookup that times out stops waiting, but the blocking
+        // embedding it started holds its slot until it ends, so slots bound the work itself.
+        let slot = self.embed_slots.clone().acquire_owned().await.map_err(|e| e.to_string())?;
         let prompt = prompt.to_string();
         let started = Instant::now();
-        let result = tokio::task::spawn_blocking(move || embedder.embed(&prompt)).await.map_err(|e| e.to_string())?;
+        let result = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            embedder.embed(&prompt)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
         self.metrics.cache_embedding.observe(started.elapsed().as_secs_f64());
         match result {
             Ok(v) => Ok(Some(Arc::new(v))),

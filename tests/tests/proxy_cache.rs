@@ -286,6 +286,19 @@ async fn the_ttl_header_bounds_the_entry_and_a_bad_one_is_refused() {
 }
 
 #[tokio::test]
+async fn a_clients_ttl_never_outlives_the_organizations() {
+    let stack = Stack::shared().await;
+    let (_, key) = org(&stack, json!({"l1": true, "ttl_seconds": 1})).await;
+    let tag = unique_tag();
+    let b = body("Kept no longer than the organization says", &tag);
+    let r = stack.chat_with(&stack.proxy, &key, &b, &[("x-gw-cache-ttl", "86400")]).await;
+    assert_eq!(header(&r, "x-gw-cache"), "miss");
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &b, &[]).await, "x-gw-cache"), "L1");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(header(&stack.chat_with(&stack.proxy, &key, &b, &[]).await, "x-gw-cache"), "miss");
+}
+
+#[tokio::test]
 async fn caching_is_off_until_the_organization_turns_it_on() {
     let stack = Stack::shared().await;
     let (_, key, _) = stack.org_with_key().await;

@@ -16,6 +16,11 @@ pub const DIMENSIONS: usize = 384;
 /// Longest prompt embedded, in tokens (the model's own limit). A longer prompt is not looked
 /// up semantically at all: two long prompts that differ only past the limit would embed alike.
 pub const MAX_TOKENS: usize = 256;
+/// Longer prompts are refused before the tokenizer sees them, so one tenant's megabyte prompt
+/// costs nothing here. 256 tokens of ordinary text are about 1-2 KB; the bound is far above
+/// that (a prompt between the two that tokenizes within 256 tokens is pathological: mostly
+/// whitespace) and is a bound on the tokenizer's work.
+pub const MAX_PROMPT_BYTES: usize = 16 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
@@ -60,6 +65,9 @@ impl LocalEmbedder {
 
     /// The prompt's embedding: unit length, so the dot product of two is their cosine.
     pub fn embed(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        if text.len() > MAX_PROMPT_BYTES {
+            return Err(EmbedError::TooLong);
+        }
         let enc = self.tokenizer.encode(text, true).map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
         let ids = enc.get_ids();
         if ids.len() > MAX_TOKENS {
@@ -105,6 +113,8 @@ mod tests {
         assert_eq!(enc.get_ids().len(), 3, "[CLS] short [SEP], no padding");
         let long = "word ".repeat(300);
         assert!(matches!(e.embed(&long), Err(EmbedError::TooLong)), "a long prompt is refused, not cut");
+        let huge = "word ".repeat(200_000);
+        assert!(matches!(e.embed(&huge), Err(EmbedError::TooLong)), "a megabyte is refused before tokenizing");
         let near = cosine(&v, &e.embed("how to reverse a list in python").unwrap());
         let far = cosine(&v, &e.embed("What is the boiling point of water?").unwrap());
         assert!(near > 0.9 && far < 0.5, "{near} {far}");

@@ -166,6 +166,14 @@ impl Default for Directives {
     }
 }
 
+impl Directives {
+    /// How long an answer is kept: the client's `x-gw-cache-ttl`, capped by the configured TTL
+    /// (a client may keep an answer shorter than the organization allows, never longer).
+    pub fn ttl_within(&self, configured: Duration) -> Duration {
+        self.ttl.map_or(configured, |asked| asked.min(configured))
+    }
+}
+
 /// Reads the request's directives; an unreadable TTL is the client's error.
 pub fn directives(cache_control: Option<&str>, ttl: Option<&str>) -> Result<Directives, String> {
     let mut d = Directives::default();
@@ -234,5 +242,13 @@ mod tests {
         for bad in ["0", "-1", "1.5", "soon", "2592001"] {
             assert!(directives(None, Some(bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_clients_ttl_never_outlives_the_organizations() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(directives(None, Some("60")).unwrap().ttl_within(hour), Duration::from_secs(60));
+        assert_eq!(directives(None, Some("86400")).unwrap().ttl_within(hour), hour);
+        assert_eq!(directives(None, None).unwrap().ttl_within(hour), hour);
     }
 }
