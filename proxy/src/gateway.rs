@@ -25,7 +25,22 @@ impl ProxyHttp for Gateway {
         if session.get_keepalive() == Some(0) {
             session.set_keepalive(Some(self.keepalive_idle_secs));
         }
-        ctx.client_ip = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+        let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+        ctx.client_ip = peer.map(|peer| {
+            if self.trusted_proxies.is_empty() {
+                return peer;
+            }
+            // Several headers are one list, in order.
+            let forwarded: Vec<&str> = session
+                .req_header()
+                .headers
+                .get_all("x-forwarded-for")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect();
+            let joined = (!forwarded.is_empty()).then(|| forwarded.join(","));
+            gw_shared::client_addr::client_address(peer, joined.as_deref(), &self.trusted_proxies)
+        });
         ctx.user_agent = session
             .req_header()
             .headers

@@ -158,6 +158,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         },
         request_timeout: Duration::from_millis(p.request_timeout_ms),
         keepalive_idle_secs: p.keepalive_idle_secs,
+        trusted_proxies: p.trusted_proxies.clone(),
         started_at: chrono::Utc::now().timestamp(),
         warn_log: RateLimitedLog::new("gw_proxy::gateway", Duration::from_secs(1)),
     };

@@ -55,6 +55,8 @@ pub struct Gateway {
     pub request_timeout: Duration,
     /// Idle keep-alive limit for client connections, in seconds.
     pub keepalive_idle_secs: u64,
+    /// `proxy.trusted_proxies`: whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Unix time the process started: the `created` of every listed model.
     pub started_at: i64,
     /// Per-request warnings (5xx answers, missing usage), at most a line a second.

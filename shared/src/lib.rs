@@ -6,6 +6,7 @@ pub mod analytics;
 pub mod audit;
 pub mod cache;
 pub mod catalog;
+pub mod client_addr;
 pub mod config;
 pub mod crypto;
 pub mod db;

@@ -164,3 +164,36 @@ async fn postgres_outage_longer_than_the_key_cache_fails_no_request() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn behind_a_trusted_load_balancer_one_sprayer_does_not_throttle_everyone() {
+    // gw-proxy sees every request from 127.0.0.1, its load balancer; the clients are named in
+    // X-Forwarded-For.
+    let stack = Stack::start_with(StackOptions {
+        proxy_config: "audit_flush_interval_ms = 50\nauth_failures_per_minute = 5\ntrusted_proxies = [\"127.0.0.0/8\"]"
+            .into(),
+        ..Default::default()
+    })
+    .await;
+    let models = format!("{}/v1/models", stack.proxy);
+    let from = |client: &'static str| {
+        let (http, url) = (stack.http.clone(), models.clone());
+        async move { http.get(&url).bearer_auth(random_key()).header("x-forwarded-for", client).send().await.unwrap() }
+    };
+    for _ in 0..5 {
+        assert_eq!(from("203.0.113.7").await.status(), 401);
+    }
+    assert_eq!(from("203.0.113.7").await.status(), 429, "the sprayer is throttled");
+    // A header the sprayer adds itself is to the left of the load balancer's hop: ignored.
+    let spoofed = stack
+        .http
+        .get(&models)
+        .bearer_auth(random_key())
+        .header("x-forwarded-for", "198.51.100.99, 203.0.113.7")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoofed.status(), 429);
+    // Another client behind the same load balancer is not.
+    assert_eq!(from("203.0.113.8").await.status(), 401);
+}

@@ -161,6 +161,11 @@ pub struct ProxyConfig {
     /// Failed authentications allowed per client address per minute before gw stops looking
     /// unknown keys up (cached keys keep working).
     pub auth_failures_per_minute: u32,
+    /// The operator's proxies in front of gw-proxy (load balancers, ingress), as CIDRs: a
+    /// request from one of them is attributed to the client its `X-Forwarded-For` names
+    /// (`gw_shared::client_addr`), for throttling and the audit log. Empty: the peer is the
+    /// client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Longest wait for Postgres or Redis on the request path before falling back.
     pub store_timeout_ms: u64,
     /// Largest request header block (all names and values), and largest single header value;
@@ -232,6 +237,7 @@ impl Default for ProxyConfig {
             lookup_cache_max_bytes: 64 * 1024 * 1024,
             policy_cache_max_bytes: 128 * 1024 * 1024,
             auth_failures_per_minute: 60,
+            trusted_proxies: Vec::new(),
             store_timeout_ms: 1_000,
             max_header_bytes: 32 * 1024,
             max_header_value_bytes: 8 * 1024,
