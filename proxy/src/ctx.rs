@@ -177,6 +177,8 @@ pub struct RequestCtx {
     /// The caller's `User-Agent` (bounded), kept once in the audit log's dictionary.
     pub user_agent: Option<String>,
     /// The organization keeps bodies in its audit rows.
+    /// The organization's data-residency region: deployments of another region are skipped.
+    pub region: Option<Arc<str>>,
     pub log_bodies: bool,
     /// The answer as sent, when bodies are logged (bounded).
     pub response_body: Option<String>,
@@ -224,6 +226,7 @@ impl RequestCtx {
             answered_by_gw: false,
             header_at: None,
             user_agent: None,
+            region: None,
             log_bodies: false,
             response_body: None,
         }

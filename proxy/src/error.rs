@@ -52,6 +52,9 @@ pub enum ProxyError {
     /// No deployment could express the request (e.g. a feature the provider lacks).
     #[error("{0}")]
     Unsupported(String),
+    /// Every deployment of the model runs in another region than the organization's.
+    #[error("The model '{}' has no deployment in this organization's data-residency region ({region}).", echo(model))]
+    NotInRegion { model: String, region: String },
     /// Every deployment of the model is cooling down after failures or at its capacity.
     #[error("No deployment of model '{}' is available right now (all are cooling down or at capacity); retry shortly.", echo(.0))]
     NoDeployment(String),
@@ -154,7 +157,7 @@ impl ProxyError {
             MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) | RevokedKey(_) | ExpiredKey(_) => 401,
             PermissionDenied(_) => 403,
             AuthThrottled(_) | LimitExceeded(_) => 429,
-            InvalidTeam(_) | BadRequest { .. } | WrongEndpoint { .. } | Unsupported(_) => 400,
+            InvalidTeam(_) | BadRequest { .. } | WrongEndpoint { .. } | Unsupported(_) | NotInRegion { .. } => 400,
             PolicyBlocked { .. } | PolicyHeader(_) => 400,
             GuardrailFailed { .. } | PolicyUnavailable => 503,
             NoDeployment(_) => 503,
@@ -192,6 +195,7 @@ impl ProxyError {
             UnknownModel(_) => "model_not_found",
             WrongEndpoint { .. } => "wrong_endpoint",
             Unsupported(_) => "unsupported_parameter",
+            NotInRegion { .. } => "model_not_in_region",
             NoDeployment(_) => "no_available_deployment",
             Upstream { error, .. } => match &error.failure {
                 UpstreamFailure::Rejected { .. } => "upstream_rejected",
@@ -238,6 +242,7 @@ impl ProxyError {
             UnknownModel(_) => ("invalid_request_error", "model_not_found", Some("model")),
             WrongEndpoint { .. } => ("invalid_request_error", "wrong_endpoint", Some("model")),
             Unsupported(_) => ("invalid_request_error", "unsupported_parameter", None),
+            NotInRegion { .. } => ("invalid_request_error", "model_not_in_region", Some("model")),
             NoDeployment(_) => ("api_error", "no_available_deployment", None),
             Upstream { error, .. } if error.failure == UpstreamFailure::RateLimited => {
                 ("rate_limit_error", self.label(), None)

@@ -338,3 +338,47 @@ async fn a_client_that_leaves_mid_stream_is_billed_and_the_upstream_read_no_furt
     assert_eq!(row.settled_by.as_deref(), Some("estimate"));
     assert!(row.prompt_tokens > 0 && row.cost_usd > rust_decimal::Decimal::ZERO, "{row:?}");
 }
+
+#[tokio::test]
+async fn an_organizations_requests_stay_in_its_data_residency_region() {
+    let stack = Stack::start_with(StackOptions {
+        extra_config: "[[providers]]\nname = \"in-us\"\nkind = \"openai\"\nbase_url = \"{mock}/v1\"\n\
+                       api_key_env = \"GW_TEST_UPSTREAM_KEY\"\n\
+                       [[providers]]\nname = \"in-eu\"\nkind = \"openai\"\nbase_url = \"{mock}/v1\"\n\
+                       api_key_env = \"GW_TEST_UPSTREAM_KEY\"\n\
+                       [[models]]\nname = \"resident\"\nstrategy = \"round_robin\"\n\
+                       deployments = [{ provider = \"in-us\", model = \"gpt-4o-mini\", region = \"us\" }, \
+                       { provider = \"in-eu\", model = \"gpt-4o-mini\", region = \"eu\" }]\n\
+                       [[models]]\nname = \"us-only\"\n\
+                       deployments = [{ provider = \"in-us\", model = \"gpt-4o-mini\", region = \"us\" }]\n"
+            .into(),
+        ..Default::default()
+    })
+    .await;
+    let (eu, eu_key, _) = stack.org_with_key().await;
+    let r = stack
+        .admin_patch("/organizations/current", &eu.access_token, &json!({"data_residency": {"region": "eu"}}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let (_, us_key, _) = stack.org_with_key().await;
+    for _ in 0..6 {
+        let r = stack.chat(&eu_key, json!({"model": "resident", "messages": user_message("hi")})).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-gw-provider"), "in-eu", "an eu organization's request left the eu");
+        let r = stack.chat(&us_key, json!({"model": "resident", "messages": user_message("hi")})).await;
+        assert_eq!(header(&r, "x-gw-provider"), "in-us");
+    }
+    let r = stack.chat(&eu_key, json!({"model": "us-only", "messages": user_message("hi")})).await;
+    assert_eq!(r.status(), 400);
+    let b: Value = r.json().await.unwrap();
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "model_not_in_region",
+        "message": "The model 'us-only' has no deployment in this organization's data-residency region (eu).",
+        "param": "model",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
+}

@@ -160,8 +160,8 @@ pub async fn update(
     if b.require_totp.is_some() && session.role != gw_shared::roles::Role::Owner {
         return Err(ApiError::Forbidden("only an owner changes require_totp".into()));
     }
-    // The proxies cache limits and body logging together.
-    let limits_changed = budget.is_some() || rate_limits.is_some() || b.log_bodies.is_some();
+    // The proxies cache limits, body logging and the residency region together.
+    let limits_changed = budget.is_some() || rate_limits.is_some() || b.log_bodies.is_some() || region.is_some();
     let change = orgs::Change {
         name,
         data_residency_region: region,

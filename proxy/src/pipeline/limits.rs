@@ -9,6 +9,7 @@
 //! limit it reserved (`estimate::completion_reservation`). So an admitted request never costs
 //! more than its reservation, and a hard budget is never passed.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use gw_shared::limits::estimate::{self, Estimate};
@@ -37,6 +38,7 @@ pub async fn run(gw: &Gateway, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
         }
     };
     ctx.log_bodies = org.as_ref().is_some_and(|o| o.log_bodies);
+    ctx.region = org.as_ref().and_then(|o| o.region.as_deref()).map(Arc::from);
     let team = ctx.team.clone();
     let mut scopes: Vec<(Scope, &ScopeLimits)> = Vec::with_capacity(3);
     if let Some(org) = org.as_deref().map(|o| &o.limits).filter(|l| !l.is_empty()) {

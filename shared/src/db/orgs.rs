@@ -36,17 +36,26 @@ pub struct OrgSettings {
     pub limits: ScopeLimits,
     #[serde(default)]
     pub log_bodies: bool,
+    /// The organization's data-residency region: its requests go only to deployments of that
+    /// region or of none. A cached copy from before it existed decodes as none (and is replaced
+    /// within the cache's TTL).
+    #[serde(default)]
+    pub region: Option<String>,
 }
 
 /// An organization's limits and audit settings (`None`: no such organization).
 pub async fn settings(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<OrgSettings>> {
-    let row: Option<(ScopeLimits, bool)> = organizations::table
+    let row: Option<(ScopeLimits, bool, String)> = organizations::table
         .filter(organizations::id.eq(org_id))
-        .select(((organizations::budget, organizations::rate_limits), organizations::log_bodies))
+        .select((
+            (organizations::budget, organizations::rate_limits),
+            organizations::log_bodies,
+            organizations::data_residency_region,
+        ))
         .first(conn)
         .await
         .optional()?;
-    Ok(row.map(|(limits, log_bodies)| OrgSettings { limits, log_bodies }))
+    Ok(row.map(|(limits, log_bodies, region)| OrgSettings { limits, log_bodies, region: Some(region) }))
 }
 
 #[derive(Debug, Insertable)]

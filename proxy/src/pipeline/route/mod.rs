@@ -82,12 +82,18 @@ async fn try_routes(
     let wants_hint = models.iter().any(|m| m.strategy == gw_shared::config::Strategy::LowestCost);
     let hint = if wants_hint { req.prompt_hint() } else { 0 };
     let mut last: Option<ProxyError> = None;
+    let mut out_of_region = false;
     for route in &models {
         for round in 0..=route.retries {
             if round > 0 {
                 backoff(ctx, route.retry_backoff, round).await?;
             }
             for dep in gw.router.plan(route, hint) {
+                // Data residency: a deployment of another region is never used.
+                if dep.region.as_deref().is_some_and(|r| ctx.region.as_deref().is_some_and(|own| own != r)) {
+                    out_of_region = true;
+                    continue;
+                }
                 if ctx.remaining().is_zero() {
                     return Err(ctx.deadline_exceeded());
                 }
@@ -102,6 +108,9 @@ async fn try_routes(
                 }
             }
         }
+    }
+    if let (None, true, Some(region)) = (&last, out_of_region, ctx.region.as_deref()) {
+        return Err(ProxyError::NotInRegion { model: req.model().to_string(), region: region.to_string() });
     }
     Err(last.unwrap_or_else(|| ProxyError::NoDeployment(req.model().to_string())))
 }
