@@ -232,3 +232,34 @@ async fn members_read_but_do_not_change_the_policy() {
         .await;
     expect_api_error(r, 403).await;
 }
+
+#[tokio::test]
+async fn a_document_over_the_rule_cap_is_refused() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    // Five policies of 50 rules each: every guardrail is within its own cap, the whole is not.
+    let policies: Vec<Value> = (0..5)
+        .map(|p| {
+            let rules: Vec<Value> = (0..50)
+                .map(|r| json!({"name": format!("r{r}"), "pattern": format!("secret-{p}-{r}"), "action": "block"}))
+                .collect();
+            json!({"name": format!("rules-{p}"), "guardrails": [{"type": "regex", "rules": rules}]})
+        })
+        .collect();
+    let r = stack.admin_put("/organizations/current/policy", &s.access_token, &json!({"policies": policies})).await;
+    let b = expect_api_error(r, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "policies",
+            "message": "at most 200 regex rules in the whole document (this one has 250)"
+          }
+        ],
+        "message": "policies: at most 200 regex rules in the whole document (this one has 250)"
+      }
+    }
+    "#);
+}

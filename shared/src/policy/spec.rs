@@ -20,6 +20,14 @@ pub const MAX_PATTERN_LEN: usize = 1_000;
 /// Compiled size of one custom regex: big enough for any sane rule, small enough that a rule
 /// cannot cost the proxy megabytes per organization.
 pub const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// Regex rules of a whole document (every policy, every guardrail): each rule is run over
+/// every message of every request the policy applies to, so the total bounds one tenant's
+/// share of the proxy's workers.
+pub const MAX_DOC_REGEX_RULES: usize = 200;
+/// Bytes of every regex pattern of a document together.
+pub const MAX_DOC_PATTERN_BYTES: usize = 64 * 1024;
+/// Topic phrases of a whole document.
+pub const MAX_DOC_PHRASES: usize = 20_000;
 pub const MAX_MODELS: usize = 500;
 pub const MAX_NAME_LEN: usize = 64;
 pub const MAX_DESCRIPTION_LEN: usize = 500;
@@ -248,6 +256,7 @@ impl OrgPolicy {
                 validate_guardrail(g, &format!("{at}.guardrails[{j}]"))?;
             }
         }
+        self.within_document_caps()?;
         for (field, list) in [("defaults", &self.defaults), ("mandatory", &self.mandatory)] {
             if list.len() > MAX_POLICIES {
                 return Err(problem(field, format!("at most {MAX_POLICIES} names")));
@@ -264,6 +273,41 @@ impl OrgPolicy {
                     return Err(problem(field, format!("{name:?} is listed twice")));
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl OrgPolicy {
+    /// The caps on the whole document: regex rules, their pattern bytes, topic phrases.
+    fn within_document_caps(&self) -> Result<(), Problem> {
+        let (mut rules, mut bytes, mut phrases) = (0usize, 0usize, 0usize);
+        for g in self.policies.iter().flat_map(|p| &p.guardrails) {
+            match g {
+                Guardrail::Regex { rules: r, .. } => {
+                    rules += r.len();
+                    bytes += r.iter().map(|x| x.pattern.len()).sum::<usize>();
+                }
+                Guardrail::TopicGuard { topics, .. } => {
+                    phrases += topics.iter().map(|t| t.phrases.len()).sum::<usize>()
+                }
+                _ => {}
+            }
+        }
+        if rules > MAX_DOC_REGEX_RULES {
+            return Err(problem(
+                "policies",
+                format!("at most {MAX_DOC_REGEX_RULES} regex rules in the whole document (this one has {rules})"),
+            ));
+        }
+        if bytes > MAX_DOC_PATTERN_BYTES {
+            return Err(problem("policies", format!("at most {MAX_DOC_PATTERN_BYTES} bytes of regex patterns in the whole document (this one has {bytes})")));
+        }
+        if phrases > MAX_DOC_PHRASES {
+            return Err(problem(
+                "policies",
+                format!("at most {MAX_DOC_PHRASES} topic phrases in the whole document (this one has {phrases})"),
+            ));
         }
         Ok(())
     }
@@ -339,6 +383,40 @@ fn validate_guardrail(g: &Guardrail, at: &str) -> Result<(), Problem> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod caps_tests {
+    use super::*;
+
+    fn regex_policy(name: &str, rules: usize, pattern: &str) -> PolicyDef {
+        serde_json::from_value(serde_json::json!({
+            "name": name,
+            "guardrails": [{"type": "regex", "rules": (0..rules).map(|i| serde_json::json!({
+                "name": format!("r{i}"), "pattern": pattern, "action": "block"})).collect::<Vec<_>>()}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_document_holds_at_most_its_caps_of_rules() {
+        let policies: Vec<PolicyDef> = (0..4).map(|i| regex_policy(&format!("p{i}"), MAX_REGEX_RULES, "abc")).collect();
+        let doc = OrgPolicy { policies, ..Default::default() };
+        assert!(doc.validate().is_ok(), "{:?}", doc.validate());
+        let mut over = doc.clone();
+        over.policies.push(regex_policy("p4", 1, "abc"));
+        let e = over.validate().unwrap_err();
+        assert_eq!(e.field, "policies");
+        assert!(e.message.contains("at most 200 regex rules"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_document_holds_at_most_its_cap_of_pattern_bytes() {
+        let long = "a".repeat(MAX_PATTERN_LEN);
+        let policies: Vec<PolicyDef> = (0..2).map(|i| regex_policy(&format!("p{i}"), 40, &long)).collect();
+        let e = OrgPolicy { policies, ..Default::default() }.validate().unwrap_err();
+        assert!(e.message.contains("bytes of regex patterns"), "{}", e.message);
+    }
 }
 
 #[cfg(test)]
