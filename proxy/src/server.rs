@@ -137,6 +137,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         limiter: limiter.clone(),
         outbox: outbox.clone(),
         default_max_tokens: p.limits_default_max_tokens.max(1),
+        gateway_quota: cfg.gateway_quota.clone(),
         keyring: cfg.secrets.keyring.clone(),
         throttle: AuthThrottle::new(p.auth_failures_per_minute, Duration::from_secs(60)),
         transport: Transport::new(

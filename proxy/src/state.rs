@@ -38,6 +38,8 @@ pub struct Gateway {
     /// Completion tokens assumed for a request that sets no limit of its own (rate limits), and
     /// the cap a budget's reservation sends when the catalog knows no maximum output.
     pub default_max_tokens: u64,
+    /// `[gateway_quota]`: per plan, what an organization may spend on the gateway's credentials.
+    pub gateway_quota: std::collections::BTreeMap<String, gw_shared::limits::settings::ScopeLimits>,
     /// Opens organizations' provider keys; `None` when GW_ENCRYPTION_KEY is not set.
     pub keyring: Option<Keyring>,
     pub throttle: AuthThrottle,

@@ -360,3 +360,44 @@ async fn a_redis_outage_fails_no_request_and_shared_limiting_resumes() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn the_gateways_credentials_are_spent_within_the_plans_quota() {
+    let stack = Stack::start_with(StackOptions {
+        // A budget no request fits in (a rate limit would depend on where the UTC minute falls).
+        extra_config: "[gateway_quota.free]\nbudget = { amount_usd = \"0.000000001\", period = \"month\" }\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let chat = || serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+    // On the free plan, without a provider key of its own: the gateway's credentials serve it.
+    let (_, key, _) = stack.org_with_key().await;
+    // The first request spends past the quota; one that follows its settlement is refused.
+    let mut refused = None;
+    for _ in 0..40 {
+        let r = stack.chat(&key, chat()).await;
+        if r.status() == 429 {
+            refused = Some(r.json::<serde_json::Value>().await.unwrap());
+            break;
+        }
+        assert_eq!(r.status(), 200);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = refused.expect("the quota refused the organization");
+    assert_eq!(b["error"]["code"], "budget_exceeded");
+    let message = b["error"]["message"].as_str().unwrap();
+    assert!(message.contains("this organization's quota on the gateway's provider credentials"), "{message}");
+    // Its own provider key is not counted against the quota.
+    let (own, own_key, _) = stack.org_with_key().await;
+    let body = serde_json::json!({"provider": "upstream", "name": "ours", "secret": "sk-our-own-upstream-key"});
+    assert_eq!(stack.admin_post("/provider-keys", &own.access_token, &body).await.status(), 201);
+    for _ in 0..4 {
+        assert_eq!(stack.chat(&own_key, chat()).await.status(), 200);
+    }
+    // A plan without a quota entry has none.
+    let (growth, growth_key, _) = stack.org_with_key().await;
+    gw_tests::db::set_plan(growth.org_id, "growth").await;
+    for _ in 0..4 {
+        assert_eq!(stack.chat(&growth_key, chat()).await.status(), 200);
+    }
+}

@@ -100,7 +100,9 @@ pub struct LimitsStatus {
 
 async fn status(state: &AppState, org_id: Uuid, scope: Scope, limits: ScopeLimits) -> ApiResult<LimitsStatus> {
     let (owner, id) = match scope {
-        Scope::Org => (Owner::Org, org_id),
+        // The gateway quota's spend is not the organization's whole spend; shown as the
+        // organization's until the quota has a status of its own.
+        Scope::Org | Scope::Gateway => (Owner::Org, org_id),
         Scope::Team(t) => (Owner::Team, t),
         Scope::Key(k) => (Owner::Key, k),
     };

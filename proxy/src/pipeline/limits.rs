@@ -52,6 +52,12 @@ pub async fn run(gw: &Gateway, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     if !key.limits.is_empty() {
         scopes.push((Scope::Key(key.id), &key.limits));
     }
+    let quota = org.as_ref().and_then(|o| o.plan.as_deref()).and_then(|plan| gw.gateway_quota.get(plan));
+    if let Some(quota) = quota.filter(|q| !q.is_empty()) {
+        if on_gateway_credentials(gw, ctx).await? {
+            scopes.push((Scope::Gateway, quota));
+        }
+    }
     if scopes.is_empty() {
         return Ok(());
     }
@@ -78,6 +84,15 @@ pub async fn run(gw: &Gateway, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     }
     ctx.admitted = Some(admitted);
     Ok(())
+}
+
+/// Whether the request's first choice of deployment is served with the gateway's own provider
+/// credentials (the organization has no key of its own for that provider). A fallback to
+/// another provider is counted as the first choice is.
+async fn on_gateway_credentials(gw: &Gateway, ctx: &RequestCtx) -> Result<bool, ProxyError> {
+    let Some(dep) = ctx.routes.first().and_then(|r| r.deployments.first()) else { return Ok(false) };
+    let keys = super::route::credentials::for_request(gw, ctx).await?;
+    Ok(!super::route::credentials::has_own_key(&keys, &dep.provider))
 }
 
 fn request_estimate(gw: &Gateway, ctx: &RequestCtx) -> Estimate {

@@ -50,6 +50,11 @@ pub struct Config {
     /// A catalog file replacing the built-in one (same format as `conf/catalog.json`).
     #[serde(default)]
     pub catalog: Option<String>,
+    /// Per plan (`free`, `growth`, `enterprise`): the budget and rate limits an organization may
+    /// spend on the gateway's own provider credentials (requests its own provider keys serve are
+    /// not counted). A plan without an entry has no such quota.
+    #[serde(default)]
+    pub gateway_quota: BTreeMap<String, crate::limits::settings::ScopeLimits>,
     #[serde(skip)]
     pub models_catalog: Arc<Catalog>,
     #[serde(skip)]
@@ -558,6 +563,17 @@ impl Config {
     }
 
     fn validate(&self) -> Result<()> {
+        for (plan, q) in &self.gateway_quota {
+            let at = format!("gateway_quota.{plan}");
+            if let Some(b) = &q.budget {
+                b.validate(&format!("{at}.budget"))
+                    .map_err(|p| Error::Config(format!("{}: {}", p.field, p.message)))?;
+            }
+            if let Some(r) = &q.rate_limits {
+                r.validate(&format!("{at}.rate_limits"))
+                    .map_err(|p| Error::Config(format!("{}: {}", p.field, p.message)))?;
+            }
+        }
         let routes = self.routes();
         routes.validate(self).and_then(|()| routes.validate_gateway()).map_err(|e| Error::Config(e.to_string()))?;
         let r = &self.routing;

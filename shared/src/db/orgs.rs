@@ -41,21 +41,30 @@ pub struct OrgSettings {
     /// within the cache's TTL).
     #[serde(default)]
     pub region: Option<String>,
+    /// The organization's plan (which `[gateway_quota]` entry applies).
+    #[serde(default)]
+    pub plan: Option<String>,
 }
 
 /// An organization's limits and audit settings (`None`: no such organization).
 pub async fn settings(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<OrgSettings>> {
-    let row: Option<(ScopeLimits, bool, String)> = organizations::table
+    let row: Option<(ScopeLimits, bool, String, String)> = organizations::table
         .filter(organizations::id.eq(org_id))
         .select((
             (organizations::budget, organizations::rate_limits),
             organizations::log_bodies,
             organizations::data_residency_region,
+            organizations::plan,
         ))
         .first(conn)
         .await
         .optional()?;
-    Ok(row.map(|(limits, log_bodies, region)| OrgSettings { limits, log_bodies, region: Some(region) }))
+    Ok(row.map(|(limits, log_bodies, region, plan)| OrgSettings {
+        limits,
+        log_bodies,
+        region: Some(region),
+        plan: Some(plan),
+    }))
 }
 
 #[derive(Debug, Insertable)]

@@ -31,7 +31,7 @@ pub fn budget_events(org_id: Uuid, s: &BudgetSettled, at: DateTime<Utc>) -> Vec<
     let b = &s.check;
     let percent = if b.limit_nanos > 0 { s.spent_nanos as f64 * 100.0 / b.limit_nanos as f64 } else { 0.0 };
     let (team_id, api_key_id) = match b.scope {
-        Scope::Org => (None, None),
+        Scope::Org | Scope::Gateway => (None, None),
         Scope::Team(t) => (Some(t), None),
         Scope::Key(k) => (None, Some(k)),
     };

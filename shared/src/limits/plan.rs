@@ -22,6 +22,9 @@ pub enum Scope {
     Org,
     Team(Uuid),
     Key(Uuid),
+    /// The organization's quota on the gateway's own provider credentials (its plan's, from
+    /// `[gateway_quota]`): counted only for requests those credentials serve.
+    Gateway,
 }
 
 impl Scope {
@@ -31,6 +34,7 @@ impl Scope {
             Scope::Org => "org".into(),
             Scope::Team(id) => format!("team:{id}"),
             Scope::Key(id) => format!("key:{id}"),
+            Scope::Gateway => "gateway".into(),
         }
     }
 
@@ -39,6 +43,7 @@ impl Scope {
             Scope::Org => "organization",
             Scope::Team(_) => "team",
             Scope::Key(_) => "key",
+            Scope::Gateway => "gateway quota",
         }
     }
 
@@ -51,6 +56,7 @@ impl Scope {
             (Scope::Team(id), _) => format!("team {id}"),
             (Scope::Key(_), ScopeNames { key: Some((name, prefix)), .. }) => format!("API key '{name}' ({prefix}...)"),
             (Scope::Key(id), _) => format!("API key {id}"),
+            (Scope::Gateway, _) => "this organization's quota on the gateway's provider credentials".into(),
         }
     }
 }

@@ -39,6 +39,11 @@ pub fn previous_for(gw: &Gateway, keys: &OrgProviderKeys, org_id: Uuid, provider
     }
 }
 
+/// Whether the organization's own key serves `provider` (else the gateway's credentials do).
+pub fn has_own_key(keys: &OrgProviderKeys, provider: &Provider) -> bool {
+    key_of(keys, provider).is_some()
+}
+
 /// The organization's key that serves `provider`: the one its own provider names, else its key
 /// for the gateway provider's name.
 fn key_of<'a>(keys: &'a OrgProviderKeys, provider: &Provider) -> Option<&'a SealedKey> {

@@ -6,7 +6,7 @@
 //! and hands it to the answer step. A failure before anything reached the client moves on when
 //! the error says it may.
 
-mod credentials;
+pub(crate) mod credentials;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
