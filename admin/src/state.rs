@@ -58,6 +58,17 @@ impl AppState {
         }
     }
 
+    /// Tells the proxies to drop their copies of API keys (by their stored hashes): a change to
+    /// key `id` (`what`: update, revocation, ...) takes effect within a second.
+    pub async fn drop_cached_key(&self, id: uuid::Uuid, hashes: &[Vec<u8>], what: &str) -> ApiResult<()> {
+        for hash in hashes {
+            let hash: [u8; 32] =
+                hash.as_slice().try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
+            self.invalidate(&Invalidation::ApiKey(hash), format!("the {what} of key {id}")).await;
+        }
+        Ok(())
+    }
+
     /// Runs a password hash or verification on a hashing thread; 503 with a hint when every
     /// thread stays busy for `hash_wait_ms`.
     pub async fn hash<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> ApiResult<T> {

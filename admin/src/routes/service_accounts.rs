@@ -239,13 +239,7 @@ pub async fn revoke(
     let row = sa_db::revoke(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("service account"))?;
     // The API keys it created go with it, like a removed member's.
     for (key_id, hashes) in gw_shared::db::api_keys::revoke_created_by(&mut conn, session.org_id, id).await? {
-        for hash in hashes {
-            let Ok(hash) = <[u8; 32]>::try_from(hash.as_slice()) else {
-                return Err(ApiError::Internal("stored key hash is not 32 bytes".into()));
-            };
-            let inv = gw_shared::redis::Invalidation::ApiKey(hash);
-            state.invalidate(&inv, format!("the revocation of key {key_id}")).await;
-        }
+        state.drop_cached_key(key_id, &hashes, "revocation").await?;
     }
     let entry = Entry {
         action: "service_account.revoke",

@@ -9,7 +9,6 @@ use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::db::{api_keys, sessions, teams, users};
-use gw_shared::redis::Invalidation;
 use gw_shared::roles::Role;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -226,12 +225,7 @@ pub async fn remove_user(
     let mut conn = state.conn().await?;
     let revoked = conn.transaction(async |conn| remove_tx(conn, &trail, org_id, actor_role, user_id).await).await?;
     for (key_id, hashes) in &revoked {
-        for hash in hashes {
-            let Ok(hash) = <[u8; 32]>::try_from(hash.as_slice()) else {
-                return Err(ApiError::Internal("stored key hash is not 32 bytes".into()));
-            };
-            state.invalidate(&Invalidation::ApiKey(hash), format!("the revocation of key {key_id}")).await;
-        }
+        state.drop_cached_key(*key_id, hashes, "revocation").await?;
     }
     log::info!("user {user_id} removed from org {org_id}; {} of their key(s) revoked", revoked.len());
     Ok(HttpResponse::NoContent().finish())

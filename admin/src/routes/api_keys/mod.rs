@@ -9,7 +9,6 @@ use diesel_async::AsyncConnection;
 use gw_shared::accounts::{issue_api_key, KeySpec, DEFAULT_PERMISSION, KNOWN_PERMISSIONS};
 use gw_shared::db::rollups::Owner;
 use gw_shared::db::{api_keys, teams};
-use gw_shared::keys::KeyHash;
 use gw_shared::limits::settings::{Budget, RateLimits};
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
@@ -209,16 +208,6 @@ async fn require_key_access(
     }
 }
 
-/// Tells the proxies to forget what they hold of the key under each of its secrets' hashes.
-async fn drop_cached(state: &AppState, id: Uuid, hashes: Vec<Vec<u8>>, what: &str) -> ApiResult<()> {
-    for hash in hashes {
-        let hash: KeyHash =
-            hash.try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
-        state.invalidate(&Invalidation::ApiKey(hash), format!("the {what} of key {id}")).await;
-    }
-    Ok(())
-}
-
 /// Create an API key; the secret is in the response and nowhere else, ever.
 #[utoipa::path(operation_id = "create_api_key", tag = "api-keys", request_body = CreateApiKey, responses((status = 201, body = CreatedApiKey), Errors))]
 #[post("/api-keys")]
@@ -413,7 +402,7 @@ pub async fn update(
         detail: json!({"changed": changed}),
     };
     trail::by(&mut conn, &session, &req, entry).await?;
-    drop_cached(&state, id, hash, "update").await?;
+    state.drop_cached_key(id, &hash, "update").await?;
     let s = spend::of_one(&mut conn, session.org_id, Owner::Key, row.id, row.budget.as_ref()).await?;
     Ok(HttpResponse::Ok().json(ApiKeyOut::new(row, s)))
 }
@@ -477,7 +466,7 @@ pub async fn revoke(
         };
         trail::by(&mut conn, &session, &req, entry).await?;
         log::info!("api key {id} revoked in org {}", session.org_id);
-        drop_cached(&state, id, hashes, "revocation").await?;
+        state.drop_cached_key(id, &hashes, "revocation").await?;
     }
     Ok(HttpResponse::NoContent().finish())
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{drop_cached, require_key_access, ApiKeyOut, CreatedApiKey, WARNING};
+use super::{require_key_access, ApiKeyOut, CreatedApiKey, WARNING};
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::session::Session;
 use crate::spend;
@@ -78,7 +78,7 @@ pub async fn regenerate(
     // the new one may be remembered as unknown.
     let mut stale = done.stale_hashes;
     stale.push(fresh.hash.to_vec());
-    drop_cached(&state, id, stale, "regeneration").await?;
+    state.drop_cached_key(id, &stale, "regeneration").await?;
     let s = spend::of_one(&mut conn, session.org_id, Owner::Key, id, done.key.budget.as_ref()).await?;
     Ok(HttpResponse::Ok().json(CreatedApiKey {
         api_key: ApiKeyOut::new(done.key, s),
