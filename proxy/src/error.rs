@@ -83,6 +83,12 @@ pub enum ProxyError {
     /// A guardrail failed internally and its policy fails closed.
     #[error("A guardrail of policy '{policy}' failed and the policy fails closed; the request was not sent.")]
     GuardrailFailed { policy: String },
+    /// The input's text times its guardrails' passes is past the per-request scan budget.
+    #[error("This request's text ({bytes} bytes) is too large for the guardrails that apply to it: scanning it would take {work} byte-passes, past the limit of {budget}. Send less text per request.")]
+    PolicyScanTooLarge { bytes: u64, work: u64, budget: u64 },
+    /// Heavy guardrail scans are queued past the queue's bound.
+    #[error("The gateway is busy scanning other large requests; retry shortly.")]
+    PolicyScanBusy,
     /// The organization's policy could not be read: which guardrails are mandatory is unknown.
     #[error("The organization's policy is unavailable; retry shortly.")]
     PolicyUnavailable,
@@ -159,7 +165,8 @@ impl ProxyError {
             AuthThrottled(_) | LimitExceeded(_) => 429,
             InvalidTeam(_) | BadRequest { .. } | WrongEndpoint { .. } | Unsupported(_) | NotInRegion { .. } => 400,
             PolicyBlocked { .. } | PolicyHeader(_) => 400,
-            GuardrailFailed { .. } | PolicyUnavailable => 503,
+            GuardrailFailed { .. } | PolicyUnavailable | PolicyScanBusy => 503,
+            PolicyScanTooLarge { .. } => 413,
             NoDeployment(_) => 503,
             BodyTooLarge(_) => 413,
             Upstream { error, .. } => match &error.failure {
@@ -213,6 +220,8 @@ impl ProxyError {
             PolicyHeader(_) => "invalid_policy",
             GuardrailFailed { .. } => "guardrail_failed",
             PolicyUnavailable => "policy_unavailable",
+            PolicyScanTooLarge { .. } => "policy_scan_too_large",
+            PolicyScanBusy => "policy_scan_busy",
             Internal(_) => "internal_error",
             ClientGone(_) => "client_disconnected",
         }
@@ -256,6 +265,8 @@ impl ProxyError {
             PolicyHeader(_) => ("invalid_request_error", "invalid_policy", Some("x-gw-policy")),
             GuardrailFailed { .. } => ("api_error", "guardrail_failed", None),
             PolicyUnavailable => ("api_error", "policy_unavailable", None),
+            PolicyScanTooLarge { .. } => ("invalid_request_error", "policy_scan_too_large", None),
+            PolicyScanBusy => ("api_error", "policy_scan_busy", None),
             Internal(_) | ClientGone(_) => ("api_error", "internal_error", None),
         };
         ErrorBody::new(self.to_string(), kind, Some(code), param)
@@ -277,6 +288,7 @@ impl ProxyError {
                 vec![(http::header::ALLOW, HeaderValue::from_static(allow))]
             }
             ProxyError::AuthThrottled(secs) => vec![(http::header::RETRY_AFTER, HeaderValue::from(*secs))],
+            ProxyError::PolicyScanBusy => vec![(http::header::RETRY_AFTER, HeaderValue::from_static("1"))],
             ProxyError::LimitExceeded(r) => {
                 let ms = r.retry_after.as_millis().max(1) as u64;
                 vec![

@@ -31,7 +31,7 @@ impl Caches {
             Invalidation::Team { org_id, team_id } => l.teams.invalidate(&(*org_id, *team_id)).await,
             Invalidation::ProviderKeys { org_id } => l.provider_keys.invalidate(org_id).await,
             Invalidation::Org { org_id } => l.orgs.invalidate(org_id).await,
-            // The compiled copy is keyed by version: the next read finds the new version.
+            // The compiled copy carries its version: the next read compiles the new one in its place.
             Invalidation::Policy { org_id } => l.policies.invalidate(org_id).await,
             Invalidation::CacheSettings { org_id } => l.cache_settings.invalidate(org_id).await,
             Invalidation::CachePurge { org_id, model } => self.responses.purge_local(*org_id, *model),

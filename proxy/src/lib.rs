@@ -21,6 +21,7 @@ mod pipeline;
 mod priority;
 mod response_cache;
 mod routes_watch;
+mod scan_pool;
 mod server;
 mod sources;
 mod state;

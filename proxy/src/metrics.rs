@@ -55,6 +55,8 @@ pub struct Metrics {
     /// Guardrails that failed internally, by kind.
     pub policy_guardrail_errors: IntCounterVec,
     pub policy_step: prometheus::Histogram,
+    /// Input scans past the inline budget: sent to the scan pool, or refused as too large.
+    pub policy_scans: IntCounterVec,
     /// Response-cache lookups by result (`L1`, `L2`, `L3`, `miss`, `bypass`).
     pub cache_lookups: IntCounterVec,
     /// Answers written to a tier, by tier and outcome (`ok`, `error`, `dropped`).
@@ -199,6 +201,14 @@ impl Metrics {
         registry.register(Box::new(policy_decisions.clone()))?;
         registry.register(Box::new(policy_guardrail_errors.clone()))?;
         registry.register(Box::new(policy_step.clone()))?;
+        let policy_scans = IntCounterVec::new(
+            Opts::new(
+                "gw_policy_scans_total",
+                "Input scans past the inline budget, by where they went (pool, refused)",
+            ),
+            &["outcome"],
+        )?;
+        registry.register(Box::new(policy_scans.clone()))?;
         let cache_lookups =
             IntCounterVec::new(Opts::new("gw_cache_lookups_total", "Response-cache lookups by result"), &["result"])?;
         let cache_stores = IntCounterVec::new(
@@ -237,6 +247,7 @@ impl Metrics {
             policy_decisions,
             policy_guardrail_errors,
             policy_step,
+            policy_scans,
             requests,
             request_duration,
             upstream_duration,

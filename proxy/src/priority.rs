@@ -19,3 +19,11 @@ pub fn background_thread() {
         log::debug!("background thread priority unchanged: {e}");
     }
 }
+
+/// Puts the calling thread at the lowest priority there is (nice 19): guardrail scans too heavy
+/// for a request worker (`crate::scan_pool`) get what the workers leave of a contended core.
+pub fn scan_thread() {
+    if let Err(e) = rustix::process::setpriority_process(None, 19) {
+        log::debug!("scan thread priority unchanged: {e}");
+    }
+}

@@ -27,8 +27,8 @@ use crate::response_cache::{CacheConfig, CacheWriter, ResponseCache};
 use crate::sources::{
     compiled_cache, CacheSettingsSource, KeySource, Lookups, OrgSource, PolicySource, ProviderKeySource, TeamSource,
 };
-use crate::state::{Gateway, Limits};
-use crate::throttle::AuthThrottle;
+use crate::state::{Gateway, Limits, ScanBudget};
+use crate::throttle::{AuthThrottle, SharedCounts};
 use crate::transport::Transport;
 
 /// Seconds between SIGTERM and the end of the process: in-flight requests finish and the audit
@@ -139,7 +139,17 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         default_max_tokens: p.limits_default_max_tokens.max(1),
         gateway_quota: cfg.gateway_quota.clone(),
         keyring: cfg.secrets.keyring.clone(),
-        throttle: AuthThrottle::new(p.auth_failures_per_minute, Duration::from_secs(60)),
+        throttle: AuthThrottle::new(
+            p.auth_failures_per_minute,
+            Duration::from_secs(60),
+            Some(SharedCounts { redis: redis.clone(), timeout: Duration::from_millis(p.store_timeout_ms.max(1)) }),
+        ),
+        scan_budget: ScanBudget { inline: p.policy_inline_scan_work, max: p.policy_max_scan_work },
+        scan_pool: crate::scan_pool::ScanPool::start(
+            p.policy_scan_threads,
+            p.policy_scan_queue,
+            p.policy_scan_per_org,
+        )?,
         transport: Transport::new(
             Duration::from_millis(p.upstream_connect_timeout_ms),
             Duration::from_millis(p.upstream_read_timeout_ms),

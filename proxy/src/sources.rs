@@ -164,16 +164,27 @@ impl Source for ProviderKeySource {
     }
 }
 
-/// Compiled policy sets by organization and version: compiling (patterns, automata) happens
-/// once per version per process.
-pub type Compiled = moka::sync::Cache<(Uuid, i64), Arc<PolicySet>>;
+/// Compiled policy sets by organization, the newest version seen: compiling (patterns, automata)
+/// happens once per version per process, and storing a new version replaces (evicts) the old.
+pub type Compiled = moka::sync::Cache<Uuid, Arc<PolicySet>>;
 
 /// Bounded in bytes, each set weighed by [`PolicySet::weight`].
 pub fn compiled_cache(max_bytes: u64) -> Compiled {
     moka::sync::Cache::builder()
         .max_capacity(max_bytes)
-        .weigher(|_k: &(Uuid, i64), set: &Arc<PolicySet>| u32::try_from(set.weight()).unwrap_or(u32::MAX))
+        .weigher(|_k: &Uuid, set: &Arc<PolicySet>| u32::try_from(set.weight()).unwrap_or(u32::MAX))
         .build()
+}
+
+/// Compiles a stored document (off the request workers: see [`Lookups::policy_set`]).
+fn compile(org_id: Uuid, stored: &StoredPolicy) -> PolicySet {
+    match serde_json::from_value::<OrgPolicy>(stored.document.clone()) {
+        Ok(doc) => PolicySet::compile(stored.version, &doc),
+        Err(e) => {
+            log::error!("organization {org_id}: policy version {} does not parse: {e}", stored.version);
+            PolicySet::unreadable(stored.version, e.to_string())
+        }
+    }
 }
 
 /// Every cached lookup of the data plane, in one place.
@@ -189,20 +200,27 @@ pub struct Lookups {
 }
 
 impl Lookups {
-    /// The organization's policies, compiled (the built-ins alone when it stored none).
+    /// The organization's policies, compiled (the built-ins alone when it stored none). A version
+    /// not compiled yet is compiled on a blocking thread, never on a request worker: a document
+    /// at the caps takes milliseconds to compile, and the worker serves other tenants meanwhile.
     pub async fn policy_set(&self, org_id: Uuid) -> Result<Arc<PolicySet>, LookupError> {
-        let Some(stored) = self.policies.get(&org_id, &|| true).await? else {
-            return Ok(self.compiled.get_with((org_id, 0), || Arc::new(PolicySet::empty())));
-        };
-        Ok(self.compiled.get_with((org_id, stored.version), || {
-            match serde_json::from_value::<OrgPolicy>(stored.document.clone()) {
-                Ok(doc) => Arc::new(PolicySet::compile(stored.version, &doc)),
+        let stored = self.policies.get(&org_id, &|| true).await?;
+        let version = stored.as_ref().map_or(0, |s| s.version);
+        if let Some(set) = self.compiled.get(&org_id).filter(|s| s.version == version) {
+            return Ok(set);
+        }
+        let set = match stored {
+            None => Arc::new(PolicySet::empty()),
+            Some(stored) => match tokio::task::spawn_blocking(move || compile(org_id, &stored)).await {
+                Ok(set) => Arc::new(set),
                 Err(e) => {
-                    log::error!("organization {org_id}: policy version {} does not parse: {e}", stored.version);
-                    Arc::new(PolicySet::unreadable(stored.version, e.to_string()))
+                    log::error!("organization {org_id}: compiling policy version {version} failed: {e}");
+                    return Err(LookupError::Unavailable);
                 }
-            }
-        }))
+            },
+        };
+        self.compiled.insert(org_id, set.clone());
+        Ok(set)
     }
 
     /// Forgets everything (on a reconnect of the invalidation channel: messages were missed).

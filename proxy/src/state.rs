@@ -29,6 +29,16 @@ pub struct Limits {
     pub max_header_value_bytes: usize,
 }
 
+/// What the policy step may spend on a request's input, in bytes times passes
+/// (`gw_shared::policy::engine::scan_work`).
+#[derive(Debug, Clone, Copy)]
+pub struct ScanBudget {
+    /// Up to this much runs on the request's worker.
+    pub inline: u64,
+    /// Past this the request is refused.
+    pub max: u64,
+}
+
 pub struct Gateway {
     pub router: Arc<Router>,
     pub lookups: Arc<Lookups>,
@@ -43,6 +53,9 @@ pub struct Gateway {
     /// Opens organizations' provider keys; `None` when GW_ENCRYPTION_KEY is not set.
     pub keyring: Option<Keyring>,
     pub throttle: AuthThrottle,
+    pub scan_budget: ScanBudget,
+    /// Where scans past the inline budget run.
+    pub scan_pool: Arc<crate::scan_pool::ScanPool>,
     pub transport: Transport,
     /// Most bytes read from an upstream stream after the client left it (or an output
     /// guardrail stopped it), to learn what the upstream bills (`stream_drain_max_bytes`).

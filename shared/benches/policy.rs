@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use criterion::{criterion_group, criterion_main, Criterion};
 use gw_shared::openai::ChatRequest;
 use gw_shared::policy::answer::guard_completion;
-use gw_shared::policy::engine::{run_input, OutputGuard, PolicySet, RequestFacts, Segment};
+use gw_shared::policy::engine::{run_input, OutputGuard, PolicySet, RequestFacts, Segment, TeamPolicies};
 use gw_shared::policy::pii::{detector, EntitySet};
 use gw_shared::policy::spec::OrgPolicy;
 use gw_shared::policy::stream::GuardedStream;
@@ -63,7 +63,7 @@ fn bench(c: &mut Criterion) {
     }
 
     let set = policies();
-    let ps = set.resolve(&[], Some("pii_redact")).expect("resolve");
+    let ps = set.resolve(TeamPolicies::NONE, Some("pii_redact")).expect("resolve");
     let text = prompt(true);
     c.bench_function("pii_redact_4kb", |b| {
         b.iter(|| {
@@ -85,7 +85,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("policy_step_chat_4kb", |b| {
         b.iter(|| {
             let mut req = ChatRequest::parse(&body).expect("request");
-            let ps = set.resolve(&[], Some("topic_guard,prompt_injection")).expect("resolve");
+            let ps = set.resolve(TeamPolicies::NONE, Some("topic_guard,prompt_injection")).expect("resolve");
             let mut vault = Vault::new();
             let mut texts = req.texts_mut();
             let mut segs: Vec<Segment> = texts.iter_mut().map(|(u, t)| Segment { user: *u, text: t }).collect();

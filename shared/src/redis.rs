@@ -143,6 +143,15 @@ pub fn org_routes_cache_key(org_id: Uuid) -> String {
 
 /// Redis key of the shared copy of an organization's provider keys (still sealed: Redis never
 /// holds a provider secret in the clear).
+/// Failed authentications from one client address in one fixed window (`window` = Unix seconds
+/// divided by the window's length), counted across proxy replicas. The address is kept as a
+/// truncated SHA-256, not in the clear.
+pub fn auth_failures_key(ip: std::net::IpAddr, window: u64) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(ip.to_string().as_bytes());
+    format!("gw:authfail:{}:{window}", hex::encode(&digest[..12]))
+}
+
 pub fn provider_keys_cache_key(org_id: Uuid) -> String {
     format!("gw:cache:provider_keys:{org_id}")
 }

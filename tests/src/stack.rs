@@ -80,8 +80,14 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
     let guard = if guarded { Some(config.clone()) } else { None };
     let (mock_proc, mock) = spawn_mock(&opts.mock_args, guard.as_deref());
     let [proxy_port, metrics_port, admin_port] = free_ports::<3>();
-    let proxy_extra =
-        if opts.proxy_config.is_empty() { "audit_flush_interval_ms = 50" } else { opts.proxy_config.as_str() };
+    // Every test stack shares one Redis, and replicas add their failed authentications up there:
+    // one test's invalid keys from 127.0.0.1 must not throttle another stack's. Tests of the
+    // throttle set their own limit (and a Redis of their own).
+    let proxy_extra = if opts.proxy_config.is_empty() {
+        "audit_flush_interval_ms = 50\nauth_failures_per_minute = 1000000"
+    } else {
+        opts.proxy_config.as_str()
+    };
     let db = opts.database_url.clone().unwrap_or_else(database_url);
     let routing = opts.routing_config.as_deref().unwrap_or(SHARED_ROUTING);
     let text = config_text_with_routing(

@@ -33,6 +33,7 @@ async fn create_returns_the_team_with_its_settings() {
             "description": "the infrastructure team",
             "metadata": {"cost_center": "42"},
             "default_policies": ["pii_redact", "pii_redact"],
+            "mandatory_policies": ["prompt_injection"],
             "budget": {"amount_usd": 500.0, "period": "month"},
             "rate_limits": {"rpm": 600},
             "models": ["mock-model", "claude", "mock-model"],
@@ -49,6 +50,7 @@ async fn create_returns_the_team_with_its_settings() {
             "default_policies",
             "description",
             "id",
+            "mandatory_policies",
             "member_count",
             "metadata",
             "models",
@@ -62,6 +64,7 @@ async fn create_returns_the_team_with_its_settings() {
     assert_eq!(t["description"], "the infrastructure team");
     assert_eq!(t["metadata"], json!({"cost_center": "42"}));
     assert_eq!(t["default_policies"], json!(["pii_redact"]));
+    assert_eq!(t["mandatory_policies"], json!(["prompt_injection"]));
     assert_eq!(
         t["budget"],
         json!({"amount_usd": "500", "period": "month", "alert_thresholds": [50, 80, 95, 100], "hard_limit": true})

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gw_tests::{user_message, PrivatePostgres, Stack, StackOptions};
+use gw_tests::{user_message, PrivatePostgres, PrivateRedis, Stack, StackOptions};
 use serde_json::json;
 
 /// A counter from the proxy's `/metrics`, 0 when absent.
@@ -20,8 +20,15 @@ fn random_key() -> String {
 
 #[tokio::test]
 async fn ten_thousand_random_keys_cost_a_bounded_number_of_postgres_queries() {
-    // A private proxy: the spray throttles its client address (127.0.0.1) for a minute.
-    let stack = Stack::start_with(StackOptions::default()).await;
+    // A private proxy and Redis: the spray throttles its client address (127.0.0.1) for a
+    // minute, at the default limit.
+    let redis = PrivateRedis::start();
+    let stack = Stack::start_with(StackOptions {
+        proxy_config: "audit_flush_interval_ms = 50".into(),
+        redis_url: Some(redis.url()),
+        ..Default::default()
+    })
+    .await;
     let (_, key, _) = stack.org_with_key().await;
     let models = format!("{}/v1/models", stack.proxy);
     assert_eq!(stack.http.get(&models).bearer_auth(&key).send().await.unwrap().status(), 200);
@@ -166,12 +173,14 @@ async fn postgres_outage_longer_than_the_key_cache_fails_no_request() {
 }
 
 #[tokio::test]
-async fn behind_a_trusted_load_balancer_one_sprayer_does_not_throttle_everyone() {
+async fn behind_a_trusted_load_balancer_one_sprayer_does_not_throttle_everyone_on_any_replica() {
     // gw-proxy sees every request from 127.0.0.1, its load balancer; the clients are named in
     // X-Forwarded-For.
+    let redis = PrivateRedis::start();
     let stack = Stack::start_with(StackOptions {
         proxy_config: "audit_flush_interval_ms = 50\nauth_failures_per_minute = 5\ntrusted_proxies = [\"127.0.0.0/8\"]"
             .into(),
+        redis_url: Some(redis.url()),
         ..Default::default()
     })
     .await;
@@ -196,4 +205,14 @@ async fn behind_a_trusted_load_balancer_one_sprayer_does_not_throttle_everyone()
     assert_eq!(spoofed.status(), 429);
     // Another client behind the same load balancer is not.
     assert_eq!(from("203.0.113.8").await.status(), 401);
+    // A replica learns the count through Redis: the sprayer's first failure there brings the
+    // total back, and the replica throttles it from then on; the other client still passes.
+    let (_replica, url) = stack.proxy_replica().await;
+    let on_replica = |client: &'static str| {
+        let (http, url) = (stack.http.clone(), format!("{url}/v1/models"));
+        async move { http.get(&url).bearer_auth(random_key()).header("x-forwarded-for", client).send().await.unwrap() }
+    };
+    assert_eq!(on_replica("203.0.113.7").await.status(), 401);
+    assert_eq!(on_replica("203.0.113.7").await.status(), 429, "the replica throttles the sprayer too");
+    assert_eq!(on_replica("203.0.113.8").await.status(), 401);
 }

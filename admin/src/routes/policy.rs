@@ -155,14 +155,15 @@ async fn save_edit(conn: &mut AsyncPgConnection, trail: &Trail, edit: Edit) -> A
     save(conn, trail, &doc, "update", true).await
 }
 
-/// Refuses a document that drops a policy a team still names among its defaults.
+/// Refuses a document that drops a policy a team still names among its default or mandatory
+/// policies.
 async fn check_teams(conn: &mut AsyncPgConnection, org_id: Uuid, old: &OrgPolicy, new: &OrgPolicy) -> ApiResult<()> {
     let dropped: Vec<String> = old.available().into_iter().filter(|n| !new.knows(n)).collect();
     let users = policies::teams_using(conn, org_id, &dropped).await?;
     if let Some((id, name, used)) = users.first() {
         let names: Vec<&String> = used.iter().filter(|u| dropped.contains(u)).collect();
         return Err(ApiError::Conflict(format!(
-            "team {name:?} ({id}) names {names:?} among its default policies; change the team first"
+            "team {name:?} ({id}) names {names:?} among its default or mandatory policies; change the team first"
         )));
     }
     Ok(())

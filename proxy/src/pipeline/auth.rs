@@ -36,7 +36,7 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
     let key = match found {
         Ok(Some(key)) => key,
         Ok(None) => {
-            pass.failed();
+            pass.failed().await;
             return Err(ProxyError::InvalidKey(redacted(token)));
         }
         Err(LookupError::NotAllowed) => {
@@ -46,7 +46,7 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
         Err(LookupError::Unavailable) => return Err(ProxyError::StoreUnavailable),
     };
     if key.revoked_at.is_some() {
-        pass.failed();
+        pass.failed().await;
         return Err(ProxyError::RevokedKey(redacted(token)));
     }
     if key.expires_at.is_some_and(|t| t <= Utc::now()) {

@@ -41,7 +41,7 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
     }
     resolve::run(gw, session, ctx).await?;
     limits::run(gw, ctx).await?;
-    policy::run(gw, ctx)?;
+    policy::run(gw, ctx).await?;
     cache::run(gw, session, ctx).await?;
     if ctx.cache.is_hit() {
         return Ok(());

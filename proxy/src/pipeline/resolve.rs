@@ -2,13 +2,14 @@
 //! to its route and fallbacks, and access. The key's and the team's allow-lists must admit the
 //! model, else it does not exist for this caller (404 `model_not_found`, before any lookup, a
 //! cache tier included). The policies that apply to the request are chosen here too (the
-//! organization's mandatory and default ones, the team's, `x-gw-policy`), so that fallbacks
+//! organization's and the team's mandatory and default ones, `x-gw-policy`), so that fallbacks
 //! are kept only when the allow-lists and every `model_allow_list` policy admit them. Later
 //! steps read `ctx.routes` and `ctx.applied`.
 
 use std::sync::Arc;
 
 use gw_shared::headers;
+use gw_shared::policy::engine::TeamPolicies;
 use gw_shared::routing::ModelRoute;
 use pingora::proxy::Session;
 
@@ -45,7 +46,10 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
         None => None,
         Some(v) => Some(v.to_str().map_err(|_| ProxyError::PolicyHeader("the value is not visible ASCII".into()))?),
     };
-    let team: &[String] = ctx.team.as_ref().map(|t| t.default_policies.as_slice()).unwrap_or_default();
+    let team = match ctx.team.as_ref() {
+        Some(t) => TeamPolicies { defaults: &t.default_policies, mandatory: &t.mandatory_policies },
+        None => TeamPolicies::NONE,
+    };
     let applied = set.resolve(team, header).map_err(|e| ProxyError::PolicyHeader(e.to_string()))?;
 
     // The requested model itself stays: a policy that refuses it blocks the request in the

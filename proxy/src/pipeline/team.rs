@@ -40,7 +40,7 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
             Ok(())
         }
         Ok(None) => {
-            pass.failed();
+            pass.failed().await;
             Err(ProxyError::InvalidTeam(format!("No team {team} in this organization.")))
         }
         Err(LookupError::NotAllowed) => {

@@ -36,6 +36,20 @@ pub struct ProxyConfig {
     pub lookup_cache_max_bytes: u64,
     /// Bytes the cache of compiled policy sets may hold (weighed by [`crate::policy::engine::PolicySet::weight`]).
     pub policy_cache_max_bytes: u64,
+    /// Guardrail work (bytes of text times passes: [`crate::policy::engine::scan_work`]) a request
+    /// may run on the request's worker thread; more goes to the scan pool.
+    pub policy_inline_scan_work: u64,
+    /// Guardrail work one request may cost at all; more is refused (413 `policy_scan_too_large`).
+    pub policy_max_scan_work: u64,
+    /// Threads of the scan pool, which run at the lowest CPU priority: heavy scans yield the core
+    /// to other tenants' requests.
+    pub policy_scan_threads: usize,
+    /// Heavy scans waiting for a pool thread, at most; past it requests get 503
+    /// `policy_scan_busy`.
+    pub policy_scan_queue: usize,
+    /// Heavy scans of one organization in the pool at once; its further ones wait their turn
+    /// (within the request's deadline).
+    pub policy_scan_per_org: usize,
     /// Failed authentications allowed per client address per minute before gw stops looking
     /// unknown keys up (cached keys keep working).
     pub auth_failures_per_minute: u32,
@@ -114,6 +128,11 @@ impl Default for ProxyConfig {
             key_cache_max_stale_secs: 3600,
             lookup_cache_max_bytes: 64 * 1024 * 1024,
             policy_cache_max_bytes: 128 * 1024 * 1024,
+            policy_inline_scan_work: 256 * 1024,
+            policy_max_scan_work: 256 * 1024 * 1024,
+            policy_scan_threads: 1,
+            policy_scan_queue: 64,
+            policy_scan_per_org: 2,
             auth_failures_per_minute: 60,
             trusted_proxies: Vec::new(),
             store_timeout_ms: 1_000,

@@ -128,7 +128,7 @@ pub async fn history(
     Ok(q.order(policy_versions::version.desc()).limit(limit).select(VersionRow::as_select()).load(conn).await?)
 }
 
-/// Live teams whose default policies name any of `names`, with the names they use.
+/// Live teams whose default or mandatory policies name any of `names`, with the names they use.
 pub async fn teams_using(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
@@ -140,10 +140,16 @@ pub async fn teams_using(
     Ok(teams::table
         .filter(teams::org_id.eq(org_id))
         .filter(teams::deleted_at.is_null())
-        .filter(teams::default_policies.overlaps_with(names))
-        .select((teams::id, teams::name, teams::default_policies))
-        .load(conn)
-        .await?)
+        .filter(teams::default_policies.overlaps_with(names).or(teams::mandatory_policies.overlaps_with(names)))
+        .select((teams::id, teams::name, teams::default_policies, teams::mandatory_policies))
+        .load::<(Uuid, String, Vec<String>, Vec<String>)>(conn)
+        .await?
+        .into_iter()
+        .map(|(id, name, mut used, mandatory)| {
+            used.extend(mandatory);
+            (id, name, used)
+        })
+        .collect())
 }
 
 /// A live team's default policies; `None` when no such team.

@@ -56,6 +56,7 @@ diesel::table! {
         budget -> Nullable<Jsonb>,
         rate_limits -> Nullable<Jsonb>,
         updated_at -> Timestamptz,
+        mandatory_policies -> Array<Text>,
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Team {
     pub budget: Option<Value>,
     pub rate_limits: Option<Value>,
     pub updated_at: DateTime<Utc>,
+    /// Policies every request of the team gets, which `x-gw-policy` cannot switch off.
+    pub mandatory_policies: Vec<String>,
 }
 
 #[derive(Debug, Clone, Insertable)]
@@ -45,6 +47,7 @@ pub struct NewTeam {
     pub description: String,
     pub metadata: Value,
     pub default_policies: Vec<String>,
+    pub mandatory_policies: Vec<String>,
     pub budget: Option<Value>,
     pub rate_limits: Option<Value>,
     pub allowed_models: Option<Vec<String>>,
@@ -58,6 +61,7 @@ pub struct TeamChange {
     pub description: Option<String>,
     pub metadata: Option<Value>,
     pub default_policies: Option<Vec<String>>,
+    pub mandatory_policies: Option<Vec<String>>,
     pub budget: Option<Option<Value>>,
     pub rate_limits: Option<Option<Value>>,
     pub allowed_models: Option<Option<Vec<String>>>,
@@ -106,6 +110,9 @@ pub struct LiveTeam {
     /// Policies every request of the team gets, after the organization's.
     #[serde(default)]
     pub default_policies: Vec<String>,
+    /// Policies every request of the team gets that `x-gw-policy: -name` cannot switch off.
+    #[serde(default)]
+    pub mandatory_policies: Vec<String>,
 }
 
 /// A live team: its model allow-list, limits and default policies.
@@ -114,17 +121,24 @@ pub async fn live(conn: &mut AsyncPgConnection, org_id: Uuid, team_id: Uuid) -> 
         .filter(teams::org_id.eq(org_id))
         .filter(teams::id.eq(team_id))
         .filter(teams::deleted_at.is_null())
-        .select((teams::name, teams::allowed_models, (teams::budget, teams::rate_limits), teams::default_policies))
-        .first::<(String, Option<Vec<String>>, ScopeLimits, Vec<String>)>(conn)
+        .select((
+            teams::name,
+            teams::allowed_models,
+            (teams::budget, teams::rate_limits),
+            teams::default_policies,
+            teams::mandatory_policies,
+        ))
+        .first::<(String, Option<Vec<String>>, ScopeLimits, Vec<String>, Vec<String>)>(conn)
         .await
         .optional()?;
-    Ok(row.map(|(name, allowed_models, limits, default_policies)| LiveTeam {
+    Ok(row.map(|(name, allowed_models, limits, default_policies, mandatory_policies)| LiveTeam {
         org_id,
         team_id,
         name,
         allowed_models,
         limits,
         default_policies,
+        mandatory_policies,
     }))
 }
 

@@ -211,13 +211,13 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::policy::engine::{run_input, CompiledPolicy, PolicySet, RequestFacts, Segment};
+    use crate::policy::engine::{run_input, CompiledPolicy, PolicySet, RequestFacts, Segment, TeamPolicies};
     use crate::policy::spec::OrgPolicy;
     use crate::policy::vault::Vault;
 
     fn policies(doc: Value, header: &str) -> Vec<Arc<CompiledPolicy>> {
         let d: OrgPolicy = serde_json::from_value(doc).unwrap();
-        PolicySet::compile(1, &d).resolve(&[], Some(header)).unwrap()
+        PolicySet::compile(1, &d).resolve(TeamPolicies::NONE, Some(header)).unwrap()
     }
 
     fn pii() -> OutputGuard {

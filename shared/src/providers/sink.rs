@@ -340,6 +340,7 @@ fn hex4(json: &[u8], i: usize) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::engine::TeamPolicies;
 
     /// [`text_bytes`] as first written: every quoted text key found by an Aho-Corasick automaton,
     /// then its colon and string value. The colon-driven scan must count exactly what it counts.
@@ -431,7 +432,7 @@ mod tests {
         use crate::policy::engine::{OutputGuard, PolicySet};
         use crate::policy::stream::GuardedStream;
         use crate::policy::vault::Vault;
-        let ps = PolicySet::empty().resolve(&[], Some("pii_redact")).unwrap();
+        let ps = PolicySet::empty().resolve(TeamPolicies::NONE, Some("pii_redact")).unwrap();
         let mut s = StreamSink::filtered(Box::new(GuardedStream::new(OutputGuard::new(&ps, Vault::new()).unwrap())));
         s.push_raw(pretty);
         s.finish_filter();
@@ -493,7 +494,7 @@ mod tests {
         use crate::policy::stream::GuardedStream;
         use crate::policy::vault::Vault;
 
-        let ps = PolicySet::empty().resolve(&[], Some("pii_redact")).unwrap();
+        let ps = PolicySet::empty().resolve(TeamPolicies::NONE, Some("pii_redact")).unwrap();
         let guard = OutputGuard::new(&ps, Vault::new()).unwrap();
         let mut s = StreamSink::filtered(Box::new(GuardedStream::new(guard)));
         s.push_raw(r#"{"choices":[{"index":0,"delta":{"content":"mail a@example.com"}}]}"#);

@@ -58,8 +58,11 @@ pub struct TeamOut {
     description: String,
     #[schema(value_type = Object)]
     metadata: Value,
-    /// Policies applied to the team's requests by default (enforced in a later release).
+    /// Policies applied to the team's requests by default; a request may switch one off with
+    /// `x-gw-policy: -name`.
     default_policies: Vec<String>,
+    /// Policies applied to every request of the team, which `x-gw-policy` cannot switch off.
+    mandatory_policies: Vec<String>,
     budget: Option<Budget>,
     rate_limits: Option<RateLimits>,
     /// The model allow-list (names or aliases); null: every model.
@@ -79,6 +82,7 @@ impl TeamOut {
             description: t.description,
             metadata: t.metadata,
             default_policies: t.default_policies,
+            mandatory_policies: t.mandatory_policies,
             budget: t.budget.and_then(|v| serde_json::from_value(v).ok()),
             rate_limits: t.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
             models: t.allowed_models,
@@ -102,9 +106,12 @@ pub struct CreateTeamBody {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
-    /// Known: `pii_redact`, `topic_guard`; at most 20.
+    /// Names the organization's policy document defines, or built-ins; at most 20.
     #[serde(default)]
     default_policies: Option<Vec<String>>,
+    /// Like `default_policies`, but not switched off by `x-gw-policy: -name`; at most 20.
+    #[serde(default)]
+    mandatory_policies: Option<Vec<String>>,
     #[serde(default)]
     budget: Option<Budget>,
     #[serde(default)]
@@ -130,6 +137,9 @@ pub struct UpdateTeamBody {
     /// Replaces the default policies.
     #[serde(default)]
     default_policies: Option<Vec<String>>,
+    /// Replaces the mandatory policies.
+    #[serde(default)]
+    mandatory_policies: Option<Vec<String>>,
     /// A new budget, or null to remove it.
     #[serde(default, deserialize_with = "crate::validate::double_option")]
     #[schema(value_type = Option<Budget>)]
@@ -236,7 +246,8 @@ pub async fn create_team(
             MAX_DESCRIPTION,
         )?,
         metadata: validate::metadata("metadata", b.metadata.unwrap_or_else(|| json!({})))?,
-        default_policies: policies(b.default_policies.unwrap_or_default(), &available)?,
+        default_policies: policies("default_policies", b.default_policies.unwrap_or_default(), &available)?,
+        mandatory_policies: policies("mandatory_policies", b.mandatory_policies.unwrap_or_default(), &available)?,
         budget: b.budget.map(budget_value).transpose()?,
         rate_limits: b.rate_limits.map(rate_limits_value).transpose()?,
         allowed_models: match b.models {
@@ -297,9 +308,9 @@ pub async fn update_team(
     let fixed = [Fixed::new("id", team_id, "it names the team")];
     let b: UpdateTeamBody = read_only::writable(body.into_inner(), &fixed, TEAM_DERIVED)?;
     let mut conn = state.conn().await?;
-    let available = match b.default_policies {
-        Some(_) => crate::org_policy::available(&mut conn, session.org_id).await?,
-        None => vec![],
+    let available = match (&b.default_policies, &b.mandatory_policies) {
+        (None, None) => vec![],
+        _ => crate::org_policy::available(&mut conn, session.org_id).await?,
     };
     let change = TeamChange {
         name: b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?,
@@ -309,7 +320,8 @@ pub async fn update_team(
             .map(|d| validate::optional_text("description", d, MAX_DESCRIPTION))
             .transpose()?,
         metadata: b.metadata.map(|m| validate::metadata("metadata", m)).transpose()?,
-        default_policies: b.default_policies.map(|p| policies(p, &available)).transpose()?,
+        default_policies: b.default_policies.map(|p| policies("default_policies", p, &available)).transpose()?,
+        mandatory_policies: b.mandatory_policies.map(|p| policies("mandatory_policies", p, &available)).transpose()?,
         budget: b.budget.map(|o| o.map(budget_value).transpose()).transpose()?,
         rate_limits: b.rate_limits.map(|o| o.map(rate_limits_value).transpose()).transpose()?,
         allowed_models: match b.models {
@@ -323,6 +335,7 @@ pub async fn update_team(
         ("description", change.description.is_some()),
         ("metadata", change.metadata.is_some()),
         ("default_policies", change.default_policies.is_some()),
+        ("mandatory_policies", change.mandatory_policies.is_some()),
         ("budget", change.budget.is_some()),
         ("rate_limits", change.rate_limits.is_some()),
         ("models", change.allowed_models.is_some()),
@@ -333,7 +346,8 @@ pub async fn update_team(
     .collect();
     if changed.is_empty() {
         return Err(ApiError::Validation(
-            "nothing to update: send name, description, metadata, default_policies, budget, rate_limits or models"
+            "nothing to update: send name, description, metadata, default_policies, mandatory_policies, budget, \
+             rate_limits or models"
                 .into(),
         ));
     }

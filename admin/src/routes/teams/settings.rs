@@ -1,5 +1,5 @@
 //! A team's budget, rate limits (shared with organizations and keys: `gw_shared::limits`) and
-//! default policies.
+//! default and mandatory policies.
 
 use super::*;
 
@@ -16,17 +16,17 @@ pub(super) fn rate_limits_value(r: RateLimits) -> ApiResult<Value> {
     crate::validate::rate_limits(r)
 }
 
-/// Default policies as stored: names the organization's policy defines (or built-ins),
-/// duplicates dropped (first occurrence kept).
-pub(super) fn policies(requested: Vec<String>, available: &[String]) -> ApiResult<Vec<String>> {
+/// Default or mandatory policies (`field`) as stored: names the organization's policy defines
+/// (or built-ins), duplicates dropped (first occurrence kept).
+pub(super) fn policies(field: &str, requested: Vec<String>, available: &[String]) -> ApiResult<Vec<String>> {
     if requested.len() > MAX_POLICIES {
-        return Err(ApiError::field("default_policies", format!("must have at most {MAX_POLICIES} entries")));
+        return Err(ApiError::field(field, format!("must have at most {MAX_POLICIES} entries")));
     }
     let mut out: Vec<String> = Vec::with_capacity(requested.len());
     for p in requested {
         if !available.contains(&p) {
             return Err(ApiError::field(
-                "default_policies",
+                field,
                 format!("unknown policy {p:?}; available policies: {}", available.join(", ")),
             ));
         }
@@ -47,8 +47,13 @@ mod tests {
 
     #[test]
     fn policies_are_known_and_deduplicated() {
-        let p = policies(vec!["topic_guard".into(), "pii_redact".into(), "topic_guard".into()], &known()).unwrap();
+        let p = policies(
+            "default_policies",
+            vec!["topic_guard".into(), "pii_redact".into(), "topic_guard".into()],
+            &known(),
+        )
+        .unwrap();
         assert_eq!(p, ["topic_guard", "pii_redact"]);
-        assert!(policies(vec!["nope".into()], &known()).is_err());
+        assert!(policies("default_policies", vec!["nope".into()], &known()).is_err());
     }
 }

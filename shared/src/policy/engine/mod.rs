@@ -173,11 +173,25 @@ static BUILTINS: LazyLock<HashMap<&'static str, Arc<CompiledPolicy>>> = LazyLock
 static INJECTION: LazyLock<Result<PhraseMatcher, String>> =
     LazyLock::new(|| PhraseMatcher::new(builtin::INJECTION_PHRASES.iter().map(|p| (*p, 0))));
 
+/// The policies a request's team adds to its organization's: defaults a request may switch off,
+/// and mandatory ones it may not.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TeamPolicies<'a> {
+    pub defaults: &'a [String],
+    pub mandatory: &'a [String],
+}
+
+impl TeamPolicies<'_> {
+    /// No team, or a team without policies of its own.
+    pub const NONE: TeamPolicies<'static> = TeamPolicies { defaults: &[], mandatory: &[] };
+}
+
 /// Why the policies a request names cannot apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResolveError {
     Unknown { name: String, available: Vec<String> },
     Mandatory(String),
+    TeamMandatory(String),
     Malformed(String),
     TooMany,
 }
@@ -192,6 +206,9 @@ impl std::fmt::Display for ResolveError {
                 f,
                 "Policy '{name}' is mandatory for your organization and cannot be switched off with x-gw-policy."
             ),
+            ResolveError::TeamMandatory(name) => {
+                write!(f, "Policy '{name}' is mandatory for your team and cannot be switched off with x-gw-policy.")
+            }
             ResolveError::Malformed(what) => write!(
                 f,
                 "Malformed x-gw-policy header: {what}. Expected comma-separated policy names, each optionally \
@@ -245,10 +262,14 @@ impl PolicySet {
         self.own.get(name).or_else(|| BUILTINS.get(name)).cloned()
     }
 
-    /// The policies for one request, in order: the organization's mandatory ones, its defaults,
-    /// the team's defaults, then the header's, each once. `-name` in the header opts out of a
-    /// default that is not mandatory.
-    pub fn resolve(&self, team: &[String], header: Option<&str>) -> Result<Vec<Arc<CompiledPolicy>>, ResolveError> {
+    /// The policies for one request, in order: the organization's mandatory ones, the team's
+    /// mandatory ones, the organization's defaults, the team's defaults, then the header's, each
+    /// once. `-name` in the header opts out of a default that neither makes mandatory.
+    pub fn resolve(
+        &self,
+        team: TeamPolicies<'_>,
+        header: Option<&str>,
+    ) -> Result<Vec<Arc<CompiledPolicy>>, ResolveError> {
         let mut added: Vec<&str> = Vec::new();
         let mut removed: Vec<&str> = Vec::new();
         if let Some(h) = header {
@@ -274,6 +295,9 @@ impl PolicySet {
                     if self.mandatory.iter().any(|m| m == name) {
                         return Err(ResolveError::Mandatory(name.to_string()));
                     }
+                    if team.mandatory.iter().any(|m| m == name) {
+                        return Err(ResolveError::TeamMandatory(name.to_string()));
+                    }
                     removed.push(name);
                 } else {
                     added.push(name);
@@ -292,10 +316,10 @@ impl PolicySet {
             });
             out.push(p);
         };
-        for name in &self.mandatory {
+        for name in self.mandatory.iter().chain(team.mandatory) {
             push(name, &mut out);
         }
-        for name in self.defaults.iter().chain(team) {
+        for name in self.defaults.iter().chain(team.defaults) {
             if !removed.contains(&name.as_str()) {
                 push(name, &mut out);
             }
@@ -579,3 +603,4 @@ mod tests;
 mod weight;
 
 pub use output::{OutSpan, OutputBlocked, OutputGuard};
+pub use weight::scan_work;

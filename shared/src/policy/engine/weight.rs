@@ -1,5 +1,6 @@
-//! What compiled policies hold in memory, estimated: the proxy's cache of compiled sets is
-//! bounded in bytes by it.
+//! What compiled policies cost, estimated: the memory they hold (the proxy's cache of compiled
+//! sets is bounded in bytes by it) and the passes they make over a request's text (the proxy's
+//! per-request scan budget is stated in bytes times passes).
 
 use super::{Check, CompiledPolicy, PolicySet};
 
@@ -24,6 +25,27 @@ impl Check {
                 Check::Pii { .. } | Check::Injection { .. } | Check::MaxTokens(_) => 0,
             }
     }
+}
+
+impl Check {
+    /// Passes over the input's text the check makes: one per pattern it runs. PII detection runs
+    /// one pattern per entity type it looks for (phone numbers two); topics and injection phrases
+    /// are one automaton each.
+    fn scan_passes(&self) -> u64 {
+        match self {
+            Check::Regex { rules, .. } => rules.len() as u64,
+            Check::Pii { entities, .. } => entities.iter().count() as u64 + 1,
+            Check::Topic { .. } | Check::Injection { .. } => 1,
+            Check::MaxTokens(_) | Check::Models(_) | Check::Broken { .. } => 0,
+        }
+    }
+}
+
+/// The work running `policies` over `text_bytes` bytes of input costs: bytes times passes, what
+/// the proxy's scan budget is stated in.
+pub fn scan_work(policies: &[std::sync::Arc<CompiledPolicy>], text_bytes: u64) -> u64 {
+    let passes: u64 = policies.iter().flat_map(|p| p.checks.iter()).map(Check::scan_passes).sum();
+    text_bytes.saturating_mul(passes)
 }
 
 impl CompiledPolicy {

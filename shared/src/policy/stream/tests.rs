@@ -7,7 +7,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::*;
-use crate::policy::engine::{PolicySet, Segment};
+use crate::policy::engine::{PolicySet, Segment, TeamPolicies};
 use crate::policy::spec::OrgPolicy;
 use crate::policy::vault::Vault;
 
@@ -17,7 +17,7 @@ mod fields;
 fn guard(doc: serde_json::Value, header: &str) -> OutputGuard {
     let d: OrgPolicy = serde_json::from_value(doc).unwrap();
     let s = PolicySet::compile(1, &d);
-    let ps: Vec<Arc<_>> = s.resolve(&[], Some(header)).unwrap();
+    let ps: Vec<Arc<_>> = s.resolve(TeamPolicies::NONE, Some(header)).unwrap();
     OutputGuard::new(&ps, Vault::new()).unwrap()
 }
 
@@ -188,7 +188,7 @@ fn restored_placeholders_split_over_chunks() {
     let doc = serde_json::json!({"policies": [{"name": "r", "guardrails": [{"type": "pii_redact", "restore": true}]}]});
     let d: OrgPolicy = serde_json::from_value(doc).unwrap();
     let s = PolicySet::compile(1, &d);
-    let ps = s.resolve(&[], Some("r")).unwrap();
+    let ps = s.resolve(TeamPolicies::NONE, Some("r")).unwrap();
     let mut vault = Vault::new();
     let mut t = "I am a@example.com".to_string();
     let facts = crate::policy::engine::RequestFacts { model: "m", prompt_tokens: 1 };

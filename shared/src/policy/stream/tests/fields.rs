@@ -224,7 +224,7 @@ fn a_guard_that_only_restores_keeps_logprobs() {
     let doc = serde_json::json!({"policies": [{"name": "r", "guardrails": [{"type": "pii_redact", "restore": true,
         "output": false}]}]});
     let d: OrgPolicy = serde_json::from_value(doc).unwrap();
-    let ps = PolicySet::compile(1, &d).resolve(&[], Some("r")).unwrap();
+    let ps = PolicySet::compile(1, &d).resolve(TeamPolicies::NONE, Some("r")).unwrap();
     let mut vault = Vault::new();
     let mut t = "I am a@example.com".to_string();
     let facts = crate::policy::engine::RequestFacts { model: "m", prompt_tokens: 1 };
