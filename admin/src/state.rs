@@ -14,6 +14,8 @@ pub struct AppState {
     pub cfg: Config,
     pub db: DbPool,
     pub redis: deadpool_redis::Pool,
+    /// The Redis holding the response cache's L2 entries (`[redis] cache_url`; `redis` when unset).
+    pub cache_redis: deadpool_redis::Pool,
     pub jwt_secret: String,
     pub metrics: Arc<Metrics>,
     /// Password hashing, bounded: see `crate::hashing`.
@@ -36,7 +38,11 @@ impl AppState {
         let hashing = Hashing::new(cfg.admin.max_concurrent_hashes, Duration::from_millis(cfg.admin.hash_wait_ms))?;
         let outbound = crate::outbound::Outbound::new(cfg.admin.outbound_allow.clone())?;
         let domain_proof = crate::domain_proof::DomainProof::new(cfg.admin.dns_resolver)?;
-        Ok(AppState { cfg, db, redis, jwt_secret, metrics, hashing, outbound, domain_proof })
+        let cache_redis = match &cfg.redis.cache_url {
+            Some(_) => gw_shared::redis::pool(cfg.redis.cache_url(), cfg.redis.pool_size.clamp(1, 4))?,
+            None => redis.clone(),
+        };
+        Ok(AppState { cfg, db, redis, cache_redis, jwt_secret, metrics, hashing, outbound, domain_proof })
     }
 
     pub async fn conn(&self) -> ApiResult<DbConn> {

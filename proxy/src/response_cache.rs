@@ -89,7 +89,10 @@ struct Job {
 }
 
 pub struct CacheConfig {
+    /// The cache's Redis (`[redis] cache_url`, else the main one).
     pub redis_url: String,
+    /// Bytes of live L2 entries per organization (0: no bound).
+    pub l2_org_max_bytes: u64,
     pub l1_max_bytes: u64,
     pub l2_timeout: Duration,
     pub l3_timeout: Duration,
@@ -101,6 +104,7 @@ pub struct ResponseCache {
     /// An answer heavier than the whole tier is not offered to it.
     l1_max_bytes: u64,
     redis_url: String,
+    l2_budget: gw_shared::cache::l2_budget::L2Budget,
     /// The request path's Redis connection, made by the first request that needs it (its driver
     /// then runs on the worker runtime, as the limiter's does).
     hot: OnceLock<Option<ConnectionManager>>,
@@ -131,6 +135,7 @@ impl ResponseCache {
             l1,
             l1_max_bytes: cfg.l1_max_bytes,
             redis_url: cfg.redis_url,
+            l2_budget: gw_shared::cache::l2_budget::L2Budget::new(cfg.l2_org_max_bytes),
             hot: OnceLock::new(),
             l2_down_until: AtomicI64::new(0),
             epoch: Instant::now(),
@@ -374,11 +379,11 @@ impl ResponseCache {
             let outcome = match conn.as_mut() {
                 Some(c) => {
                     let ms = u64::try_from(job.ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-                    let mut cmd = redis::cmd("SET");
-                    cmd.arg(job.key.redis_key()).arg(&data).arg("PX").arg(ms);
-                    let set = cmd.query_async::<()>(c);
+                    let set = self.l2_budget.store(c, &job.key, &data, ms);
                     match tokio::time::timeout(self.l2_timeout * 4, set).await {
-                        Ok(Ok(())) => "ok",
+                        Ok(Ok(true)) => "ok",
+                        // The organization's share of L2 is full: L1 and L3 still have it.
+                        Ok(Ok(false)) => "over_budget",
                         _ => "error",
                     }
                 }

@@ -79,7 +79,8 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     ));
     let responses = Arc::new(ResponseCache::new(
         CacheConfig {
-            redis_url: cfg.redis.url.clone(),
+            redis_url: cfg.redis.cache_url().to_string(),
+            l2_org_max_bytes: p.cache_l2_org_max_bytes,
             l1_max_bytes: p.cache_l1_max_bytes,
             l2_timeout: Duration::from_millis(p.cache_l2_timeout_ms.max(1)),
             l3_timeout: Duration::from_millis(p.cache_l3_timeout_ms.max(1)),

@@ -164,7 +164,8 @@ pub(crate) fn spawn_bin(name: &str, config: &Path, guard: Option<&Path>, env: &[
         .env("GW_EMBEDDING_MODEL_DIR", embedding_model_dir())
         .env("RUST_LOG", std::env::var("GW_TEST_LOG").unwrap_or_else(|_| "warn".into()))
         .env_remove("DATABASE_URL")
-        .env_remove("REDIS_URL");
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_CACHE_URL");
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -32,6 +32,8 @@ pub struct StackOptions {
     pub env: Vec<(String, String)>,
     /// Redis URL written into this stack's config instead of [`redis_url`] (a [`PrivateRedis`]).
     pub redis_url: Option<String>,
+    /// A Redis for the response cache's L2 entries (`[redis] cache_url`); unset: the main one.
+    pub cache_redis_url: Option<String>,
 }
 
 /// A handle to a running stack. From [`Stack::start`]/[`Stack::start_with`] it owns its
@@ -101,6 +103,9 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
     let mut text = with_admin_keys(&text, &opts.admin_config);
     if let Some(url) = &opts.redis_url {
         text = text.replace(&format!("url = \"{}\"", redis_url()), &format!("url = \"{url}\""));
+    }
+    if let Some(url) = &opts.cache_redis_url {
+        text = text.replacen("[redis]\n", &format!("[redis]\ncache_url = \"{url}\"\n"), 1);
     }
     std::fs::write(&config, text).expect("write test config");
     let spawn = |name: &str| spawn_bin(name, &config, guard.as_deref(), &opts.env);
@@ -253,6 +258,7 @@ impl Stack {
             .env("RUST_LOG", "warn")
             .env_remove("DATABASE_URL")
             .env_remove("REDIS_URL")
+            .env_remove("REDIS_CACHE_URL")
             .stdout(Stdio::null())
             .status()
             .expect("run gw-admin");

@@ -35,13 +35,19 @@ fn content(v: &Value) -> String {
 }
 
 /// Sends until the answer comes from `tier` (the store behind a miss is asynchronous for L2/L3).
+/// The organization's L2 entries in the Redis at `url` (its ledger left out).
+async fn l2_entries(url: &str, org_id: Uuid) -> Vec<String> {
+    let mut conn = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("{}*", gw_shared::cache::key::org_prefix(org_id));
+    let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.unwrap();
+    keys.into_iter().filter(|k| !k.contains(":ledger:")).collect()
+}
+
 /// Waits until Redis holds `n` L2 entries of the organization.
 async fn until_l2_entries(org_id: Uuid, n: usize) {
-    let mut conn = redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
-    let pattern = format!("gw:rc:{}:*", org_id.simple());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.unwrap();
+        let keys = l2_entries(&redis_url(), org_id).await;
         if keys.len() >= n {
             return;
         }
@@ -634,4 +640,53 @@ async fn a_team_limited_to_another_model_gets_404_not_the_cached_answer() {
     assert_eq!(r.status(), 201);
     let limited = r.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_string();
     refused_despite_a_cached_answer(&stack, &open, &limited, &unique_tag()).await;
+}
+
+#[tokio::test]
+async fn one_organization_cannot_take_more_than_its_share_of_l2() {
+    let stack = Stack::start_with(StackOptions {
+        proxy_config: "audit_flush_interval_ms = 50\ncache_l2_org_max_bytes = 4000".into(),
+        ..Default::default()
+    })
+    .await;
+    let (s, key) = org(&stack, json!({"l2": true})).await;
+    let tag = unique_tag();
+    for i in 0..12 {
+        let r = stack.chat_with(&stack.proxy, &key, &body(&format!("Distinct question {i}"), &tag), &[]).await;
+        assert_eq!(r.status(), 200);
+    }
+    // The store queue is drained behind the answers: wait until it refused one.
+    let over = "gw_cache_stores_total{outcome=\"over_budget\",tier=\"L2\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stack.proxy_metric(over).await < 1.0 {
+        assert!(Instant::now() < deadline, "no answer was refused by the budget");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kept = l2_entries(&redis_url(), s.org_id).await.len();
+    assert!((1..12).contains(&kept), "{kept} of 12 answers in L2");
+    let mut conn = redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let (_, h) = gw_shared::cache::l2_budget::ledger_keys(s.org_id);
+    let total: u64 = redis::cmd("HGET").arg(&h).arg("_total").query_async(&mut conn).await.unwrap();
+    assert!(total > 0 && total <= 4000, "the ledger counts {total} bytes");
+    // Another organization has a share of its own.
+    let (_, other) = org(&stack, json!({"l2": true})).await;
+    let b = body("Another organization's question", &tag);
+    until_tier(&stack, &other, &b, "L2").await;
+}
+
+#[tokio::test]
+async fn l2_entries_live_in_the_cache_redis_when_one_is_configured() {
+    let cache = PrivateRedis::start();
+    let stack = Stack::start_with(StackOptions { cache_redis_url: Some(cache.url()), ..Default::default() }).await;
+    let (s, key) = org(&stack, json!({"l2": true})).await;
+    let tag = unique_tag();
+    let b = body("Kept apart from the counters", &tag);
+    stack.chat_with(&stack.proxy, &key, &b, &[]).await;
+    until_tier(&stack, &key, &b, "L2").await;
+    assert_eq!(l2_entries(&cache.url(), s.org_id).await.len(), 1);
+    assert!(l2_entries(&redis_url(), s.org_id).await.is_empty(), "an entry reached the counters' Redis");
+    // Purges reach it too.
+    let r = stack.admin_post("/organizations/current/cache/purge", &s.access_token, &json!({})).await;
+    assert_eq!(json_of(r, 200).await["l2_deleted"], 1);
+    assert!(l2_entries(&cache.url(), s.org_id).await.is_empty());
 }

@@ -52,9 +52,11 @@ impl CacheKey {
     }
 }
 
-/// Redis key prefix of every entry of an organization.
+/// Redis key prefix of every entry of an organization. The organization is a hash tag (`{...}`):
+/// on a Redis Cluster an organization's entries and its L2 ledger (`crate::cache::l2_budget`)
+/// share a slot, so one script can touch them together.
 pub fn org_prefix(org_id: Uuid) -> String {
-    format!("gw:rc:{}:", org_id.simple())
+    format!("gw:rc:{{{}}}:", org_id.simple())
 }
 
 /// Redis key prefix of an organization's entries for one model.

@@ -2,11 +2,13 @@
 //! streams gathered into one response and replayed as chunks (`stream`), the settings an
 //! organization and its teams choose and a request's own directives (`settings`), local
 //! embeddings for the semantic tier (`embed`) and the check that a near prompt asks the same
-//! question (`verify`). The proxy owns the tiers themselves.
+//! question (`verify`), and the per-organization byte budget of L2 (`l2_budget`, a Redis
+//! script). The proxy owns the tiers themselves.
 
 pub mod embed;
 pub mod entry;
 pub mod key;
+pub mod l2_budget;
 pub mod settings;
 pub mod stream;
 pub mod verify;

@@ -122,13 +122,26 @@ impl Default for DatabaseConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
+    /// Rate-limit and budget counters, cached lookups, invalidations, sessions: what must never be
+    /// evicted (run it with `maxmemory-policy noeviction`).
     pub url: String,
+    /// The response cache's L2 entries, when set: a Redis of their own, run with a `maxmemory`
+    /// and `allkeys-lru`, so cache entries are evicted and never a counter. Unset: `url`.
+    /// `REDIS_CACHE_URL` overrides it.
+    pub cache_url: Option<String>,
     pub pool_size: usize,
 }
 
 impl Default for RedisConfig {
     fn default() -> Self {
-        Self { url: "redis://127.0.0.1:16379".into(), pool_size: 16 }
+        Self { url: "redis://127.0.0.1:16379".into(), cache_url: None, pool_size: 16 }
+    }
+}
+
+impl RedisConfig {
+    /// Where L2 entries live.
+    pub fn cache_url(&self) -> &str {
+        self.cache_url.as_deref().filter(|u| !u.is_empty()).unwrap_or(&self.url)
     }
 }
 
@@ -364,6 +377,9 @@ impl Config {
         }
         if let Some(v) = env("REDIS_URL") {
             self.redis.url = v;
+        }
+        if let Some(v) = env("REDIS_CACHE_URL").filter(|s| !s.is_empty()) {
+            self.redis.cache_url = Some(v);
         }
         if let Some(v) = env("GW_PROXY_LISTEN") {
             self.proxy.listen = v;

@@ -98,6 +98,9 @@ pub struct ProxyConfig {
     pub limits_default_max_tokens: u64,
     /// Bytes of answers the in-process cache tier (L1) holds at most.
     pub cache_l1_max_bytes: u64,
+    /// Bytes of live L2 entries one organization may hold (`gw_shared::cache::l2_budget`); an
+    /// answer past it is not stored in L2. 0: no bound.
+    pub cache_l2_org_max_bytes: u64,
     /// Longest wait for Redis on a cache lookup (L2); past it the request goes on as a miss.
     pub cache_l2_timeout_ms: u64,
     /// Longest a semantic lookup (L3: embedding plus query) may take before the request goes on
@@ -155,6 +158,7 @@ impl Default for ProxyConfig {
             limits_replicas: 1,
             limits_default_max_tokens: 4096,
             cache_l1_max_bytes: 256 * 1024 * 1024,
+            cache_l2_org_max_bytes: 64 * 1024 * 1024,
             cache_l2_timeout_ms: 50,
             cache_l3_timeout_ms: 250,
             cache_embedding_model_dir: ".gw/models/all-minilm-l6-v2".into(),
