@@ -169,6 +169,9 @@ pub const MATRIX: &[Rule] = &[
     rule("POST", "/api/v1/gateway/models/{name}/deployments", Operator),
     rule("PATCH", "/api/v1/gateway/models/{name}/deployments/{deployment_id}", Operator),
     rule("DELETE", "/api/v1/gateway/models/{name}/deployments/{deployment_id}", Operator),
+    rule("GET", "/api/v1/gateway/organizations/{org_id}/quota", Operator),
+    rule("PUT", "/api/v1/gateway/organizations/{org_id}/quota", Operator),
+    rule("DELETE", "/api/v1/gateway/organizations/{org_id}/quota", Operator),
 ];
 
 /// Whether the session's user is a gateway operator now (re-read on every request, like roles).

@@ -106,6 +106,7 @@ class Org:
         assert r.status_code == 201, r.text
         self.email = email
         self.token = r.json()["access_token"]
+        self.org_id = r.json()["organization"]["id"]
 
     def auth(self):
         return {"Authorization": f"Bearer {self.token}"}

@@ -295,10 +295,13 @@ def test_schemathesis_gateway_catalog(catalog_stack, document, tmp_path):
             {"path.name": "mock-model", "path.deployment_id": deployment},
         "GET /api/v1/gateway/routes/versions/{version}": {"path.version": 1},
         "POST /api/v1/gateway/routes/versions/{version}/restore": {"path.version": 1},
+        "GET /api/v1/gateway/organizations/{org_id}/quota": {"path.org_id": org.org_id},
+        "PUT /api/v1/gateway/organizations/{org_id}/quota": {"path.org_id": org.org_id},
+        "DELETE /api/v1/gateway/organizations/{org_id}/quota": {"path.org_id": org.org_id},
     }
     names = {f"{m} {p}" for m, p, _ in operations(document)}
     gateway = {n for n in names if " /api/v1/gateway/" in n}
-    assert len(gateway) == 17, sorted(gateway)
+    assert len(gateway) == 20, sorted(gateway)
     assert not [n for n in ids if n not in names]
     config = []
     for name, params in ids.items():

@@ -412,6 +412,9 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("POST", "/api/v1/gateway/models/{name}/deployments"), Gateway),
         (("PATCH", "/api/v1/gateway/models/{name}/deployments/{deployment_id}"), Gateway),
         (("DELETE", "/api/v1/gateway/models/{name}/deployments/{deployment_id}"), Gateway),
+        (("GET", "/api/v1/gateway/organizations/{org_id}/quota"), Gateway),
+        (("PUT", "/api/v1/gateway/organizations/{org_id}/quota"), Gateway),
+        (("DELETE", "/api/v1/gateway/organizations/{org_id}/quota"), Gateway),
         // B reconciles its own spend (no key of its own: refused without touching A's).
         (
             ("POST", "/api/v1/analytics/reconcile"),
@@ -440,6 +443,7 @@ async fn no_operation_reaches_another_organizations_resources() {
         ("run_id", a.run.clone()),
         ("account_id", a.service_account.clone()),
         ("domain", "example.com".to_string()),
+        ("org_id", a.owner.org_id.to_string()),
     ]);
     let secret_ids =
         [&a.team, &a.user, &a.api_key, &a.provider_key, &a.invite, &a.sso, &a.service_account, &a.log, &a.run];

@@ -371,7 +371,7 @@ async fn the_gateways_credentials_are_spent_within_the_plans_quota() {
     .await;
     let chat = || serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
     // On the free plan, without a provider key of its own: the gateway's credentials serve it.
-    let (_, key, _) = stack.org_with_key().await;
+    let (free, key, _) = stack.org_with_key().await;
     // The first request spends past the quota; one that follows its settlement is refused.
     let mut refused = None;
     for _ in 0..40 {
@@ -399,5 +399,54 @@ async fn the_gateways_credentials_are_spent_within_the_plans_quota() {
     gw_tests::db::set_plan(growth.org_id, "growth").await;
     for _ in 0..4 {
         assert_eq!(stack.chat(&growth_key, chat()).await.status(), 200);
+    }
+
+    // The operator overrides one organization's quota: the growth organization gets one of its
+    // own, the free one is let off its plan's, and removing an override restores the plan's.
+    let op = stack.operator().await;
+    let growth_quota = format!("/gateway/organizations/{}/quota", growth.org_id);
+    let tiny = json!({"budget": {"amount_usd": "0.000000001", "period": "month"}});
+    let q = json_of(stack.admin_put(&growth_quota, &op.access_token, &tiny).await, 200).await;
+    assert_eq!((q["plan"].as_str(), q["source"].as_str()), (Some("growth"), Some("override")));
+    assert_eq!(q["plan_quota"], Value::Null);
+    assert_eq!(q["effective"]["budget"]["amount_usd"], "0.000000001");
+    until_status(&stack, &growth_key, 429).await;
+    let free_quota = format!("/gateway/organizations/{}/quota", free.org_id);
+    let q = json_of(stack.admin_put(&free_quota, &op.access_token, &json!({})).await, 200).await;
+    assert_eq!(q["source"], "override");
+    assert_eq!(q["effective"], json!({"budget": null, "rate_limits": null}));
+    assert_eq!(q["plan_quota"]["budget"]["amount_usd"], "0.000000001");
+    until_status(&stack, &key, 200).await;
+    let q = json_of(stack.admin_delete(&free_quota, &op.access_token).await, 200).await;
+    assert_eq!((q["source"].as_str(), &q["override"]), (Some("plan"), &Value::Null));
+    until_status(&stack, &key, 429).await;
+    // The organization's admins see the operator's changes in their own trail.
+    let trail = stack.admin_get("/audit-events?action=gateway_quota.remove", &free.access_token).await;
+    assert_eq!(json_of(trail, 200).await["data"].as_array().map(Vec::len), Some(1));
+    // An organization that does not exist.
+    let r = stack.admin_get(&format!("/gateway/organizations/{}/quota", Uuid::new_v4()), &op.access_token).await;
+    let b = expect_api_error(r, 404).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "not_found",
+        "fields": [],
+        "message": "organization not found"
+      }
+    }
+    "#);
+}
+
+/// Sends until the proxy answers `status` (a quota change reaches it through invalidation).
+async fn until_status(stack: &Stack, key: &str, status: u16) {
+    let chat = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = stack.chat(key, chat.clone()).await.status().as_u16();
+        if got == status {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still {got}, not {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -52,7 +52,10 @@ pub async fn run(gw: &Gateway, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     if !key.limits.is_empty() {
         scopes.push((Scope::Key(key.id), &key.limits));
     }
-    let quota = org.as_ref().and_then(|o| o.plan.as_deref()).and_then(|plan| gw.gateway_quota.get(plan));
+    // The operator's override for the organization, else its plan's.
+    let quota = org.as_ref().and_then(|o| {
+        o.gateway_quota.as_ref().or_else(|| o.plan.as_deref().and_then(|plan| gw.gateway_quota.get(plan)))
+    });
     if let Some(quota) = quota.filter(|q| !q.is_empty()) {
         if on_gateway_credentials(gw, ctx).await? {
             scopes.push((Scope::Gateway, quota));

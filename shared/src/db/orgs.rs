@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::schema::organizations;
@@ -44,26 +45,62 @@ pub struct OrgSettings {
     /// The organization's plan (which `[gateway_quota]` entry applies).
     #[serde(default)]
     pub plan: Option<String>,
+    /// The operator's override of the plan's quota on the gateway's credentials, if any.
+    #[serde(default)]
+    pub gateway_quota: Option<ScopeLimits>,
+}
+
+/// An override of the gateway-credentials quota as stored, decoded. One that no longer decodes
+/// (written by another version) is logged and ignored: the plan's quota applies.
+pub fn decode_gateway_quota(v: Option<Value>) -> Option<ScopeLimits> {
+    match serde_json::from_value(v?) {
+        Ok(q) => Some(q),
+        Err(e) => {
+            log::error!("ignoring a stored gateway quota that does not decode: {e}");
+            None
+        }
+    }
+}
+
+/// The organization's plan and the operator's quota override (`None`: no such organization).
+pub async fn gateway_quota(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<(String, Option<Value>)>> {
+    Ok(organizations::table
+        .filter(organizations::id.eq(org_id))
+        .select((organizations::plan, organizations::gateway_quota))
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Sets (or, with `None`, removes) the operator's quota override; false when no such organization.
+pub async fn set_gateway_quota(conn: &mut AsyncPgConnection, org_id: Uuid, quota: Option<&Value>) -> Result<bool> {
+    let n = diesel::update(organizations::table.filter(organizations::id.eq(org_id)))
+        .set((organizations::gateway_quota.eq(quota), organizations::updated_at.eq(chrono::Utc::now())))
+        .execute(conn)
+        .await?;
+    Ok(n > 0)
 }
 
 /// An organization's limits and audit settings (`None`: no such organization).
 pub async fn settings(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<OrgSettings>> {
-    let row: Option<(ScopeLimits, bool, String, String)> = organizations::table
+    let row: Option<(ScopeLimits, bool, String, String, Option<Value>)> = organizations::table
         .filter(organizations::id.eq(org_id))
         .select((
             (organizations::budget, organizations::rate_limits),
             organizations::log_bodies,
             organizations::data_residency_region,
             organizations::plan,
+            organizations::gateway_quota,
         ))
         .first(conn)
         .await
         .optional()?;
-    Ok(row.map(|(limits, log_bodies, region, plan)| OrgSettings {
+    Ok(row.map(|(limits, log_bodies, region, plan, quota)| OrgSettings {
         limits,
         log_bodies,
         region: Some(region),
         plan: Some(plan),
+        gateway_quota: decode_gateway_quota(quota),
     }))
 }
 

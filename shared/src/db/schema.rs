@@ -13,6 +13,7 @@ diesel::table! {
         rate_limits -> Nullable<Jsonb>,
         log_bodies -> Bool,
         require_totp -> Bool,
+        gateway_quota -> Nullable<Jsonb>,
     }
 }
 

@@ -2,10 +2,12 @@
 //! `docs/routes.md`): the catalog in force and its versions (read, restore), its providers and
 //! its models with their deployments. Every response carries the catalog version as `ETag`; a
 //! write may send `If-Match` with the version it read and is refused (409) if another write came
-//! first. Writes are refused (409) while routes come from the configuration file.
+//! first. Writes are refused (409) while routes come from the configuration file. Also each
+//! organization's quota on the gateway's own provider credentials (`quota`).
 
 pub mod models;
 pub mod providers;
+pub mod quota;
 
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
@@ -29,7 +31,8 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(get_version)
         .service(restore)
         .configure(providers::routes)
-        .configure(models::routes);
+        .configure(models::routes)
+        .configure(quota::routes);
 }
 
 /// A catalog version whole.
