@@ -127,10 +127,16 @@ mod tests {
             .await
         });
         started.await.expect("first job started");
-        pool.jobs.try_send(Box::new(|| ())).expect("the queue had room");
+        let (filler_ran, filler_done) = oneshot::channel::<()>();
+        pool.jobs
+            .try_send(Box::new(move || {
+                let _ = filler_ran.send(());
+            }))
+            .expect("the queue had room");
         assert_eq!(pool.run(Uuid::from_u128(3), || 3).await, Err(ScanError::Busy));
         release.send(()).expect("release");
         assert_eq!(first.await.expect("join"), Ok(()));
+        filler_done.await.expect("the queued job ran");
         assert_eq!(pool.run(Uuid::from_u128(3), || 3).await, Ok(3));
     }
 

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::db::policies::{self, VersionRow};
 use gw_shared::policy::builtin;
+use gw_shared::policy::engine::{compiled_size, MAX_COMPILED_BYTES};
 use gw_shared::policy::spec::OrgPolicy;
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
@@ -184,6 +185,22 @@ async fn save(
     let (_, old) = current(conn, org_id).await?;
     if check {
         check_teams(conn, org_id, &old, doc).await?;
+    }
+    // Compiled here, off the server's workers, as every proxy will compile it: refused when the
+    // set would be too big to hold.
+    let copy = doc.clone();
+    let (fits, weight) = tokio::task::spawn_blocking(move || compiled_size(&copy))
+        .await
+        .map_err(|e| ApiError::Internal(format!("compiling a policy document: {e}")))?;
+    if !fits {
+        return Err(ApiError::field(
+            "policies",
+            format!(
+                "the document compiles to about {} MiB; at most {} MiB (fewer phrases or simpler patterns)",
+                weight.div_ceil(1 << 20),
+                MAX_COMPILED_BYTES >> 20
+            ),
+        ));
     }
     let value = serde_json::to_value(doc).map_err(|e| ApiError::Internal(e.to_string()))?;
     let row = policies::append(conn, org_id, None, &value, source, trail.actor_user_id).await?;

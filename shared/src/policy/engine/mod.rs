@@ -603,4 +603,4 @@ mod tests;
 mod weight;
 
 pub use output::{OutSpan, OutputBlocked, OutputGuard};
-pub use weight::scan_work;
+pub use weight::{compiled_size, scan_work, MAX_COMPILED_BYTES};

@@ -378,3 +378,51 @@ fn a_sets_weight_grows_with_what_it_compiled() {
     // The automaton over 2,000 phrases of ~25 bytes holds far more than their 50 KB of text.
     assert!(topics > empty + 50_000, "{empty} {topics}");
 }
+
+#[test]
+fn a_document_at_every_cap_compiles_below_the_compiled_cap() {
+    use crate::policy::spec::{
+        MAX_DOC_PATTERN_BYTES, MAX_DOC_PHRASES, MAX_DOC_REGEX_RULES, MAX_PHRASES, MAX_PHRASE_LEN,
+    };
+    // Phrases of the longest length, all distinct, in as many topic guards as the whole
+    // document's phrase cap allows; 200 rules sharing the 64 KiB of pattern bytes.
+    let phrase = |n: usize| {
+        let mut p = format!("p{n} ");
+        while p.len() < MAX_PHRASE_LEN {
+            p.push_str(&format!("w{} ", (n * 7919 + p.len()) % 100_000));
+        }
+        p.truncate(MAX_PHRASE_LEN);
+        p.trim_end().to_string()
+    };
+    let topic_guard = |g: usize| {
+        let phrases: Vec<String> = (0..MAX_PHRASES).map(|i| phrase(g * MAX_PHRASES + i)).collect();
+        serde_json::json!({"type": "topic_guard", "mode": "deny", "topics": [{"name": format!("t{g}"), "phrases": phrases}]})
+    };
+    let per_rule = MAX_DOC_PATTERN_BYTES / MAX_DOC_REGEX_RULES;
+    let pattern = |i: usize| {
+        let mut p = String::from("\\b(?:");
+        let mut k = 0;
+        while p.len() + 16 < per_rule {
+            p.push_str(&format!("w{i}x{k}|"));
+            k += 1;
+        }
+        p.push_str("z)\\b");
+        p
+    };
+    let regex = |g: usize| {
+        let rules: Vec<serde_json::Value> = (0..50)
+            .map(
+                |i| serde_json::json!({"name": format!("r{g}_{i}"), "pattern": pattern(g * 50 + i), "action": "block"}),
+            )
+            .collect();
+        serde_json::json!({"type": "regex", "rules": rules})
+    };
+    let mut guardrails: Vec<serde_json::Value> = (0..MAX_DOC_PHRASES / MAX_PHRASES).map(topic_guard).collect();
+    guardrails.extend((0..MAX_DOC_REGEX_RULES / 50).map(regex));
+    let doc: OrgPolicy =
+        serde_json::from_value(serde_json::json!({"policies": [{"name": "caps", "guardrails": guardrails}]}))
+            .expect("a document");
+    doc.validate().expect("within every cap");
+    let (fits, weight) = crate::policy::engine::compiled_size(&doc);
+    assert!(fits, "a document at the caps compiles to an estimated {weight} bytes");
+}

@@ -41,6 +41,19 @@ impl Check {
     }
 }
 
+/// Most bytes one organization's compiled policies may hold, by [`PolicySet::weight`]'s estimate:
+/// checked when a document is stored, so a set the proxies would have to hold is refused there.
+/// A document at every other cap (20,000 phrases of 200 bytes, 200 rules sharing 64 KiB) is
+/// estimated at 52 MiB (`tests.rs`: `a_document_at_every_cap_compiles_below_the_compiled_cap`),
+/// mostly its phrase automata; this cap bounds what the document caps do not see.
+pub const MAX_COMPILED_BYTES: usize = 64 * 1024 * 1024;
+
+/// Whether `doc` compiles within [`MAX_COMPILED_BYTES`]; its estimated size either way.
+pub fn compiled_size(doc: &crate::policy::spec::OrgPolicy) -> (bool, usize) {
+    let w = PolicySet::compile(0, doc).weight();
+    (w <= MAX_COMPILED_BYTES, w)
+}
+
 /// The work running `policies` over `text_bytes` bytes of input costs: bytes times passes, what
 /// the proxy's scan budget is stated in.
 pub fn scan_work(policies: &[std::sync::Arc<CompiledPolicy>], text_bytes: u64) -> u64 {
