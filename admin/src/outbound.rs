@@ -96,6 +96,46 @@ impl Outbound {
         Ok(Outbound { client, allow })
     }
 
+    /// Whether `url` may be a destination: `https://` (or `http://` when `allow_http`), no
+    /// credentials in it, and a host whose every address is permitted (an address literal, or a
+    /// name resolved now; it is checked again on every request). Why not, when it may not.
+    pub async fn check_destination(&self, url: &str, allow_http: bool) -> Result<url::Url, String> {
+        let parsed = url::Url::parse(url).map_err(|e| format!("is not a URL ({e})"))?;
+        match parsed.scheme() {
+            "https" => {}
+            "http" if allow_http => {}
+            _ => return Err("must be an https:// URL".into()),
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err("must not carry credentials".into());
+        }
+        let host = match parsed.host() {
+            Some(url::Host::Domain(d)) => d.to_string(),
+            Some(url::Host::Ipv4(ip)) => return self.permitted(IpAddr::V4(ip)).map(|_| parsed),
+            Some(url::Host::Ipv6(ip)) => return self.permitted(IpAddr::V6(ip)).map(|_| parsed),
+            None => return Err("has no host".into()),
+        };
+        let port = parsed.port_or_known_default().unwrap_or(443);
+        let found = tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host((host.as_str(), port)))
+            .await
+            .map_err(|_| format!("names {host}, which did not resolve in time"))?
+            .map_err(|_| format!("names {host}, which does not resolve"))?;
+        for addr in found {
+            if !gw_shared::net_guard::permitted(addr.ip(), &self.allow) {
+                return Err(format!("names {host}, which resolves to {}, not a public address", addr.ip()));
+            }
+        }
+        Ok(parsed)
+    }
+
+    fn permitted(&self, ip: IpAddr) -> Result<(), String> {
+        if gw_shared::net_guard::permitted(ip, &self.allow) {
+            Ok(())
+        } else {
+            Err(format!("names {ip}, which is not a public address"))
+        }
+    }
+
     /// One request, for the OAuth/OIDC library (its `AsyncHttpClient` is any such function).
     pub fn call(&self, request: http::Request<Vec<u8>>) -> Call<'_> {
         Box::pin(async move {

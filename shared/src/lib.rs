@@ -29,5 +29,6 @@ pub mod redis;
 pub mod roles;
 pub mod routing;
 pub mod sso;
+pub mod webhooks;
 
 pub use error::{Error, Result};

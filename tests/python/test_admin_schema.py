@@ -156,9 +156,11 @@ class Fixtures:
                 "email": f"invitee-{uuid.uuid4()}@test.gw", "team_ids": [team_id]})["id"]
             account_id = post("/api/v1/service-accounts", {
                 "name": f"schema ci {tag}", "role": "viewer", "scopes": ["teams:read"]})["id"]
+            webhook_id = post("/api/v1/organizations/current/webhooks", {
+                "url": "https://93.184.216.34/schema", "event_types": ["webhook.test"]})["id"]
             return {"team_id": team_id, "api_key_id": api_key_id, "provider_key_id": provider_key_id,
                     "connection_id": connection_id, "invite_id": invite_id, "account_id": account_id,
-                    "domain": domain}
+                    "domain": domain, "webhook_id": webhook_id}
 
         # One live key per provider: two providers.
         self.keep = one_of_each("a", "upstream")
@@ -191,6 +193,11 @@ class Fixtures:
             "DELETE /api/v1/service-accounts/{account_id}": {"path.account_id": d["account_id"]},
             "POST /api/v1/sso/connections/{connection_id}/domains/{domain}/verify": {
                 "path.connection_id": k["connection_id"], "path.domain": k["domain"]},
+            "GET /api/v1/organizations/current/webhooks/{webhook_id}": {"path.webhook_id": k["webhook_id"]},
+            "PATCH /api/v1/organizations/current/webhooks/{webhook_id}": {"path.webhook_id": k["webhook_id"]},
+            "POST /api/v1/organizations/current/webhooks/{webhook_id}/rotate-secret": {
+                "path.webhook_id": k["webhook_id"]},
+            "DELETE /api/v1/organizations/current/webhooks/{webhook_id}": {"path.webhook_id": d["webhook_id"]},
         }
 
     def config(self):

@@ -173,6 +173,7 @@ struct Tenant {
     invite: String,
     sso: String,
     service_account: String,
+    webhook: String,
     /// A request-log entry and a reconcile run of A's, written straight to the database.
     log: String,
     run: String,
@@ -226,6 +227,10 @@ async fn tenant(stack: &Stack) -> Tenant {
     let r = stack.admin_post("/service-accounts", t, &json!({"name": "ci", "role": "admin"})).await;
     assert_eq!(r.status(), 201);
     let service_account = id(&r.json().await.unwrap());
+    let body = json!({"url": "https://93.184.216.34/a", "event_types": ["budget.exceeded"]});
+    let r = stack.admin_post("/organizations/current/webhooks", t, &body).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let webhook = id(&r.json().await.unwrap());
     let (log, run) = seed_log_and_run(owner.org_id).await;
     Tenant {
         owner,
@@ -236,6 +241,7 @@ async fn tenant(stack: &Stack) -> Tenant {
         invite,
         sso,
         service_account,
+        webhook,
         log,
         run,
     }
@@ -254,6 +260,7 @@ async fn snapshot(stack: &Stack, a: &Tenant) -> Vec<Value> {
         format!("/provider-keys/{}", a.provider_key),
         format!("/sso/connections/{}", a.sso),
         format!("/service-accounts/{}", a.service_account),
+        format!("/organizations/current/webhooks/{}", a.webhook),
         "/invites".to_string(),
         "/users".to_string(),
     ] {
@@ -395,6 +402,15 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("GET", "/api/v1/analytics/compliance/export"), List),
         (("GET", "/api/v1/analytics/reconcile"), List),
         (("GET", "/api/v1/analytics/reconcile/{run_id}"), Foreign(None)),
+        (("GET", "/api/v1/organizations/current/webhooks"), List),
+        (
+            ("POST", "/api/v1/organizations/current/webhooks"),
+            OwnScope(Some(json!({"url": "https://93.184.216.34/b", "event_types": ["policy.blocked"]}))),
+        ),
+        (("GET", "/api/v1/organizations/current/webhooks/{webhook_id}"), Foreign(None)),
+        (("PATCH", "/api/v1/organizations/current/webhooks/{webhook_id}"), Foreign(Some(json!({"enabled": false})))),
+        (("DELETE", "/api/v1/organizations/current/webhooks/{webhook_id}"), Foreign(None)),
+        (("POST", "/api/v1/organizations/current/webhooks/{webhook_id}/rotate-secret"), Foreign(None)),
         (("GET", "/api/v1/gateway/routes"), Gateway),
         (("GET", "/api/v1/gateway/routes/versions"), Gateway),
         (("GET", "/api/v1/gateway/routes/versions/{version}"), Gateway),
@@ -442,11 +458,22 @@ async fn no_operation_reaches_another_organizations_resources() {
         ("log_id", a.log.clone()),
         ("run_id", a.run.clone()),
         ("account_id", a.service_account.clone()),
+        ("webhook_id", a.webhook.clone()),
         ("domain", "example.com".to_string()),
         ("org_id", a.owner.org_id.to_string()),
     ]);
-    let secret_ids =
-        [&a.team, &a.user, &a.api_key, &a.provider_key, &a.invite, &a.sso, &a.service_account, &a.log, &a.run];
+    let secret_ids = [
+        &a.team,
+        &a.user,
+        &a.api_key,
+        &a.provider_key,
+        &a.invite,
+        &a.sso,
+        &a.service_account,
+        &a.webhook,
+        &a.log,
+        &a.run,
+    ];
     let ops = operations(&stack).await;
     let mut missing = Vec::new();
     for (method, path, _) in &ops {

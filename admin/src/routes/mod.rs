@@ -27,6 +27,7 @@ pub mod sso;
 pub mod sso_connections;
 pub mod teams;
 pub mod users;
+pub mod webhooks;
 
 /// Every `/api/v1` operation.
 pub fn api(cfg: &mut ServiceConfig) {
@@ -51,7 +52,8 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(limits::routes)
             .configure(gateway::routes)
             .configure(org_routes::routes)
-            .configure(service_accounts::routes),
+            .configure(service_accounts::routes)
+            .configure(webhooks::routes),
     );
 }
 

@@ -55,6 +55,9 @@ pub struct AdminConfig {
     /// although they are not public: an identity provider on the operator's own network. Empty:
     /// public addresses only (`gw_shared::net_guard`).
     pub outbound_allow: Vec<ipnet::IpNet>,
+    /// Webhook endpoints may be plain `http://` URLs (tests, a receiver on the operator's own
+    /// network); otherwise `https://` only.
+    pub webhooks_allow_http: bool,
     /// The DNS server (`ip:port`) that e-mail domain proofs (TXT records) are looked up
     /// through; unset: the system's resolvers (`/etc/resolv.conf`).
     pub dns_resolver: Option<std::net::SocketAddr>,
@@ -114,6 +117,7 @@ impl Default for AdminConfig {
             rollup_interval_secs: 60,
             export_max_rows: 50_000_000,
             outbound_allow: Vec::new(),
+            webhooks_allow_http: false,
             dns_resolver: None,
             password_reset_ttl_secs: 3600,
             totp_issuer: "gw".into(),

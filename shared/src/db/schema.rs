@@ -480,3 +480,22 @@ diesel::table! {
         created_at -> Timestamptz,
     }
 }
+
+diesel::table! {
+    webhook_endpoints (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        url -> Text,
+        description -> Text,
+        event_types -> Array<Text>,
+        enabled -> Bool,
+        secret_ciphertext -> Bytea,
+        key_version -> SmallInt,
+        previous_ciphertext -> Nullable<Bytea>,
+        previous_key_version -> Nullable<SmallInt>,
+        previous_expires_at -> Nullable<Timestamptz>,
+        created_by -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
