@@ -42,6 +42,7 @@ mod throttle;
 mod tokens;
 mod trail;
 mod validate;
+mod webhook_relay;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -244,6 +245,7 @@ fn serve() -> Result<(), BoxError> {
             Err(e) => log::error!("could not seed the route catalog (database unreachable): {e}"),
         }
         jobs::spawn(state.clone().into_inner());
+        webhook_relay::spawn(state.clone().into_inner());
         match relay {
             Some(relay) => mail::spawn(state.clone().into_inner(), relay),
             None => log::info!("mail is not delivered ([mail] smtp_url unset): it waits in the outbox"),

@@ -18,6 +18,8 @@ pub struct Metrics {
     pub partitions_dropped: IntCounter,
     /// Background job runs that failed, by job.
     pub job_failures: IntCounterVec,
+    /// Webhook delivery attempts by outcome (`delivered`, `failed_attempt`).
+    pub webhook_attempts: IntCounterVec,
     /// Reconciliation runs, by outcome (`matched`, `discrepancies`, `failed`).
     pub reconcile_runs: IntCounterVec,
     /// Mail delivery attempts, by kind and outcome (`sent`, `retry`, `failed`).
@@ -70,6 +72,11 @@ impl Metrics {
             &["kind", "outcome"],
         )?;
         registry.register(Box::new(mail.clone()))?;
+        let webhook_attempts = IntCounterVec::new(
+            Opts::new("gw_admin_webhook_attempts_total", "Webhook delivery attempts by outcome"),
+            &["outcome"],
+        )?;
+        registry.register(Box::new(webhook_attempts.clone()))?;
         Ok(Self {
             registry,
             requests,
@@ -80,6 +87,7 @@ impl Metrics {
             rollup_duration,
             partitions_dropped,
             job_failures,
+            webhook_attempts,
             reconcile_runs,
             mail,
         })

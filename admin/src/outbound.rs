@@ -136,6 +136,43 @@ impl Outbound {
         }
     }
 
+    /// POSTs `body` to `url` with `headers`, through the guard (an address literal checked here,
+    /// names resolved to permitted addresses only, no redirects), within `timeout`. The status
+    /// and at most `keep` bytes of the answer, or why there is none.
+    pub async fn post(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+        timeout: Duration,
+        keep: usize,
+    ) -> Result<(u16, String), String> {
+        let parsed = url::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+        match parsed.host() {
+            Some(url::Host::Ipv4(ip)) => self.permitted(IpAddr::V4(ip))?,
+            Some(url::Host::Ipv6(ip)) => self.permitted(IpAddr::V6(ip))?,
+            _ => {}
+        }
+        let mut req = self.client.post(parsed).timeout(timeout).body(body);
+        for (name, value) in headers {
+            req = req.header(*name, value);
+        }
+        let mut response = req.send().await.map_err(|e| match OutboundError::refusal_in(&e) {
+            Some(why) => why,
+            None if e.is_timeout() => format!("no answer within {} s", timeout.as_secs()),
+            None => format!("could not connect: {}", gw_shared::providers::log_snippet(e.to_string().as_bytes())),
+        })?;
+        let status = response.status().as_u16();
+        let mut kept = Vec::new();
+        while kept.len() < keep {
+            match response.chunk().await {
+                Ok(Some(chunk)) => kept.extend_from_slice(&chunk[..chunk.len().min(keep - kept.len())]),
+                _ => break,
+            }
+        }
+        Ok((status, String::from_utf8_lossy(&kept).into_owned()))
+    }
+
     /// One request, for the OAuth/OIDC library (its `AsyncHttpClient` is any such function).
     pub fn call(&self, request: http::Request<Vec<u8>>) -> Call<'_> {
         Box::pin(async move {

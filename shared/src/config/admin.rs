@@ -58,6 +58,8 @@ pub struct AdminConfig {
     /// Webhook endpoints may be plain `http://` URLs (tests, a receiver on the operator's own
     /// network); otherwise `https://` only.
     pub webhooks_allow_http: bool,
+    /// How often the webhook relay looks for new events and due deliveries.
+    pub webhooks_poll_ms: u64,
     /// The DNS server (`ip:port`) that e-mail domain proofs (TXT records) are looked up
     /// through; unset: the system's resolvers (`/etc/resolv.conf`).
     pub dns_resolver: Option<std::net::SocketAddr>,
@@ -118,6 +120,7 @@ impl Default for AdminConfig {
             export_max_rows: 50_000_000,
             outbound_allow: Vec::new(),
             webhooks_allow_http: false,
+            webhooks_poll_ms: 1000,
             dns_resolver: None,
             password_reset_ttl_secs: 3600,
             totp_issuer: "gw".into(),

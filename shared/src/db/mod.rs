@@ -24,6 +24,7 @@ pub mod sessions;
 pub mod sso;
 pub mod teams;
 pub mod users;
+pub mod webhook_deliveries;
 pub mod webhooks;
 
 use std::time::Duration;

@@ -499,3 +499,32 @@ diesel::table! {
         updated_at -> Timestamptz,
     }
 }
+
+diesel::table! {
+    webhook_deliveries (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        endpoint_id -> Uuid,
+        event_id -> Uuid,
+        event_type -> Text,
+        body -> Jsonb,
+        status -> Text,
+        attempts -> Int4,
+        next_attempt_at -> Timestamptz,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    webhook_attempts (id) {
+        id -> Int8,
+        delivery_id -> Uuid,
+        org_id -> Uuid,
+        attempted_at -> Timestamptz,
+        status_code -> Nullable<Int4>,
+        latency_ms -> Int4,
+        error -> Nullable<Text>,
+        response_body -> Nullable<Text>,
+    }
+}

@@ -147,3 +147,44 @@ pub async fn delete(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Res
     .await?;
     Ok(n > 0)
 }
+
+/// Where and how to deliver to an endpoint: its URL, whether it is enabled, and the secrets that
+/// sign (the current one, then the one a rotation replaced while its overlap lasts), opened.
+pub struct Target {
+    pub url: String,
+    pub enabled: bool,
+    pub secrets: Vec<String>,
+}
+
+type Sealed = (String, bool, Vec<u8>, i16, Option<Vec<u8>>, Option<i16>, Option<DateTime<Utc>>);
+
+pub async fn target(conn: &mut AsyncPgConnection, ring: &Keyring, org_id: Uuid, id: Uuid) -> Result<Option<Target>> {
+    let row: Option<Sealed> = webhook_endpoints::table
+        .filter(webhook_endpoints::org_id.eq(org_id))
+        .filter(webhook_endpoints::id.eq(id))
+        .select((
+            webhook_endpoints::url,
+            webhook_endpoints::enabled,
+            webhook_endpoints::secret_ciphertext,
+            webhook_endpoints::key_version,
+            webhook_endpoints::previous_ciphertext,
+            webhook_endpoints::previous_key_version,
+            webhook_endpoints::previous_expires_at,
+        ))
+        .first(conn)
+        .await
+        .optional()?;
+    let Some((url, enabled, sealed, version, prev, prev_version, prev_until)) = row else { return Ok(None) };
+    let aad = secret_aad(org_id, id);
+    let open = |v: i16, s: &[u8]| -> Result<String> {
+        let bytes = ring.open(v, s, &aad)?;
+        String::from_utf8(bytes).map_err(|_| crate::Error::Crypto("a webhook secret is not text".into()))
+    };
+    let mut secrets = vec![open(version, &sealed)?];
+    if let (Some(p), Some(v), Some(until)) = (prev, prev_version, prev_until) {
+        if until > Utc::now() {
+            secrets.push(open(v, &p)?);
+        }
+    }
+    Ok(Some(Target { url, enabled, secrets }))
+}

@@ -15,9 +15,12 @@ use serde_json::json;
 #[tokio::main]
 async fn main() {
     let catalog = std::env::var("GW_STACK_ROUTES").is_ok_and(|v| v == "database");
-    // The SSO tests' identity providers run on this machine: the outbound guard allows loopback
-    // here (the Rust tests check that it refuses it by default).
-    let mut admin_config = "outbound_allow = [\"127.0.0.0/8\", \"::1/128\"]".to_string();
+    // The receivers in the Python tests (SSO identity providers, webhook endpoints) run on this
+    // machine, over plain HTTP: the outbound guard allows loopback here (the Rust tests check that
+    // it refuses it by default). The webhook relay looks for work every 100 ms.
+    let mut admin_config =
+        "outbound_allow = [\"127.0.0.0/8\", \"::1/128\"]\nwebhooks_allow_http = true\nwebhooks_poll_ms = 100"
+            .to_string();
     if let Ok(dns) = std::env::var("GW_STACK_DNS") {
         admin_config.push_str(&format!("\ndns_resolver = \"{dns}\""));
     }
