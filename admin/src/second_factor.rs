@@ -32,16 +32,6 @@ pub fn enrollment(state: &AppState, secret: &[u8], account: &str) -> ApiResult<(
     Ok((Secret::Raw(secret.to_vec()).to_encoded().to_string(), t.get_url()))
 }
 
-/// The master keyring that seals TOTP secrets.
-pub fn keyring(state: &AppState) -> ApiResult<&gw_shared::crypto::Keyring> {
-    state
-        .cfg
-        .secrets
-        .keyring
-        .as_ref()
-        .ok_or_else(|| ApiError::Unavailable("a second factor needs GW_ENCRYPTION_KEY".into()))
-}
-
 /// The user's TOTP secret in the clear.
 pub fn secret_of(state: &AppState, user: &User) -> ApiResult<Vec<u8>> {
     let (Some(sealed), Some(version)) = (user.totp_secret_sealed.as_deref(), user.totp_key_version) else {
@@ -49,7 +39,7 @@ pub fn secret_of(state: &AppState, user: &User) -> ApiResult<Vec<u8>> {
             "no second factor is being enrolled: start with POST /auth/totp/setup".into(),
         ));
     };
-    let ring = keyring(state)?;
+    let ring = state.keyring("a second factor needs")?;
     Ok(ring.open(version, sealed, &users::totp_aad(user.id))?)
 }
 

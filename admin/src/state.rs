@@ -45,6 +45,15 @@ impl AppState {
         Ok(AppState { cfg, db, redis, cache_redis, jwt_secret, metrics, hashing, outbound, domain_proof })
     }
 
+    /// The master keyring, or 503 naming what needs it: `needs` is that thing with its verb
+    /// (`"provider keys need"`).
+    pub fn keyring(&self, needs: &str) -> ApiResult<&gw_shared::crypto::Keyring> {
+        self.cfg.secrets.keyring.as_ref().ok_or_else(|| {
+            log::error!("{needs} GW_ENCRYPTION_KEY, which is not set");
+            ApiError::Unavailable(format!("{needs} GW_ENCRYPTION_KEY"))
+        })
+    }
+
     pub async fn conn(&self) -> ApiResult<DbConn> {
         Ok(self.db.get().await?)
     }

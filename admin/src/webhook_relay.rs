@@ -100,7 +100,7 @@ async fn round(state: &Arc<AppState>, slots: &Arc<Slots>) -> Result<(), String> 
 
 /// One attempt at `d`, recorded whatever its outcome.
 async fn attempt(state: &AppState, d: &Delivery) -> Result<(), String> {
-    let ring = state.cfg.secrets.keyring.as_ref().ok_or("no master key (GW_ENCRYPTION_KEY)")?;
+    let ring = state.keyring("webhook delivery needs").map_err(|e| e.to_string())?;
     let target = {
         let mut conn = state.db.get().await.map_err(|e| e.to_string())?;
         webhooks::target(&mut conn, ring, d.org_id, d.endpoint_id).await.map_err(|e| e.to_string())?

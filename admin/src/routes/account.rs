@@ -308,7 +308,7 @@ pub async fn totp_setup(
     }
     let proof = Proof { password, totp_code: None, recovery_code: None };
     reprove(&state, &req, &user, proof, "password").await?;
-    let ring = second_factor::keyring(&state)?;
+    let ring = state.keyring("a second factor needs")?;
     let secret = second_factor::new_secret();
     let (version, sealed) = ring.seal(&secret, &users::totp_aad(user.id))?;
     let mut conn = state.conn().await?;

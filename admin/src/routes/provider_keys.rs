@@ -9,7 +9,6 @@ use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
 use gw_shared::config::Routes;
-use gw_shared::crypto::Keyring;
 use gw_shared::db::provider_keys::{self, NewKey, ProviderKey};
 use gw_shared::ids::new_id;
 use gw_shared::redis::Invalidation;
@@ -115,14 +114,6 @@ impl From<ProviderKey> for ProviderKeyOut {
     }
 }
 
-/// The master keyring; without it no secret can be sealed.
-fn keyring(state: &AppState) -> ApiResult<&Keyring> {
-    state.cfg.secrets.keyring.as_ref().ok_or_else(|| {
-        log::error!("a provider key was sent but GW_ENCRYPTION_KEY is not set");
-        ApiError::Unavailable("provider keys need GW_ENCRYPTION_KEY".into())
-    })
-}
-
 /// The catalog's providers an organization may bring a key for (not the in-process ones).
 fn keyed_providers(routes: &Routes) -> impl Iterator<Item = &str> {
     routes.providers.iter().filter(|p| p.kind != IN_PROCESS_KIND).map(|p| p.name.as_str())
@@ -180,7 +171,7 @@ pub async fn create(
     req: HttpRequest,
     body: crate::body::Json<CreateProviderKey>,
 ) -> ApiResult<HttpResponse> {
-    let ring = keyring(&state)?;
+    let ring = state.keyring("provider keys need")?;
     let b = body.into_inner();
     let provider = provider(&state.routes().await?, &state.cfg.routing.org_provider_kinds, &b.provider)?;
     let name = validate::text("name", &b.name, 200)?;
@@ -282,7 +273,7 @@ pub async fn rotate(
     id: web::Path<Uuid>,
     body: crate::body::Json<RotateProviderKey>,
 ) -> ApiResult<HttpResponse> {
-    let ring = keyring(&state)?;
+    let ring = state.keyring("provider keys need")?;
     let id = id.into_inner();
     let secret = secret(&body.secret)?;
     let overlap = body.overlap_seconds.unwrap_or(DEFAULT_OVERLAP_SECS);
@@ -319,7 +310,7 @@ pub async fn test(
     req: HttpRequest,
     id: web::Path<Uuid>,
 ) -> ApiResult<HttpResponse> {
-    let ring = keyring(&state)?;
+    let ring = state.keyring("provider keys need")?;
     let id = id.into_inner();
     let mut conn = state.conn().await?;
     let live = provider_keys::live_for_org(&mut conn, session.org_id).await?;

@@ -7,7 +7,6 @@
 
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
-use gw_shared::crypto::Keyring;
 use gw_shared::db::webhooks::{self, Endpoint, EndpointChange, NewEndpoint};
 use gw_shared::ids::new_id;
 use gw_shared::webhooks::{generate_secret, EVENT_TYPES};
@@ -114,12 +113,6 @@ pub struct WebhookSecretOut {
     secret: String,
 }
 
-fn keyring(state: &AppState) -> ApiResult<&Keyring> {
-    state.cfg.secrets.keyring.as_ref().ok_or_else(|| {
-        ApiError::Unavailable("webhook secrets need GW_ENCRYPTION_KEY, which this server does not have".into())
-    })
-}
-
 async fn url(state: &AppState, url: &str) -> ApiResult<String> {
     let url = validate::text("url", url, MAX_URL_CHARS)?;
     let parsed = state
@@ -182,7 +175,7 @@ pub async fn create(
     req: HttpRequest,
     body: crate::body::Json<CreateWebhook>,
 ) -> ApiResult<HttpResponse> {
-    let ring = keyring(&state)?;
+    let ring = state.keyring("webhook secrets need")?;
     let b = body.into_inner();
     let description = description(b.description.as_deref())?;
     let types = event_types(b.event_types)?;
@@ -300,7 +293,7 @@ pub async fn rotate_secret(
     req: HttpRequest,
     id: web::Path<Uuid>,
 ) -> ApiResult<HttpResponse> {
-    let ring = keyring(&state)?;
+    let ring = state.keyring("webhook secrets need")?;
     let id = id.into_inner();
     let secret = generate_secret();
     let until = Utc::now() + Duration::hours(ROTATION_OVERLAP_HOURS);

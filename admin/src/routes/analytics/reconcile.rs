@@ -365,10 +365,7 @@ async fn org_key(state: &AppState, org_id: Uuid, provider: &str) -> ApiResult<St
     let Some(sealed) = keys.for_provider(provider) else {
         return Err(ApiError::Validation(format!("no admin key: pass admin_key or add a provider key for {provider}")));
     };
-    let ring = state.cfg.secrets.keyring.as_ref().ok_or_else(|| {
-        log::error!("org {org_id} has a provider key for {provider} but GW_ENCRYPTION_KEY is not set");
-        ApiError::Unavailable("provider keys need GW_ENCRYPTION_KEY".into())
-    })?;
+    let ring = state.keyring("provider keys need")?;
     Ok(sealed.open(ring, org_id)?)
 }
 

@@ -34,7 +34,7 @@ use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::oidc;
-use crate::sso_config::{keyring, plan_required, redirect_uri};
+use crate::sso_config::{plan_required, redirect_uri};
 use crate::state::AppState;
 use crate::tokens::TokenResponse;
 use crate::{throttle, trail, validate};
@@ -299,7 +299,7 @@ pub async fn callback(
     if !sso::plan_allows_sso(&org.plan) {
         return Err(plan_required(&org.plan));
     }
-    let client_secret = connection.client_secret(keyring(&state)?)?;
+    let client_secret = connection.client_secret(state.keyring("SSO connections need")?)?;
     // No database connection is held across the token exchange.
     drop(conn);
 

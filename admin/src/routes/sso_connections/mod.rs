@@ -27,7 +27,7 @@ use uuid::Uuid;
 use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
 use crate::session::Session;
-use crate::sso_config::{keyring, plan_required, redirect_uri};
+use crate::sso_config::{plan_required, redirect_uri};
 use crate::state::AppState;
 use crate::trail::{self, Entry};
 use crate::validate;
@@ -206,7 +206,7 @@ pub async fn create(
     req: HttpRequest,
     body: crate::body::Json<CreateSsoConnection>,
 ) -> ApiResult<HttpResponse> {
-    let ring = keyring(&state)?;
+    let ring = state.keyring("SSO connections need")?;
     let b = body.into_inner();
     let name = validate::text("name", &b.name, 200)?;
     let issuer = sso::validate_issuer(&b.issuer).map_err(|m| ApiError::field("issuer", m))?;
@@ -309,7 +309,7 @@ pub async fn update(
     id: web::Path<Uuid>,
     body: crate::body::Json<UpdateSsoConnection>,
 ) -> ApiResult<HttpResponse> {
-    let ring = keyring(&state)?;
+    let ring = state.keyring("SSO connections need")?;
     let id = id.into_inner();
     let b = body.into_inner();
     let mut change = Change {
