@@ -48,7 +48,9 @@ def enroll(stack, email, token):
     assert setup["otpauth_uri"].startswith("otpauth://totp/")
     totp = pyotp.TOTP(setup["secret"])
     assert pyotp.parse_uri(setup["otpauth_uri"]).secret == setup["secret"]
-    r = api(stack, "POST", "/auth/totp/enable", token, json={"code": totp.now()})
+    # Kept on the object: a test replays exactly this code (`totp.now()` moves on every 30 s).
+    totp.enrolled_with = totp.now()
+    r = api(stack, "POST", "/auth/totp/enable", token, json={"code": totp.enrolled_with})
     assert r.status_code == 200, r.text
     codes = r.json()["recovery_codes"]
     assert len(codes) == 10 and len(set(codes)) == 10
@@ -141,8 +143,8 @@ def test_totp_required_by_the_organization_blocks_a_sign_in_without_the_code(sta
     assert r.json()["error"]["code"] == "second_factor_required"
     r = login(stack, email, totp_code="000000")
     assert r.status_code == 401 and r.json()["error"]["code"] == "second_factor_required"
-    # The code used to enroll is spent: the same time step does not sign in again.
-    r = login(stack, email, totp_code=totp.now())
+    # The code used to enroll is spent: it does not sign in again.
+    r = login(stack, email, totp_code=totp.enrolled_with)
     assert r.status_code == 401, r.text
     r = login(stack, email, totp_code=next_code(totp))
     assert r.status_code == 200, r.text
