@@ -14,6 +14,7 @@
 mod authz;
 mod body;
 mod bootstrap;
+mod clock;
 mod decode;
 mod domain_proof;
 mod error;

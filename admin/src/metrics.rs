@@ -20,6 +20,9 @@ pub struct Metrics {
     pub job_failures: IntCounterVec,
     /// Webhook delivery attempts by outcome (`delivered`, `failed_attempt`).
     pub webhook_attempts: IntCounterVec,
+    /// Events the webhook relay handled, by what became of them (`delivery`, `coalesced`,
+    /// `dropped`, `mail`), and its rounds (`round`: tests wait on it).
+    pub webhook_relay: IntCounterVec,
     /// Reconciliation runs, by outcome (`matched`, `discrepancies`, `failed`).
     pub reconcile_runs: IntCounterVec,
     /// Mail delivery attempts, by kind and outcome (`sent`, `retry`, `failed`).
@@ -77,6 +80,11 @@ impl Metrics {
             &["outcome"],
         )?;
         registry.register(Box::new(webhook_attempts.clone()))?;
+        let webhook_relay = IntCounterVec::new(
+            Opts::new("gw_admin_webhook_relay_total", "Webhook relay rounds and what became of events"),
+            &["what"],
+        )?;
+        registry.register(Box::new(webhook_relay.clone()))?;
         Ok(Self {
             registry,
             requests,
@@ -88,6 +96,7 @@ impl Metrics {
             partitions_dropped,
             job_failures,
             webhook_attempts,
+            webhook_relay,
             reconcile_runs,
             mail,
         })

@@ -25,6 +25,8 @@ pub struct AppState {
     pub outbound: crate::outbound::Outbound,
     /// DNS lookups of e-mail domain proofs.
     pub domain_proof: crate::domain_proof::DomainProof,
+    /// The time the webhook relay schedules by (a test may set it: `crate::clock`).
+    pub clock: crate::clock::Clock,
 }
 
 impl AppState {
@@ -42,7 +44,18 @@ impl AppState {
             Some(_) => gw_shared::redis::pool(cfg.redis.cache_url(), cfg.redis.pool_size.clamp(1, 4))?,
             None => redis.clone(),
         };
-        Ok(AppState { cfg, db, redis, cache_redis, jwt_secret, metrics, hashing, outbound, domain_proof })
+        Ok(AppState {
+            cfg,
+            db,
+            redis,
+            cache_redis,
+            jwt_secret,
+            metrics,
+            hashing,
+            outbound,
+            domain_proof,
+            clock: crate::clock::Clock::from_env(),
+        })
     }
 
     /// The master keyring, or 503 naming what needs it: `needs` is that thing with its verb

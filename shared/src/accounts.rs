@@ -51,6 +51,8 @@ pub async fn create_org_with_owner(
         };
         let user = users::insert(conn, &new).await?;
         users::add_membership(conn, org.id, user.id, ROLE_OWNER).await?;
+        let m = crate::webhooks::payloads::MemberFacts { user_id: user.id, email: &user.email, role: ROLE_OWNER };
+        crate::db::events::emit(conn, crate::webhooks::payloads::member_added(org.id, &m, None, "signup")).await?;
         Ok((org, user))
     })
     .await
@@ -74,6 +76,12 @@ pub struct KeySpec<'a> {
 }
 
 pub async fn issue_api_key(conn: &mut AsyncPgConnection, spec: KeySpec<'_>) -> Result<(ApiKey, String)> {
+    use diesel_async::AsyncConnection;
+    // The key and its `api_key.created` event commit together.
+    conn.transaction(async |conn| issue_api_key_tx(conn, spec).await).await
+}
+
+async fn issue_api_key_tx(conn: &mut AsyncPgConnection, spec: KeySpec<'_>) -> Result<(ApiKey, String)> {
     let k = generate_api_key();
     let row = api_keys::insert(
         conn,
@@ -93,6 +101,14 @@ pub async fn issue_api_key(conn: &mut AsyncPgConnection, spec: KeySpec<'_>) -> R
         },
     )
     .await?;
+    let facts = crate::webhooks::payloads::KeyFacts {
+        id: row.id,
+        name: &row.name,
+        prefix: &row.key_prefix,
+        team_id: row.team_id,
+    };
+    crate::db::events::emit(conn, crate::webhooks::payloads::api_key_created(row.org_id, &facts, spec.created_by))
+        .await?;
     Ok((row, k.secret))
 }
 

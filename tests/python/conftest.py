@@ -24,11 +24,11 @@ def client(stack, key, **kw):
     return openai.OpenAI(api_key=key, base_url=f"{stack['proxy']}/v1", **kw)
 
 
-def psql(sql):
-    """One statement through psql against gw's database; its output, trimmed."""
+def psql(sql, database=None):
+    """One statement through psql against gw's database (or `database`); its output, trimmed."""
     exe = shutil.which("psql", path=os.environ.get("GW_PG_BIN")) or shutil.which("psql")
     assert exe, "psql not found: run scripts/services.sh start (and eval its env)"
-    r = subprocess.run([exe, DATABASE_URL, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
+    r = subprocess.run([exe, database or DATABASE_URL, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()

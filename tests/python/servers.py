@@ -1,7 +1,9 @@
 """Real servers the tests start on this machine: a DNS server (dnslib) answering TXT records the
-tests publish, and an SMTP server (aiosmtpd) keeping what it receives."""
+tests publish, an SMTP server (aiosmtpd) keeping what it receives, and a webhook receiver."""
 
 import email
+import http.server
+import json
 import email.policy
 import socket
 import threading
@@ -106,9 +108,10 @@ class Smtp:
             time.sleep(0.1)
         raise AssertionError(f"no mail to {to} about {subject_contains!r} within {timeout} s")
 
-    def count_to(self, to):
+    def count_to(self, to, subject_contains=""):
         with self.inbox.lock:
-            return sum(1 for rcpts, _ in self.inbox.messages if to.lower() in [r.lower() for r in rcpts])
+            return sum(1 for rcpts, msg in self.inbox.messages
+                       if to.lower() in [r.lower() for r in rcpts] and subject_contains in str(msg["subject"]))
 
 
 def free_port():
@@ -124,3 +127,62 @@ def free_port():
                 t.close()
                 t = socket.socket()
         raise RuntimeError("no free port")
+
+
+class Receiver:
+    """A webhook receiver on loopback that records every request (headers, body) and answers
+    `status` (changeable), with a `Location` header when `location` is set, or holds each request
+    while `hang` is set."""
+
+    def __init__(self, status=200, location=None):
+        self.requests = []
+        self.status = status
+        self.location = location
+        self.hang = threading.Event()
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                with outer.lock:
+                    outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                while outer.hang.is_set():
+                    time.sleep(0.05)
+                self.send_response(outer.status)
+                if outer.location:
+                    self.send_header("Location", outer.location)
+                self.end_headers()
+                self.wfile.write(b"received")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def wait(self, n, timeout=20):
+        """The `n`th request (1-based), once it has arrived."""
+        deadline = time.time() + timeout
+        while len(self.requests) < n and time.time() < deadline:
+            time.sleep(0.05)
+        assert len(self.requests) >= n, f"{len(self.requests)} of {n} deliveries arrived"
+        return self.requests[n - 1]
+
+    def of_type(self, event_type, timeout=20):
+        """The first delivery of `event_type`: (headers, body, parsed body)."""
+        deadline = time.time() + timeout
+        while True:
+            with self.lock:
+                for headers, body in self.requests:
+                    parsed = json.loads(body)
+                    if parsed["type"] == event_type:
+                        return headers, body, parsed
+            assert time.time() < deadline, f"no {event_type} delivery arrived"
+            time.sleep(0.05)
+
+    def close(self):
+        self.hang.clear()
+        self.server.shutdown()

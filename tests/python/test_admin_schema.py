@@ -156,11 +156,14 @@ class Fixtures:
                 "email": f"invitee-{uuid.uuid4()}@test.gw", "team_ids": [team_id]})["id"]
             account_id = post("/api/v1/service-accounts", {
                 "name": f"schema ci {tag}", "role": "viewer", "scopes": ["teams:read"]})["id"]
+            # A receiver that refuses at once (the discard port on loopback, which this stack
+            # allows), so the retries Schemathesis makes never wait on a timeout.
             webhook_id = post("/api/v1/organizations/current/webhooks", {
-                "url": "https://93.184.216.34/schema", "event_types": ["webhook.test"]})["id"]
+                "url": "http://127.0.0.1:9/schema", "event_types": ["webhook.test"]})["id"]
+            delivery_id = post(f"/api/v1/organizations/current/webhooks/{webhook_id}/test", {}, expect=202)["id"]
             return {"team_id": team_id, "api_key_id": api_key_id, "provider_key_id": provider_key_id,
                     "connection_id": connection_id, "invite_id": invite_id, "account_id": account_id,
-                    "domain": domain, "webhook_id": webhook_id}
+                    "domain": domain, "webhook_id": webhook_id, "delivery_id": delivery_id}
 
         # One live key per provider: two providers.
         self.keep = one_of_each("a", "upstream")
@@ -198,6 +201,9 @@ class Fixtures:
             "POST /api/v1/organizations/current/webhooks/{webhook_id}/rotate-secret": {
                 "path.webhook_id": k["webhook_id"]},
             "DELETE /api/v1/organizations/current/webhooks/{webhook_id}": {"path.webhook_id": d["webhook_id"]},
+            "POST /api/v1/organizations/current/webhooks/{webhook_id}/test": {"path.webhook_id": k["webhook_id"]},
+            "POST /api/v1/organizations/current/webhooks/deliveries/{delivery_id}/retry": {
+                "path.delivery_id": k["delivery_id"]},
         }
 
     def config(self):

@@ -6,10 +6,8 @@ old one; a receiver answering 500 sees a failed attempt recorded with its status
 scheduled 5 minutes later."""
 
 import base64
-import http.server
 import json
 import os
-import threading
 import time
 import uuid
 
@@ -17,43 +15,10 @@ import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from conftest import Org, client, psql
+from servers import Receiver
 
 BLOCKING_POLICY = {"policies": [{"name": "no_acct", "guardrails": [{"type": "regex", "rules": [
     {"name": "acct", "pattern": "ACCT-[0-9]{6}", "action": "block"}]}]}], "defaults": ["no_acct"]}
-
-
-class Receiver:
-    """An HTTP receiver on loopback that records every request and answers `status`."""
-
-    def __init__(self, status=200):
-        self.requests = []
-        self.status = status
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(outer.status)
-                self.end_headers()
-                self.wfile.write(b"received")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def wait(self, n, timeout=20):
-        deadline = time.time() + timeout
-        while len(self.requests) < n and time.time() < deadline:
-            time.sleep(0.05)
-        assert len(self.requests) >= n, f"{len(self.requests)} of {n} deliveries arrived"
-        return self.requests[n - 1]
-
-    def close(self):
-        self.server.shutdown()
 
 
 @pytest.fixture

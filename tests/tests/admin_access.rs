@@ -174,6 +174,8 @@ struct Tenant {
     sso: String,
     service_account: String,
     webhook: String,
+    /// A test delivery to that endpoint.
+    delivery: String,
     /// A request-log entry and a reconcile run of A's, written straight to the database.
     log: String,
     run: String,
@@ -231,6 +233,9 @@ async fn tenant(stack: &Stack) -> Tenant {
     let r = stack.admin_post("/organizations/current/webhooks", t, &body).await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
     let webhook = id(&r.json().await.unwrap());
+    let r = stack.admin_post(&format!("/organizations/current/webhooks/{webhook}/test"), t, &json!({})).await;
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap_or_default());
+    let delivery = id(&r.json().await.unwrap());
     let (log, run) = seed_log_and_run(owner.org_id).await;
     Tenant {
         owner,
@@ -242,6 +247,7 @@ async fn tenant(stack: &Stack) -> Tenant {
         sso,
         service_account,
         webhook,
+        delivery,
         log,
         run,
     }
@@ -323,6 +329,8 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("DELETE", "/api/v1/service-accounts/{account_id}"), Foreign(None)),
         (("POST", "/api/v1/sso/connections/{connection_id}/domains/{domain}/verify"), Foreign(None)),
         (("GET", "/api/v1/auth/me"), OwnScope(None)),
+        (("GET", "/api/v1/auth/me/alerts"), OwnScope(None)),
+        (("PUT", "/api/v1/auth/me/alerts"), OwnScope(Some(json!({"budget": true})))),
         (("GET", "/api/v1/organizations/current"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current/limits"), OwnScope(None)),
         (("GET", "/api/v1/organizations/current/routes"), List),
@@ -411,6 +419,9 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("PATCH", "/api/v1/organizations/current/webhooks/{webhook_id}"), Foreign(Some(json!({"enabled": false})))),
         (("DELETE", "/api/v1/organizations/current/webhooks/{webhook_id}"), Foreign(None)),
         (("POST", "/api/v1/organizations/current/webhooks/{webhook_id}/rotate-secret"), Foreign(None)),
+        (("POST", "/api/v1/organizations/current/webhooks/{webhook_id}/test"), Foreign(None)),
+        (("GET", "/api/v1/organizations/current/webhooks/deliveries"), List),
+        (("POST", "/api/v1/organizations/current/webhooks/deliveries/{delivery_id}/retry"), Foreign(None)),
         (("GET", "/api/v1/gateway/routes"), Gateway),
         (("GET", "/api/v1/gateway/routes/versions"), Gateway),
         (("GET", "/api/v1/gateway/routes/versions/{version}"), Gateway),
@@ -459,6 +470,7 @@ async fn no_operation_reaches_another_organizations_resources() {
         ("run_id", a.run.clone()),
         ("account_id", a.service_account.clone()),
         ("webhook_id", a.webhook.clone()),
+        ("delivery_id", a.delivery.clone()),
         ("domain", "example.com".to_string()),
         ("org_id", a.owner.org_id.to_string()),
     ]);
@@ -471,6 +483,7 @@ async fn no_operation_reaches_another_organizations_resources() {
         &a.sso,
         &a.service_account,
         &a.webhook,
+        &a.delivery,
         &a.log,
         &a.run,
     ];

@@ -27,6 +27,7 @@ pub mod sso;
 pub mod sso_connections;
 pub mod teams;
 pub mod users;
+pub mod webhook_deliveries;
 pub mod webhooks;
 
 /// Every `/api/v1` operation.
@@ -53,6 +54,7 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(gateway::routes)
             .configure(org_routes::routes)
             .configure(service_accounts::routes)
+            .configure(webhook_deliveries::routes)
             .configure(webhooks::routes),
     );
 }

@@ -7,11 +7,13 @@
 
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
-use diesel_async::AsyncPgConnection;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::config::Routes;
+use gw_shared::db::events;
 use gw_shared::db::provider_keys::{self, NewKey, ProviderKey};
 use gw_shared::ids::new_id;
 use gw_shared::redis::Invalidation;
+use gw_shared::webhooks::payloads::{self, ProviderKeyFacts};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
@@ -22,7 +24,7 @@ use crate::error::{is_unique_violation, ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
 use crate::session::Session;
 use crate::state::AppState;
-use crate::trail::{self, Entry};
+use crate::trail::{self, Entry, Trail};
 use crate::validate;
 
 pub fn routes(cfg: &mut ServiceConfig) {
@@ -282,15 +284,29 @@ pub async fn rotate(
     }
     let mut conn = state.conn().await?;
     let overlap = chrono::Duration::seconds(overlap);
-    match provider_keys::rotate(&mut conn, ring, session.org_id, id, &secret, overlap).await? {
-        Some(row) => {
+    let trail = Trail::of(&session, &req);
+    // The new secret, its event and its trail row commit together.
+    let rotated = conn
+        .transaction(async |conn| {
+            let Some(row) = provider_keys::rotate(conn, ring, session.org_id, id, &secret, overlap).await? else {
+                return Ok::<_, ApiError>(None);
+            };
+            let facts = ProviderKeyFacts { id, provider: &row.provider, name: &row.name, version: row.version };
+            let event =
+                payloads::provider_key_rotated(row.org_id, &facts, Some(session.user_id), row.previous_expires_at);
+            events::emit(conn, event).await?;
             let entry = Entry {
                 action: "provider_key.rotate",
                 resource_type: "provider_key",
                 resource_id: Some(id.to_string()),
                 detail: json!({"provider": row.provider, "overlap_seconds": overlap.num_seconds()}),
             };
-            trail::by(&mut conn, &session, &req, entry).await?;
+            trail.record(conn, entry).await?;
+            Ok(Some(row))
+        })
+        .await?;
+    match rotated {
+        Some(row) => {
             log::info!("provider key {id} for {} rotated in org {}", row.provider, row.org_id);
             invalidate_org(&state, row.org_id, "rotation", id).await;
             Ok(HttpResponse::Ok().json(ProviderKeyOut::from(row)))
@@ -350,15 +366,26 @@ pub async fn revoke(
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let mut conn = state.conn().await?;
-    match provider_keys::revoke(&mut conn, session.org_id, id).await? {
-        Some(row) => {
+    let trail = Trail::of(&session, &req);
+    let revoked = conn
+        .transaction(async |conn| {
+            let Some(row) = provider_keys::revoke(conn, session.org_id, id).await? else {
+                return Ok::<_, ApiError>(None);
+            };
+            let facts = ProviderKeyFacts { id, provider: &row.provider, name: &row.name, version: row.version };
+            events::emit(conn, payloads::provider_key_revoked(row.org_id, &facts, Some(session.user_id))).await?;
             let entry = Entry {
                 action: "provider_key.revoke",
                 resource_type: "provider_key",
                 resource_id: Some(id.to_string()),
                 detail: json!({"provider": row.provider}),
             };
-            trail::by(&mut conn, &session, &req, entry).await?;
+            trail.record(conn, entry).await?;
+            Ok(Some(row))
+        })
+        .await?;
+    match revoked {
+        Some(row) => {
             log::info!("provider key {id} for {} revoked in org {}", row.provider, row.org_id);
             invalidate_org(&state, row.org_id, "revocation", id).await;
             Ok(HttpResponse::NoContent().finish())

@@ -7,6 +7,7 @@
 
 use actix_web::{delete, get, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
+use diesel_async::AsyncConnection;
 use gw_shared::db::service_accounts::{self as sa_db, NewServiceAccount, ServiceAccount};
 use gw_shared::ids::new_id;
 use gw_shared::keys::generate_service_token;
@@ -21,7 +22,7 @@ use crate::error::{ApiError, ApiResult, Errors};
 use crate::pagination::{self, Page};
 use crate::session::Session;
 use crate::state::AppState;
-use crate::trail::{self, Entry};
+use crate::trail::{self, Entry, Trail};
 use crate::{authz, validate};
 
 pub fn routes(cfg: &mut ServiceConfig) {
@@ -236,18 +237,29 @@ pub async fn revoke(
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let mut conn = state.conn().await?;
-    let row = sa_db::revoke(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("service account"))?;
-    // The API keys it created go with it, like a removed member's.
-    for (key_id, hashes) in gw_shared::db::api_keys::revoke_created_by(&mut conn, session.org_id, id).await? {
+    let trail = Trail::of(&session, &req);
+    // The account, the API keys it created (they go with it, like a removed member's), their
+    // events and the trail row change together.
+    let (row, keys) = conn
+        .transaction(async |conn| {
+            let row = sa_db::revoke(conn, session.org_id, id).await?.ok_or(ApiError::NotFound("service account"))?;
+            let keys = gw_shared::db::api_keys::revoke_created_by(conn, session.org_id, id).await?;
+            let ids: Vec<Uuid> = keys.iter().map(|(id, _)| *id).collect();
+            let actor = Some(session.user_id);
+            gw_shared::db::events::keys_revoked(conn, session.org_id, &ids, actor, "service_account_revoked").await?;
+            let entry = Entry {
+                action: "service_account.revoke",
+                resource_type: "service_account",
+                resource_id: Some(row.id.to_string()),
+                detail: json!({"name": row.name}),
+            };
+            trail.record(conn, entry).await?;
+            Ok::<_, ApiError>((row, keys))
+        })
+        .await?;
+    for (key_id, hashes) in keys {
         state.drop_cached_key(key_id, &hashes, "revocation").await?;
     }
-    let entry = Entry {
-        action: "service_account.revoke",
-        resource_type: "service_account",
-        resource_id: Some(row.id.to_string()),
-        detail: json!({"name": row.name}),
-    };
-    trail::by(&mut conn, &session, &req, entry).await?;
     log::info!("service account {id} revoked in org {}", row.org_id);
     Ok(HttpResponse::NoContent().finish())
 }

@@ -8,8 +8,9 @@
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use gw_shared::db::{api_keys, sessions, teams, users};
+use gw_shared::db::{api_keys, events, sessions, teams, users};
 use gw_shared::roles::Role;
+use gw_shared::webhooks::payloads;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
@@ -300,6 +301,10 @@ async fn remove_tx(
     sessions::revoke_for_member(conn, org_id, user_id).await?;
     let revoked = api_keys::revoke_created_by(conn, org_id, user_id).await?;
     let keys: Vec<Uuid> = revoked.iter().map(|(id, _)| *id).collect();
+    events::keys_revoked(conn, org_id, &keys, trail.actor_user_id, "member_removed").await?;
+    let m = payloads::MemberFacts { user_id, email: &target.email, role: role.as_str() };
+    let fate = if keys.is_empty() { "none" } else { "revoked" };
+    events::emit(conn, payloads::member_removed(org_id, &m, trail.actor_user_id, fate)).await?;
     let entry = Entry {
         action: "user.remove",
         resource_type: "user",

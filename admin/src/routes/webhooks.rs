@@ -24,7 +24,13 @@ use crate::trail::{self, Entry};
 use crate::validate;
 
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(list).service(create).service(get).service(update).service(remove).service(rotate_secret);
+    cfg.service(list)
+        .service(create)
+        .service(get)
+        .service(update)
+        .service(remove)
+        .service(rotate_secret)
+        .service(send_test);
 }
 
 /// Endpoints one organization may register.
@@ -309,4 +315,31 @@ pub async fn rotate_secret(
     };
     trail::by(&mut conn, &session, &req, entry).await?;
     Ok(HttpResponse::Ok().json(WebhookSecretOut { endpoint: row.into(), secret }))
+}
+
+/// Send the endpoint a `webhook.test` event (whatever it subscribes to): the answer is the new
+/// delivery, attempted by the relay within a second; follow it in the delivery history.
+#[utoipa::path(operation_id = "test_webhook", tag = "webhooks",
+    params(("webhook_id" = Uuid, Path, description = "The endpoint's id")),
+    responses((status = 202, body = super::webhook_deliveries::DeliveryOut), Errors))]
+#[post("/organizations/current/webhooks/{webhook_id}/test")]
+pub async fn send_test(
+    state: web::Data<AppState>,
+    session: Session,
+    req: HttpRequest,
+    id: web::Path<Uuid>,
+) -> ApiResult<HttpResponse> {
+    let id = id.into_inner();
+    let mut conn = state.conn().await?;
+    webhooks::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("webhook"))?;
+    let event = gw_shared::webhooks::payloads::webhook_test(session.org_id, id, Some(session.user_id));
+    let delivery = gw_shared::db::webhook_deliveries::insert_direct(&mut conn, id, &event, state.clock.now()).await?;
+    let entry = Entry {
+        action: "webhook.test",
+        resource_type: "webhook",
+        resource_id: Some(id.to_string()),
+        detail: json!({"delivery_id": delivery.id}),
+    };
+    trail::by(&mut conn, &session, &req, entry).await?;
+    Ok(HttpResponse::Accepted().json(super::webhook_deliveries::out(delivery)))
 }

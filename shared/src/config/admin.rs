@@ -60,6 +60,8 @@ pub struct AdminConfig {
     pub webhooks_allow_http: bool,
     /// How often the webhook relay looks for new events and due deliveries.
     pub webhooks_poll_ms: u64,
+    /// Days a finished webhook delivery (and its attempts) stays in the history.
+    pub webhook_history_days: u32,
     /// The DNS server (`ip:port`) that e-mail domain proofs (TXT records) are looked up
     /// through; unset: the system's resolvers (`/etc/resolv.conf`).
     pub dns_resolver: Option<std::net::SocketAddr>,
@@ -121,6 +123,7 @@ impl Default for AdminConfig {
             outbound_allow: Vec::new(),
             webhooks_allow_http: false,
             webhooks_poll_ms: 1000,
+            webhook_history_days: 30,
             dns_resolver: None,
             password_reset_ttl_secs: 3600,
             totp_issuer: "gw".into(),

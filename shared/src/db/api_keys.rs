@@ -346,3 +346,49 @@ pub async fn touch_last_used(conn: &mut AsyncPgConnection, uses: &[(Uuid, DateTi
     .execute(conn)
     .await?)
 }
+
+/// Writes `api_key.expired` for up to `limit` keys whose expiry has passed by `now` and was not
+/// announced yet (revoked keys are not announced), marking them announced in the same
+/// transaction. Returns how many.
+pub async fn announce_expired(conn: &mut AsyncPgConnection, now: DateTime<Utc>, limit: i64) -> Result<usize> {
+    use diesel_async::AsyncConnection;
+    conn.transaction(async |conn| {
+        let due: Vec<Uuid> = api_keys::table
+            .filter(api_keys::expires_at.le(now))
+            .filter(api_keys::expiry_announced_at.is_null())
+            .filter(api_keys::revoked_at.is_null())
+            .order(api_keys::expires_at.asc())
+            .limit(limit)
+            .select(api_keys::id)
+            .for_update()
+            .skip_locked()
+            .load(conn)
+            .await?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        type Expired = (Uuid, Uuid, String, String, Option<Uuid>, Option<DateTime<Utc>>);
+        let rows: Vec<Expired> = diesel::update(api_keys::table.filter(api_keys::id.eq_any(&due)))
+            .set(api_keys::expiry_announced_at.eq(now))
+            .returning((
+                api_keys::id,
+                api_keys::org_id,
+                api_keys::name,
+                api_keys::key_prefix,
+                api_keys::team_id,
+                api_keys::expires_at,
+            ))
+            .get_results(conn)
+            .await?;
+        let events: Vec<_> = rows
+            .iter()
+            .map(|(id, org_id, name, prefix, team_id, expires_at)| {
+                let key = crate::webhooks::payloads::KeyFacts { id: *id, name, prefix, team_id: *team_id };
+                crate::webhooks::payloads::api_key_expired(*org_id, &key, expires_at.unwrap_or(now))
+            })
+            .collect();
+        crate::db::events::insert_new(conn, &events).await?;
+        Ok::<_, crate::Error>(rows.len())
+    })
+    .await
+}

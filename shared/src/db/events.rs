@@ -71,3 +71,37 @@ pub async fn list(
         .load(conn)
         .await?)
 }
+
+/// Writes one event (once per its dedupe key), in the caller's transaction.
+pub async fn emit(conn: &mut AsyncPgConnection, event: NewEvent) -> Result<()> {
+    insert_new(conn, std::slice::from_ref(&event)).await.map(|_| ())
+}
+
+/// `api_key.revoked` for each of `ids` (keys of `org_id` the caller just revoked), in its
+/// transaction. `reason`: `revoked`, `member_removed`, `service_account_revoked`, `team_deleted`.
+pub async fn keys_revoked(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    ids: &[Uuid],
+    actor: Option<Uuid>,
+    reason: &str,
+) -> Result<()> {
+    use super::schema::api_keys;
+    use crate::webhooks::payloads::{api_key_revoked, KeyFacts};
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<(Uuid, String, String, Option<Uuid>)> = api_keys::table
+        .filter(api_keys::org_id.eq(org_id))
+        .filter(api_keys::id.eq_any(ids))
+        .select((api_keys::id, api_keys::name, api_keys::key_prefix, api_keys::team_id))
+        .load(conn)
+        .await?;
+    let batch: Vec<NewEvent> = keys
+        .iter()
+        .map(|(id, name, prefix, team_id)| {
+            api_key_revoked(org_id, &KeyFacts { id: *id, name, prefix, team_id: *team_id }, actor, reason)
+        })
+        .collect();
+    insert_new(conn, &batch).await.map(|_| ())
+}

@@ -25,6 +25,7 @@ pub mod sso;
 pub mod teams;
 pub mod users;
 pub mod webhook_deliveries;
+pub mod webhook_fanout;
 pub mod webhooks;
 
 use std::time::Duration;

@@ -40,6 +40,7 @@ diesel::table! {
         user_id -> Uuid,
         role -> Text,
         created_at -> Timestamptz,
+        alert_emails -> Array<Text>,
     }
 }
 
@@ -91,6 +92,7 @@ diesel::table! {
         rate_limits -> Nullable<Jsonb>,
         previous_key_hash -> Nullable<Bytea>,
         previous_key_expires_at -> Nullable<Timestamptz>,
+        expiry_announced_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -513,6 +515,9 @@ diesel::table! {
         next_attempt_at -> Timestamptz,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        claimed_until -> Nullable<Timestamptz>,
+        auto_attempts -> Int4,
+        coalesce_key -> Nullable<Text>,
     }
 }
 
@@ -526,5 +531,6 @@ diesel::table! {
         latency_ms -> Int4,
         error -> Nullable<Text>,
         response_body -> Nullable<Text>,
+        manual -> Bool,
     }
 }

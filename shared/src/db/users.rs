@@ -386,3 +386,30 @@ pub async fn lock_owners(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<u
         .await?;
     Ok(owners.len())
 }
+
+/// The alert categories a member chose to receive by e-mail; `None` when not a member.
+pub async fn alert_emails(conn: &mut AsyncPgConnection, org_id: Uuid, user_id: Uuid) -> Result<Option<Vec<String>>> {
+    Ok(org_memberships::table
+        .filter(org_memberships::org_id.eq(org_id))
+        .filter(org_memberships::user_id.eq(user_id))
+        .select(org_memberships::alert_emails)
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Sets them; false when not a member.
+pub async fn set_alert_emails(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    user_id: Uuid,
+    categories: &[String],
+) -> Result<bool> {
+    Ok(diesel::update(
+        org_memberships::table.filter(org_memberships::org_id.eq(org_id)).filter(org_memberships::user_id.eq(user_id)),
+    )
+    .set(org_memberships::alert_emails.eq(categories))
+    .execute(conn)
+    .await?
+        == 1)
+}

@@ -5,7 +5,10 @@
 //! managed there (its URL and the config file's path are printed too). `GW_STACK_DNS`
 //! (`ip:port`) is the resolver e-mail domain proofs are looked up through, and
 //! `GW_STACK_SMTP_URL` the SMTP server mail is delivered to; `GW_STACK_ADMIN_CONFIG` holds more
-//! `[admin]` keys.
+//! `[admin]` keys. `GW_STACK_FRESH_DB=1` runs the stack on a database of its own (the routes as
+//! usual), and `GW_STACK_CLOCK_FILE` is the file the admin's webhook relay reads its time from
+//! (`GW_TEST_CLOCK_FILE`), for tests that move time; such a stack needs a database of its own,
+//! or its relay would schedule other tests' deliveries by that clock.
 
 use std::io::Read;
 
@@ -28,8 +31,12 @@ async fn main() {
         admin_config.push('\n');
         admin_config.push_str(&extra);
     }
-    let env: Vec<(String, String)> =
+    let mut env: Vec<(String, String)> =
         std::env::var("GW_STACK_SMTP_URL").map(|url| vec![("GW_SMTP_URL".to_string(), url)]).unwrap_or_default();
+    if let Ok(file) = std::env::var("GW_STACK_CLOCK_FILE") {
+        env.push(("GW_TEST_CLOCK_FILE".to_string(), file));
+    }
+    let fresh = std::env::var("GW_STACK_FRESH_DB").is_ok_and(|v| v == "1");
     let (stack, database_url) = if catalog {
         let url = db::fresh_database().await;
         let opts = StackOptions {
@@ -39,6 +46,10 @@ async fn main() {
             env,
             ..Default::default()
         };
+        (Stack::start_with(opts).await, Some(url))
+    } else if fresh {
+        let url = db::fresh_database().await;
+        let opts = StackOptions { database_url: Some(url.clone()), admin_config, env, ..Default::default() };
         (Stack::start_with(opts).await, Some(url))
     } else {
         (Stack::start_with(StackOptions { admin_config, env, ..Default::default() }).await, None)

@@ -275,6 +275,10 @@ impl Compliance {
                 }
             }
             Phase::Summary => {
+                // A break found is announced once (the event's dedupe key names it), whoever walks.
+                if let Some(event) = chain_broken(self.org_id, &self.verifier) {
+                    gw_shared::db::events::emit(&mut conn, event).await.map_err(|e| e.to_string())?;
+                }
                 self.summary(&mut out)?;
                 self.phase = Phase::Done;
             }
@@ -370,6 +374,20 @@ impl Compliance {
         }
         Ok(())
     }
+}
+
+/// `audit.chain_broken` for the first altered, missing or relinked link a walk found.
+fn chain_broken(org_id: Uuid, v: &Verifier) -> Option<gw_shared::limits::events::NewEvent> {
+    let (problem, first_bad) = v.breaks.iter().find_map(|b| match b {
+        Break::Altered { log_id, .. } => Some(("altered", log_id.to_string())),
+        Break::Relinked { log_id, .. } => Some(("relinked", log_id.to_string())),
+        Break::Missing { before_log_id, .. } => Some(("missing", before_log_id.to_string())),
+        Break::MissingAfter { after_seq, .. } => Some(("missing", format!("seq:{}", after_seq + 1))),
+        Break::HeadMismatch { head_seq } => Some(("missing", format!("seq:{head_seq}"))),
+        // Rows written before the chain existed are reported by the export, not a break.
+        Break::Unchained { .. } => None,
+    })?;
+    Some(gw_shared::webhooks::payloads::audit_chain_broken(org_id, "audit_logs", &first_bad, problem, v.checked))
 }
 
 fn csv_row(out: &mut Vec<u8>, fields: &[String]) {

@@ -19,6 +19,7 @@ use gw_shared::db::provider_keys;
 use gw_shared::db::reconcile_runs::{self, Run, RunSummary};
 use gw_shared::ids::new_id;
 use gw_shared::reconcile::{self as rec, Dialect, Discrepancy, Ledger};
+use gw_shared::webhooks::payloads;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -225,10 +226,16 @@ pub async fn create_run(
     let to = midnight(day_after(end)?);
     let mut conn = state.conn().await?;
     let logged = reconcile_runs::logged_usage(&mut conn, session.org_id, &provider.name, midnight(start), to).await?;
-    let discrepancies: Vec<ReconcileDiscrepancy> =
-        rec::compare(&logged, &reported, dialect == Dialect::OpenAi).into_iter().map(Into::into).collect();
+    let found = rec::compare(&logged, &reported, dialect == Dialect::OpenAi);
+    let days: std::collections::BTreeSet<chrono::NaiveDate> = found.iter().map(|d| d.day).collect();
+    let discrepancies: Vec<ReconcileDiscrepancy> = found.into_iter().map(Into::into).collect();
+    let run_id = new_id();
+    let event = (!days.is_empty()).then(|| {
+        let period = (start, end);
+        payloads::reconcile_discrepancy(session.org_id, run_id, &provider.name, period, &logged, &reported, &days)
+    });
     let run = Run {
-        id: new_id(),
+        id: run_id,
         org_id: session.org_id,
         provider: provider.name.clone(),
         start_day: start,
@@ -240,7 +247,7 @@ pub async fn create_run(
         discrepancies: document(&discrepancies)?,
     };
     let trail = Trail::of(&session, &req);
-    let run = conn.transaction(async |conn| store(conn, &trail, &run, credential).await).await?;
+    let run = conn.transaction(async |conn| store(conn, &trail, &run, credential, event).await).await?;
     let outcome = if discrepancies.is_empty() { "matched" } else { "discrepancies" };
     state.metrics.reconcile_runs.with_label_values(&[outcome]).inc();
     log::info!(
@@ -281,9 +288,19 @@ pub async fn get_run(state: web::Data<AppState>, session: Session, id: web::Path
     Ok(HttpResponse::Ok().json(ReconcileRun::try_from(run)?))
 }
 
-/// The run and its trail entry, committed together.
-async fn store(conn: &mut AsyncPgConnection, trail: &Trail, run: &Run, credential: &str) -> ApiResult<Run> {
+/// The run, its `reconcile.discrepancy` event (when it found differences) and its trail entry,
+/// committed together.
+async fn store(
+    conn: &mut AsyncPgConnection,
+    trail: &Trail,
+    run: &Run,
+    credential: &str,
+    event: Option<gw_shared::limits::events::NewEvent>,
+) -> ApiResult<Run> {
     let stored = reconcile_runs::insert(conn, run).await?;
+    if let Some(event) = event {
+        gw_shared::db::events::emit(conn, event).await?;
+    }
     let entry = Entry {
         action: "analytics.reconcile",
         resource_type: "reconcile_run",

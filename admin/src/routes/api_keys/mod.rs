@@ -457,14 +457,25 @@ pub async fn revoke(
     let mut conn = state.conn().await?;
     let key = api_keys::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("api key"))?;
     require_key_access(&mut conn, &session, &key).await?;
-    if let Some(hashes) = api_keys::revoke(&mut conn, session.org_id, id).await? {
-        let entry = Entry {
-            action: "api_key.revoke",
-            resource_type: "api_key",
-            resource_id: Some(id.to_string()),
-            detail: json!({"name": key.name}),
-        };
-        trail::by(&mut conn, &session, &req, entry).await?;
+    let trail = Trail::of(&session, &req);
+    // The revocation, its event and its trail row commit together.
+    let revoked = conn
+        .transaction(async |conn| {
+            let Some(hashes) = api_keys::revoke(conn, session.org_id, id).await? else {
+                return Ok::<_, ApiError>(None);
+            };
+            gw_shared::db::events::keys_revoked(conn, session.org_id, &[id], Some(session.user_id), "revoked").await?;
+            let entry = Entry {
+                action: "api_key.revoke",
+                resource_type: "api_key",
+                resource_id: Some(id.to_string()),
+                detail: json!({"name": key.name}),
+            };
+            trail.record(conn, entry).await?;
+            Ok(Some(hashes))
+        })
+        .await?;
+    if let Some(hashes) = revoked {
         log::info!("api key {id} revoked in org {}", session.org_id);
         state.drop_cached_key(id, &hashes, "revocation").await?;
     }

@@ -6,10 +6,11 @@ use actix_web::{post, web, HttpRequest, HttpResponse};
 use chrono::Utc;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::db::invites::{self, Status};
-use gw_shared::db::{orgs, teams, users};
+use gw_shared::db::{events, orgs, teams, users};
 use gw_shared::ids::new_id;
 use gw_shared::keys::{hash_secret, MAX_BEARER_LEN};
 use gw_shared::roles::Role;
+use gw_shared::webhooks::payloads;
 use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;
@@ -167,6 +168,8 @@ async fn accept_tx(
         Some(m) => m.role,
         None => {
             users::add_membership(conn, invite.org_id, user.id, &invite.role).await?;
+            let m = payloads::MemberFacts { user_id: user.id, email: &user.email, role: &invite.role };
+            events::emit(conn, payloads::member_added(invite.org_id, &m, invite.invited_by, "invite")).await?;
             invite.role.clone()
         }
     };

@@ -11,6 +11,7 @@ use gw_shared::db::{orgs, teams};
 use gw_shared::email::Email;
 use gw_shared::ids::new_id;
 use gw_shared::roles::Role;
+use gw_shared::webhooks::payloads;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -134,6 +135,10 @@ pub(super) async fn admit(
         }
         login.role
     };
+    if joined {
+        let m = payloads::MemberFacts { user_id: user.id, email: &user.email, role: role.as_str() };
+        gw_shared::db::events::emit(conn, payloads::member_added(org_id, &m, None, "sso")).await?;
+    }
     let mut added_teams: Vec<Uuid> = Vec::with_capacity(login.team_ids.len());
     for team_id in login.team_ids {
         // A mapped team deleted since the mapping was saved is skipped.

@@ -430,6 +430,9 @@ async fn delete_tx(
     }
     // Expired keys are revoked too, so no key of a deleted team can come back to life.
     let revoked = teams::revoke_keys_of_team(conn, org_id, team_id).await?;
+    let mut revoked_ids: Vec<Uuid> = revoked.iter().map(|(id, _)| *id).collect();
+    revoked_ids.dedup();
+    gw_shared::db::events::keys_revoked(conn, org_id, &revoked_ids, trail.actor_user_id, "team_deleted").await?;
     for (id, _) in &revoked {
         let entry = Entry {
             action: "api_key.revoke",

@@ -6,6 +6,9 @@ use base64::Engine;
 use rand::rngs::OsRng;
 use rand::RngCore;
 
+pub mod coalesce;
+pub mod payloads;
+
 /// Every event type gw delivers (`docs/webhooks.md` has each one's schema and an example).
 pub const EVENT_TYPES: &[&str] = &[
     "budget.threshold_crossed",
@@ -22,6 +25,39 @@ pub const EVENT_TYPES: &[&str] = &[
     "audit.chain_broken",
     "webhook.test",
 ];
+
+/// What an owner or admin may choose to receive by e-mail, and the event types each covers.
+pub const ALERT_CATEGORIES: &[(&str, &[&str])] = &[
+    ("budget", &["budget.threshold_crossed", "budget.exceeded", "reconcile.discrepancy"]),
+    (
+        "security",
+        &[
+            "api_key.created",
+            "api_key.revoked",
+            "api_key.expired",
+            "provider_key.rotated",
+            "provider_key.revoked",
+            "member.added",
+            "member.removed",
+            "audit.chain_broken",
+        ],
+    ),
+];
+
+/// The e-mail category an event type belongs to, if any.
+pub fn alert_category(event_type: &str) -> Option<&'static str> {
+    ALERT_CATEGORIES.iter().find(|(_, types)| types.contains(&event_type)).map(|(c, _)| *c)
+}
+
+/// The text of an alert e-mail: what happened, and the event's data as a webhook would carry it.
+pub fn alert_text(event_type: &str, data: &serde_json::Value) -> String {
+    let pretty = serde_json::to_string_pretty(data).unwrap_or_default();
+    format!(
+        "A {event_type} event happened in your gw organization.\n\n{pretty}\n\nYou receive these because you chose \
+         {} alerts by e-mail (PUT /api/v1/me/alerts).\n",
+        alert_category(event_type).unwrap_or("these")
+    )
+}
 
 /// The prefix of a Standard Webhooks signing secret.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -88,6 +124,20 @@ mod tests {
         assert_ne!(base, s("n", 1, b"{}"));
         assert_ne!(base, s("m", 2, b"{}"));
         assert_ne!(base, s("m", 1, b"{ }"));
+    }
+
+    #[test]
+    fn alert_categories_name_catalog_events_once() {
+        let mut seen = std::collections::BTreeSet::new();
+        for (_, types) in ALERT_CATEGORIES {
+            for t in *types {
+                assert!(EVENT_TYPES.contains(t), "{t}");
+                assert!(seen.insert(*t), "{t} twice");
+            }
+        }
+        assert_eq!(alert_category("budget.exceeded"), Some("budget"));
+        assert_eq!(alert_category("member.removed"), Some("security"));
+        assert_eq!(alert_category("policy.blocked"), None);
     }
 
     #[test]
