@@ -32,6 +32,21 @@ pub enum Found {
     Nothing,
 }
 
+fn resolver_with(server: SocketAddr, opts: ResolverOpts) -> TokioAsyncResolver {
+    let group = NameServerConfigGroup::from_ips_clear(&[server.ip()], server.port(), true);
+    TokioAsyncResolver::tokio(ResolverConfig::from_parts(None, vec![], group), opts)
+}
+
+/// A resolver asking `server` only, nothing cached (the outbound guard looks names up through it
+/// when the operator configured one), with `/etc/hosts` consulted first, as the system does.
+pub fn resolver_at(server: SocketAddr) -> TokioAsyncResolver {
+    let mut opts = ResolverOpts::default();
+    opts.cache_size = 0;
+    opts.timeout = Duration::from_secs(5);
+    opts.attempts = 2;
+    resolver_with(server, opts)
+}
+
 pub struct DomainProof {
     resolver: TokioAsyncResolver,
 }
@@ -51,10 +66,7 @@ impl DomainProof {
         opts.attempts = 2;
         opts.use_hosts_file = false;
         let resolver = match server {
-            Some(addr) => {
-                let group = NameServerConfigGroup::from_ips_clear(&[addr.ip()], addr.port(), true);
-                TokioAsyncResolver::tokio(ResolverConfig::from_parts(None, vec![], group), opts)
-            }
+            Some(addr) => resolver_with(addr, opts),
             None => {
                 let (config, _) = hickory_resolver::system_conf::read_system_conf()?;
                 TokioAsyncResolver::tokio(config, opts)

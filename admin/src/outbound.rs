@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hickory_resolver::TokioAsyncResolver;
 use ipnet::IpNet;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
@@ -43,25 +44,59 @@ impl OutboundError {
     }
 }
 
+/// How names are looked up: the system's resolver, or the DNS server the operator configured
+/// (`admin.dns_resolver`, as for domain proofs).
+#[derive(Clone)]
+enum Lookup {
+    System,
+    Dns(Arc<TokioAsyncResolver>),
+}
+
+impl Lookup {
+    /// Every address `host` resolves to, within 5 seconds.
+    async fn addresses(&self, host: &str) -> Result<Vec<IpAddr>, String> {
+        let within = Duration::from_secs(5);
+        let late = |_| format!("{host} did not resolve in time");
+        match self {
+            Lookup::System => Ok(tokio::time::timeout(within, tokio::net::lookup_host((host, 0)))
+                .await
+                .map_err(late)?
+                .map_err(|e| format!("{host} does not resolve: {e}"))?
+                .map(|a| a.ip())
+                .collect()),
+            Lookup::Dns(r) => {
+                // A trailing dot: the name is absolute, never searched under the resolver's domains.
+                let absolute = format!("{}.", host.trim_end_matches('.'));
+                Ok(tokio::time::timeout(within, r.lookup_ip(absolute.as_str()))
+                    .await
+                    .map_err(late)?
+                    .map_err(|e| format!("{host} does not resolve: {e}"))?
+                    .iter()
+                    .collect())
+            }
+        }
+    }
+}
+
 /// Resolves host names to the permitted addresses only.
 struct GuardedResolver {
     allow: Arc<Vec<IpNet>>,
+    lookup: Lookup,
 }
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
-        let allow = self.allow.clone();
+        let (allow, lookup) = (self.allow.clone(), self.lookup.clone());
         Box::pin(async move {
             let host = name.as_str().to_string();
-            let found = tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host((host.as_str(), 0)))
-                .await
-                .map_err(|_| boxed(OutboundError::Refused(format!("{host} did not resolve in time"))))?
-                .map_err(|e| boxed(OutboundError::Refused(format!("{host} does not resolve: {e}"))))?;
-            let all: Vec<SocketAddr> = found.collect();
-            let ok: Vec<SocketAddr> =
-                all.iter().copied().filter(|a| gw_shared::net_guard::permitted(a.ip(), &allow)).collect();
+            let all = lookup.addresses(&host).await.map_err(|why| boxed(OutboundError::Refused(why)))?;
+            let ok: Vec<SocketAddr> = all
+                .iter()
+                .filter(|ip| gw_shared::net_guard::permitted(**ip, &allow))
+                .map(|ip| SocketAddr::new(*ip, 0))
+                .collect();
             if ok.is_empty() {
-                let shown = all.first().map(|a| a.ip().to_string()).unwrap_or_default();
+                let shown = all.first().map(|a| a.to_string()).unwrap_or_default();
                 return Err(boxed(OutboundError::Refused(format!(
                     "{host} resolves to {shown}, which is not a public address"
                 ))));
@@ -82,18 +117,24 @@ type Call<'a> = Pin<Box<dyn Future<Output = Result<http::Response<Vec<u8>>, Outb
 pub struct Outbound {
     client: reqwest::Client,
     allow: Arc<Vec<IpNet>>,
+    lookup: Lookup,
 }
 
 impl Outbound {
-    pub fn new(allow: Vec<IpNet>) -> Result<Self, reqwest::Error> {
+    /// `dns`: the DNS server names are looked up through; the system's resolver when unset.
+    pub fn new(allow: Vec<IpNet>, dns: Option<SocketAddr>) -> Result<Self, reqwest::Error> {
         let allow = Arc::new(allow);
+        let lookup = match dns {
+            Some(server) => Lookup::Dns(Arc::new(crate::domain_proof::resolver_at(server))),
+            None => Lookup::System,
+        };
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(10))
-            .dns_resolver(Arc::new(GuardedResolver { allow: allow.clone() }))
+            .dns_resolver(Arc::new(GuardedResolver { allow: allow.clone(), lookup: lookup.clone() }))
             .build()?;
-        Ok(Outbound { client, allow })
+        Ok(Outbound { client, allow, lookup })
     }
 
     /// Whether `url` may be a destination: `https://` (or `http://` when `allow_http`), no
@@ -115,14 +156,16 @@ impl Outbound {
             Some(url::Host::Ipv6(ip)) => return self.permitted(IpAddr::V6(ip)).map(|_| parsed),
             None => return Err("has no host".into()),
         };
-        let port = parsed.port_or_known_default().unwrap_or(443);
-        let found = tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host((host.as_str(), port)))
-            .await
-            .map_err(|_| format!("names {host}, which did not resolve in time"))?
-            .map_err(|_| format!("names {host}, which does not resolve"))?;
-        for addr in found {
-            if !gw_shared::net_guard::permitted(addr.ip(), &self.allow) {
-                return Err(format!("names {host}, which resolves to {}, not a public address", addr.ip()));
+        let found = self.lookup.addresses(&host).await.map_err(|why| match why.contains("in time") {
+            true => format!("names {host}, which did not resolve in time"),
+            false => format!("names {host}, which does not resolve"),
+        })?;
+        if found.is_empty() {
+            return Err(format!("names {host}, which does not resolve"));
+        }
+        for ip in found {
+            if !gw_shared::net_guard::permitted(ip, &self.allow) {
+                return Err(format!("names {host}, which resolves to {ip}, not a public address"));
             }
         }
         Ok(parsed)

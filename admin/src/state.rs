@@ -38,7 +38,7 @@ impl AppState {
         metrics: Arc<Metrics>,
     ) -> Result<Self, Box<dyn std::error::Error>> {
         let hashing = Hashing::new(cfg.admin.max_concurrent_hashes, Duration::from_millis(cfg.admin.hash_wait_ms))?;
-        let outbound = crate::outbound::Outbound::new(cfg.admin.outbound_allow.clone())?;
+        let outbound = crate::outbound::Outbound::new(cfg.admin.outbound_allow.clone(), cfg.admin.dns_resolver)?;
         let domain_proof = crate::domain_proof::DomainProof::new(cfg.admin.dns_resolver)?;
         let cache_redis = match &cfg.redis.cache_url {
             Some(_) => gw_shared::redis::pool(cfg.redis.cache_url(), cfg.redis.pool_size.clamp(1, 4))?,

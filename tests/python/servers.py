@@ -10,27 +10,36 @@ import threading
 import time
 
 from aiosmtpd.controller import Controller
-from dnslib import QTYPE, RCODE, RR, TXT
+from dnslib import A, QTYPE, RCODE, RR, TXT
 from dnslib.server import BaseResolver, DNSServer
 
 
 class Zone(BaseResolver):
-    """TXT records by name; every other question is NXDOMAIN."""
+    """TXT and A records by name; a name with neither is NXDOMAIN (a name with only one kind
+    answers the other with no records)."""
 
     def __init__(self):
         self.txt = {}
+        self.a = {}
         self.lock = threading.Lock()
         self.questions = []
 
     def resolve(self, request, handler):
         reply = request.reply()
         name = str(request.q.qname).rstrip(".").lower()
+        qtype = request.q.qtype
         with self.lock:
-            self.questions.append((name, QTYPE[request.q.qtype]))
-            values = list(self.txt.get(name, [])) if request.q.qtype == QTYPE.TXT else []
-        for value in values:
-            reply.add_answer(RR(request.q.qname, QTYPE.TXT, rdata=TXT(value), ttl=0))
-        if not values:
+            self.questions.append((name, QTYPE[qtype]))
+            known = name in self.txt or name in self.a
+            if qtype == QTYPE.TXT:
+                answers = [RR(request.q.qname, QTYPE.TXT, rdata=TXT(v), ttl=0) for v in self.txt.get(name, [])]
+            elif qtype == QTYPE.A:
+                answers = [RR(request.q.qname, QTYPE.A, rdata=A(v), ttl=0) for v in self.a.get(name, [])]
+            else:
+                answers = []
+        for rr in answers:
+            reply.add_answer(rr)
+        if not known:
             reply.header.rcode = RCODE.NXDOMAIN
         return reply
 
@@ -56,6 +65,11 @@ class Dns:
     @property
     def address(self):
         return f"127.0.0.1:{self.port}"
+
+    def point(self, name, *addresses):
+        """Makes `name` resolve to these IPv4 addresses (replacing what it resolved to)."""
+        with self.zone.lock:
+            self.zone.a[name.lower()] = list(addresses)
 
     def publish(self, name, value):
         with self.zone.lock:

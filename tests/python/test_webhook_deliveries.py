@@ -177,3 +177,26 @@ def test_a_full_queue_drops_new_deliveries_which_a_retry_still_sends(stack):
     finally:
         psql(f"DELETE FROM webhook_deliveries WHERE endpoint_id = '{endpoint['id']}'")
         receiver.close()
+
+
+def test_names_that_resolve_to_private_addresses_are_refused_and_a_rebound_name_fails_its_attempt(stack, dns):
+    """Names are looked up through the stack's DNS server (`admin.dns_resolver`)."""
+    org = Org(stack)
+    tag = uuid.uuid4().hex[:10]
+    for address in ("10.1.2.3", "169.254.169.254", "192.168.0.7"):
+        name = f"private-{tag}-{address.replace('.', '-')}.hooks.test"
+        dns.point(name, address)
+        r = org.http.post("/api/v1/organizations/current/webhooks", headers=org.auth(),
+                          json={"url": f"https://{name}/hook", "event_types": ["webhook.test"]})
+        assert r.status_code == 400, r.text
+        (field,) = r.json()["error"]["fields"]
+        assert field == {"field": "url", "message": f"names {name}, which resolves to {address}, not a public address"}
+    # Public when registered, private when delivered to (DNS rebinding): the attempt is refused.
+    rebound = f"rebound-{tag}.hooks.test"
+    dns.point(rebound, "93.184.216.34")
+    endpoint = register(org, f"https://{rebound}/hook")
+    dns.point(rebound, "10.9.8.7")
+    d = settled(org, send_test(org, endpoint)["id"])
+    (a,) = d["attempt_history"]
+    assert a["status_code"] is None and d["status"] == "pending"
+    assert a["error"] == f"{rebound} resolves to 10.9.8.7, which is not a public address", a

@@ -105,3 +105,10 @@ pub async fn outbox(address: &str, kind: &str) -> (String, usize) {
     let newest = <[String]>::first(&bodies).cloned().unwrap_or_default();
     (newest, bodies.len())
 }
+
+/// Runs one statement on the shared database (a state no API reaches, set up for a test).
+pub async fn execute(sql: &str) {
+    use diesel_async::RunQueryDsl;
+    let mut conn = connect().await;
+    diesel::sql_query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+}

@@ -62,8 +62,9 @@ pub struct AdminConfig {
     pub webhooks_poll_ms: u64,
     /// Days a finished webhook delivery (and its attempts) stays in the history.
     pub webhook_history_days: u32,
-    /// The DNS server (`ip:port`) that e-mail domain proofs (TXT records) are looked up
-    /// through; unset: the system's resolvers (`/etc/resolv.conf`).
+    /// The DNS server (`ip:port`) that e-mail domain proofs (TXT records) and the names of
+    /// outbound destinations (webhook endpoints, identity providers) are looked up through;
+    /// unset: the system's resolvers (`/etc/resolv.conf`).
     pub dns_resolver: Option<std::net::SocketAddr>,
     /// Lifetime of a password reset link.
     pub password_reset_ttl_secs: i64,
