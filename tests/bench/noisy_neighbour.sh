@@ -15,33 +15,13 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-here=$ROOT/tests/bench
-shared_bench=${GW_SHARED_BENCH:-$ROOT/../shared/bench}
 PROXY_BIN=${1:-${GW_PROXY_BIN:-$ROOT/target/release/gw-proxy}}
 ADMIN_BIN=${GW_ADMIN_BIN:-$ROOT/target/release/gw-admin}
 DURATION=${DURATION:-20}
 PROMPT_BYTES=${PROMPT_BYTES:-1048576}
-command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-[ "$(nproc)" -ge 2 ] || { echo "the one-core cell needs 2 CPUs" >&2; exit 1; }
-
-mock_target=${GW_BENCH_MOCK_TARGET:-${TMPDIR:-/tmp}/gw-bench-mock-target}
-mock=$mock_target/release/mock-upstream
-if [ ! -x "$mock" ]; then
-  CARGO_TARGET_DIR=$mock_target cargo build -q --release --manifest-path "$shared_bench/mock-upstream/Cargo.toml"
-fi
-
-scripts/services.sh start >/dev/null
-eval "$(scripts/services.sh env)"
-export DATABASE_URL REDIS_URL REDIS_CACHE_URL
-[ -f .gw/secrets.env ] && { set -a; . .gw/secrets.env; set +a; }
-: "${GW_JWT_SECRET:=bench-secret-bench-secret-bench-secret}"; export GW_JWT_SECRET
-
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-work=$(mktemp -d); pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
+. "$ROOT/tests/bench/cell.sh"
 mport=$(free_port); pport=$(free_port); metrics=$(free_port); aport=$(free_port)
-cat > "$work/gw.toml" <<TOML
+cat > "$WORK/gw.toml" <<TOML
 [database]
 url = "$DATABASE_URL"
 [redis]
@@ -65,22 +45,15 @@ deployments = [{ provider = "up" }]
 [pricing]
 "gpt-4o-mini" = { input_per_mtok = "0.15", output_per_mtok = "0.60" }
 TOML
-export GW_CONFIG=$work/gw.toml GW_BENCH_UP_KEY=sk-mock-upstream RUST_LOG=warn
+export GW_CONFIG=$WORK/gw.toml GW_BENCH_UP_KEY=sk-mock-upstream RUST_LOG=warn
 "$ADMIN_BIN" migrate >/dev/null
-"$ADMIN_BIN" serve >"$work/admin.log" 2>&1 & pids+=($!)
+"$ADMIN_BIN" serve >"$WORK/admin.log" 2>&1 & PIDS+=($!)
 api=http://127.0.0.1:$aport/api/v1
-for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$aport/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+wait_for "http://127.0.0.1:$aport/healthz"
 
 call() { curl -fsS -X "$1" "$api$2" -H "authorization: Bearer $3" -H 'content-type: application/json' ${4:+-d "$4"}; }
-new_org() { # NAME -> "TOKEN KEY"
-  local token
-  token=$(curl -fsS "$api/auth/register" -H 'content-type: application/json' \
-    -d "{\"email\":\"bench-$1-$RANDOM$RANDOM@bench.gw\",\"password\":\"benchmark-pass\",\"name\":\"b\",\"org_name\":\"bench $1\"}" |
-    python3 -c 'import sys,json;print(json.load(sys.stdin)["access_token"])')
-  echo "$token $(call POST /api-keys "$token" '{"name":"bench"}' | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')"
-}
-read -r _ quiet_key <<<"$(new_org quiet)"
-read -r noisy_token noisy_key <<<"$(new_org noisy)"
+read -r _ quiet_key _ <<<"$(new_org "$api" quiet)"
+read -r noisy_token noisy_key _ <<<"$(new_org "$api" noisy)"
 # 200 rules (the document's cap) in four guardrails of 50 (a guardrail's cap), each a letters-then-
 # digits shape of its own: no literal to search for, so each rule's automaton reads every byte.
 policy=$(python3 - <<'PY'
@@ -94,30 +67,29 @@ PY
 )
 call PUT /organizations/current/policy "$noisy_token" "$policy" >/dev/null
 
-for p in $(pgrep -x postgres) $(pgrep -x redis-server); do taskset -a -p -c 1 "$p" >/dev/null 2>&1 || true; done
-MOCK_ADDR=127.0.0.1:$mport taskset -c 0 "$mock" >/dev/null 2>&1 & pids+=($!)
-taskset -c 1 "$PROXY_BIN" >"$work/proxy.log" 2>&1 & pids+=($!)
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$pport/v1/models" && break; sleep 0.1; done
+pin_services
+MOCK_ADDR=127.0.0.1:$mport taskset -c 0 "$mock" >/dev/null 2>&1 & PIDS+=($!)
+taskset -c 1 "$PROXY_BIN" >"$WORK/proxy.log" 2>&1 & PIDS+=($!)
+wait_for "http://127.0.0.1:$pport/v1/models"
 
 via=http://127.0.0.1:$pport/v1/chat/completions
 quiet() { # SECONDS -> RESULT line
   WRK_AUTH="Bearer $quiet_key" taskset -c 0 wrk -t1 -c1 -d"$1s" --timeout 10s -s "$shared_bench/chat.lua" "$via" 2>&1 |
     grep '^RESULT ' | tail -1
 }
-field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<" $2"; }
 code=$(curl -s -o /dev/null -w '%{http_code}' "$via" -H "Authorization: Bearer $noisy_key" -H 'Content-Type: application/json' \
   -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}]}')
-[ "$code" = 200 ] || { echo "the noisy organization's check answered $code" >&2; tail -5 "$work/proxy.log" >&2; exit 1; }
+[ "$code" = 200 ] || { echo "the noisy organization's check answered $code" >&2; tail -5 "$WORK/proxy.log" >&2; exit 1; }
 
 quiet 2 >/dev/null
 alone=$(quiet "$DURATION")
 WRK_AUTH="Bearer $noisy_key" WRK_PROMPT_BYTES=$PROMPT_BYTES taskset -c 0 \
-  wrk -t1 -c4 -d"$((DURATION + 6))s" --timeout 30s -s "$here/noisy.lua" "$via" >"$work/noisy.out" 2>&1 &
+  wrk -t1 -c4 -d"$((DURATION + 6))s" --timeout 30s -s "$here/noisy.lua" "$via" >"$WORK/noisy.out" 2>&1 &
 noisy_pid=$!
 sleep 3
 beside=$(quiet "$DURATION")
 wait "$noisy_pid" || true
-noisy=$(grep '^RESULT ' "$work/noisy.out" | tail -1)
+noisy=$(grep '^RESULT ' "$WORK/noisy.out" | tail -1)
 scans=$(curl -s "http://127.0.0.1:$metrics/metrics" | awk '/^gw_policy_scans_total/ { printf "%s ", $0 }')
 
 printf 'quiet alone          p50 %6d us  p99 %6d us  (%d requests)\n' "$(field p50_us "$alone")" "$(field p99_us "$alone")" "$(field requests "$alone")"

@@ -18,36 +18,16 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-here=$ROOT/tests/bench
-shared_bench=${GW_SHARED_BENCH:-$ROOT/../shared/bench}
 PROXY_BIN=${1:-${GW_PROXY_BIN:-$ROOT/target/release/gw-proxy}}
 ADMIN_BIN=${GW_ADMIN_BIN:-$ROOT/target/release/gw-admin}
 DURATION=${DURATION:-20}
 CONNS=${CONNS:-2}
 DELAY_MS=${DELAY_MS:-3}
-command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-[ "$(nproc)" -ge 2 ] || { echo "the one-core cell needs 2 CPUs" >&2; exit 1; }
-
-mock_target=${GW_BENCH_MOCK_TARGET:-${TMPDIR:-/tmp}/gw-bench-mock-target}
-mock=$mock_target/release/mock-upstream
-if [ ! -x "$mock" ]; then
-  CARGO_TARGET_DIR=$mock_target cargo build -q --release --manifest-path "$shared_bench/mock-upstream/Cargo.toml"
-fi
-
-scripts/services.sh start >/dev/null
-eval "$(scripts/services.sh env)"
-export DATABASE_URL REDIS_URL REDIS_CACHE_URL
-[ -f .gw/secrets.env ] && { set -a; . .gw/secrets.env; set +a; }
-: "${GW_JWT_SECRET:=bench-secret-bench-secret-bench-secret}"; export GW_JWT_SECRET
+. "$ROOT/tests/bench/cell.sh"
 : "${GW_ENCRYPTION_KEY:=$(python3 -c 'import os,base64;print(base64.b64encode(os.urandom(32)).decode())')}"
 export GW_ENCRYPTION_KEY
-
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-work=$(mktemp -d); pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
 mport=$(free_port); pport=$(free_port); metrics=$(free_port); aport=$(free_port); rport=$(free_port)
-cat > "$work/gw.toml" <<TOML
+cat > "$WORK/gw.toml" <<TOML
 [database]
 url = "$DATABASE_URL"
 [redis]
@@ -74,15 +54,15 @@ deployments = [{ provider = "up" }]
 [pricing]
 "gpt-4o-mini" = { input_per_mtok = "0.15", output_per_mtok = "0.60" }
 TOML
-export GW_CONFIG=$work/gw.toml GW_BENCH_UP_KEY=sk-mock-upstream RUST_LOG=warn
+export GW_CONFIG=$WORK/gw.toml GW_BENCH_UP_KEY=sk-mock-upstream RUST_LOG=warn
 "$ADMIN_BIN" migrate >/dev/null
-taskset -c 0 "$ADMIN_BIN" serve >"$work/admin.log" 2>&1 & pids+=($!)
+taskset -c 0 "$ADMIN_BIN" serve >"$WORK/admin.log" 2>&1 & PIDS+=($!)
 api=http://127.0.0.1:$aport/api/v1
-for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$aport/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+wait_for "http://127.0.0.1:$aport/healthz"
 
-# The receiver: holds every request while $work/hang exists, then answers 200; records each body.
-touch "$work/hang"
-taskset -c 0 python3 - "$rport" "$work" >"$work/receiver.log" 2>&1 <<'PY' & pids+=($!)
+# The receiver: holds every request while $WORK/hang exists, then answers 200; records each body.
+touch "$WORK/hang"
+taskset -c 0 python3 - "$rport" "$WORK" >"$WORK/receiver.log" 2>&1 <<'PY' & PIDS+=($!)
 import http.server, json, os, sys, threading, time
 port, work = int(sys.argv[1]), sys.argv[2]
 lock = threading.Lock()
@@ -98,36 +78,25 @@ class H(http.server.BaseHTTPRequestHandler):
 s = http.server.ThreadingHTTPServer(("127.0.0.1", port), H); s.daemon_threads = True; s.serve_forever()
 PY
 
-call() { curl -fsS -X "$1" "$api$2" -H "authorization: Bearer $3" -H 'content-type: application/json' ${4:+-d "$4"}; }
-new_org() { # NAME -> "TOKEN KEY ORG_ID"
-  local out token org
-  out=$(curl -fsS "$api/auth/register" -H 'content-type: application/json' \
-    -d "{\"email\":\"bench-$1-$RANDOM$RANDOM@bench.gw\",\"password\":\"benchmark-pass\",\"name\":\"b\",\"org_name\":\"bench $1\"}")
-  token=$(python3 -c 'import sys,json;print(json.load(sys.stdin)["access_token"])' <<<"$out")
-  org=$(python3 -c 'import sys,json;print(json.load(sys.stdin)["organization"]["id"])' <<<"$out")
-  call PUT /organizations/current/policy "$token" \
-    '{"policies":[{"name":"no_acct","guardrails":[{"type":"regex","rules":[{"name":"acct","pattern":"ACCT-[0-9]{6}","action":"block"}]}]}],"defaults":["no_acct"]}' >/dev/null
-  echo "$token $(call POST /api-keys "$token" '{"name":"bench"}' | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])') $org"
-}
-read -r _ plain_key _ <<<"$(new_org without)"
-read -r hooked_token hooked_key hooked_org <<<"$(new_org with)"
-call POST /organizations/current/webhooks "$hooked_token" \
-  "{\"url\":\"http://127.0.0.1:$rport/hook\",\"event_types\":[\"policy.blocked\"]}" >/dev/null
+blocking='{"policies":[{"name":"no_acct","guardrails":[{"type":"regex","rules":[{"name":"acct","pattern":"ACCT-[0-9]{6}","action":"block"}]}]}],"defaults":["no_acct"]}'
+read -r _ plain_key _ <<<"$(new_org "$api" without "$blocking")"
+read -r hooked_token hooked_key hooked_org <<<"$(new_org "$api" with "$blocking")"
+curl -fsS "$api/organizations/current/webhooks" -H "authorization: Bearer $hooked_token" -H 'content-type: application/json' \
+  -d "{\"url\":\"http://127.0.0.1:$rport/hook\",\"event_types\":[\"policy.blocked\"]}" >/dev/null
 
-for p in $(pgrep -x postgres) $(pgrep -x redis-server); do taskset -a -p -c 1 "$p" >/dev/null 2>&1 || true; done
-MOCK_ADDR=127.0.0.1:$mport taskset -c 0 "$mock" >/dev/null 2>&1 & pids+=($!)
-taskset -c 1 "$PROXY_BIN" >"$work/proxy.log" 2>&1 & pids+=($!)
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$pport/v1/models" && break; sleep 0.1; done
+pin_services
+MOCK_ADDR=127.0.0.1:$mport taskset -c 0 "$mock" >/dev/null 2>&1 & PIDS+=($!)
+taskset -c 1 "$PROXY_BIN" >"$WORK/proxy.log" 2>&1 & PIDS+=($!)
+wait_for "http://127.0.0.1:$pport/v1/models"
 
 via=http://127.0.0.1:$pport/v1/chat/completions
 load() { # KEY SECONDS -> RESULT line
   WRK_AUTH="Bearer $1" WRK_DELAY_MS=$DELAY_MS taskset -c 0 wrk -t1 -c"$CONNS" -d"$2s" --timeout 10s \
     -s "$here/blocked.lua" "$via" 2>&1 | grep '^RESULT ' | tail -1
 }
-field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<" $2"; }
 code=$(curl -s -o /dev/null -w '%{http_code}' "$via" -H "Authorization: Bearer $plain_key" -H 'Content-Type: application/json' \
   -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"ACCT-123456"}]}')
-[ "$code" = 400 ] || { echo "the blocked check answered $code" >&2; tail -5 "$work/proxy.log" >&2; exit 1; }
+[ "$code" = 400 ] || { echo "the blocked check answered $code" >&2; tail -5 "$WORK/proxy.log" >&2; exit 1; }
 
 load "$plain_key" 2 >/dev/null
 without=$(load "$plain_key" "$DURATION")
@@ -142,7 +111,7 @@ awk -v a="$(field p50_us "$without")" -v b="$(field p50_us "$with")" -v c="$(fie
   'BEGIN { printf "ratio              p50 %.2fx       p99 %.2fx\n", (a > 0 ? b / a : 0), (c > 0 ? d / c : 0) }'
 
 # The receiver answers again; the relay's automatic retries bring every delivery home.
-rm -f "$work/hang"
+rm -f "$WORK/hang"
 psql_() { "${GW_PG_BIN:+$GW_PG_BIN/}psql" "$DATABASE_URL" -At -c "$1"; }
 sent=$(field requests "$with")
 for _ in $(seq 1 1500); do
@@ -153,7 +122,7 @@ for _ in $(seq 1 1500); do
   sleep 1
 done
 statuses=$(psql_ "SELECT status || ':' || count(*) FROM webhook_deliveries WHERE org_id = '$hooked_org' GROUP BY status ORDER BY 1" | tr '\n' ' ')
-python3 - "$work/received.jsonl" "$events" "$sent" "$statuses" <<'PY'
+python3 - "$WORK/received.jsonl" "$events" "$sent" "$statuses" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])] if __import__("os").path.exists(sys.argv[1]) else []
 events, sent = int(sys.argv[2]), int(sys.argv[3])
