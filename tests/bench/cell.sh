@@ -1,7 +1,7 @@
 # Shared by the one-core-cell scripts (sourced, from the checkout's root; ../shared/bench/
 # one-core.sh's layout): checks and builds what they need, starts the services, and defines
-# WORK and PIDS (stopped on exit), free_port, field (a RESULT line's field), new_org, pin_services
-# and wait_for. The caller sets PROXY_BIN and ADMIN_BIN before sourcing.
+# WORK and PIDS (stopped on exit), free_port, field (a RESULT line's field), new_org, pin_services,
+# wait_for and start_admin (with the cell's config). The caller sets ADMIN_BIN before sourcing.
 here=$ROOT/tests/bench
 shared_bench=${GW_SHARED_BENCH:-$ROOT/../shared/bench}
 command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
@@ -51,4 +51,42 @@ new_org() {
   key=$(curl -fsS "$1/api-keys" -H "authorization: Bearer $token" -H 'content-type: application/json' \
     -d '{"name":"bench"}' | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')
   echo "$token $key $org"
+}
+
+# start_admin [EXTRA_ADMIN_SETTINGS] [TASKSET_CPUS]: writes the cell's config ($WORK/gw.toml: the
+# proxy on mport/pport/metrics with one thread, provider `up` = the mock, model gpt-4o-mini),
+# migrates, and starts gw-admin (on those CPUs, when given); its /api/v1 URL in $api.
+mport=$(free_port); pport=$(free_port); metrics=$(free_port); aport=$(free_port)
+start_admin() {
+  cat > "$WORK/gw.toml" <<TOML
+[database]
+url = "$DATABASE_URL"
+[redis]
+url = "$REDIS_URL"
+[admin]
+listen = "127.0.0.1:$aport"
+workers = 1
+signup = "open"
+${1:-}
+[proxy]
+listen = "127.0.0.1:$pport"
+metrics_listen = "127.0.0.1:$metrics"
+threads = 1
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "http://127.0.0.1:$mport/v1"
+api_key_env = "GW_BENCH_UP_KEY"
+[[models]]
+name = "gpt-4o-mini"
+deployments = [{ provider = "up" }]
+[pricing]
+"gpt-4o-mini" = { input_per_mtok = "0.15", output_per_mtok = "0.60" }
+TOML
+  export GW_CONFIG=$WORK/gw.toml GW_BENCH_UP_KEY=sk-mock-upstream RUST_LOG=warn
+  "$ADMIN_BIN" migrate >/dev/null
+  ${2:+taskset -c "$2"} "$ADMIN_BIN" serve >"$WORK/admin.log" 2>&1 &
+  PIDS+=($!)
+  api=http://127.0.0.1:$aport/api/v1
+  wait_for "http://127.0.0.1:$aport/healthz"
 }

@@ -20,36 +20,7 @@ ADMIN_BIN=${GW_ADMIN_BIN:-$ROOT/target/release/gw-admin}
 DURATION=${DURATION:-20}
 PROMPT_BYTES=${PROMPT_BYTES:-1048576}
 . "$ROOT/tests/bench/cell.sh"
-mport=$(free_port); pport=$(free_port); metrics=$(free_port); aport=$(free_port)
-cat > "$WORK/gw.toml" <<TOML
-[database]
-url = "$DATABASE_URL"
-[redis]
-url = "$REDIS_URL"
-[admin]
-listen = "127.0.0.1:$aport"
-workers = 1
-signup = "open"
-[proxy]
-listen = "127.0.0.1:$pport"
-metrics_listen = "127.0.0.1:$metrics"
-threads = 1
-[[providers]]
-name = "up"
-kind = "openai"
-base_url = "http://127.0.0.1:$mport/v1"
-api_key_env = "GW_BENCH_UP_KEY"
-[[models]]
-name = "gpt-4o-mini"
-deployments = [{ provider = "up" }]
-[pricing]
-"gpt-4o-mini" = { input_per_mtok = "0.15", output_per_mtok = "0.60" }
-TOML
-export GW_CONFIG=$WORK/gw.toml GW_BENCH_UP_KEY=sk-mock-upstream RUST_LOG=warn
-"$ADMIN_BIN" migrate >/dev/null
-"$ADMIN_BIN" serve >"$WORK/admin.log" 2>&1 & PIDS+=($!)
-api=http://127.0.0.1:$aport/api/v1
-wait_for "http://127.0.0.1:$aport/healthz"
+start_admin
 
 call() { curl -fsS -X "$1" "$api$2" -H "authorization: Bearer $3" -H 'content-type: application/json' ${4:+-d "$4"}; }
 read -r _ quiet_key _ <<<"$(new_org "$api" quiet)"

@@ -26,39 +26,8 @@ DELAY_MS=${DELAY_MS:-3}
 . "$ROOT/tests/bench/cell.sh"
 : "${GW_ENCRYPTION_KEY:=$(python3 -c 'import os,base64;print(base64.b64encode(os.urandom(32)).decode())')}"
 export GW_ENCRYPTION_KEY
-mport=$(free_port); pport=$(free_port); metrics=$(free_port); aport=$(free_port); rport=$(free_port)
-cat > "$WORK/gw.toml" <<TOML
-[database]
-url = "$DATABASE_URL"
-[redis]
-url = "$REDIS_URL"
-[admin]
-listen = "127.0.0.1:$aport"
-workers = 1
-signup = "open"
-outbound_allow = ["127.0.0.0/8"]
-webhooks_allow_http = true
-webhooks_poll_ms = 200
-[proxy]
-listen = "127.0.0.1:$pport"
-metrics_listen = "127.0.0.1:$metrics"
-threads = 1
-[[providers]]
-name = "up"
-kind = "openai"
-base_url = "http://127.0.0.1:$mport/v1"
-api_key_env = "GW_BENCH_UP_KEY"
-[[models]]
-name = "gpt-4o-mini"
-deployments = [{ provider = "up" }]
-[pricing]
-"gpt-4o-mini" = { input_per_mtok = "0.15", output_per_mtok = "0.60" }
-TOML
-export GW_CONFIG=$WORK/gw.toml GW_BENCH_UP_KEY=sk-mock-upstream RUST_LOG=warn
-"$ADMIN_BIN" migrate >/dev/null
-taskset -c 0 "$ADMIN_BIN" serve >"$WORK/admin.log" 2>&1 & PIDS+=($!)
-api=http://127.0.0.1:$aport/api/v1
-wait_for "http://127.0.0.1:$aport/healthz"
+start_admin "$(printf 'outbound_allow = ["127.0.0.0/8"]\nwebhooks_allow_http = true\nwebhooks_poll_ms = 200')" 0
+rport=$(free_port)
 
 # The receiver: holds every request while $WORK/hang exists, then answers 200; records each body.
 touch "$WORK/hang"
