@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod analytics;
 pub mod audit;
+pub mod billing;
 pub mod cache;
 pub mod catalog;
 pub mod client_addr;

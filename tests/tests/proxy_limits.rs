@@ -291,7 +291,7 @@ async fn alert_only_budgets_alert_but_never_refuse() {
     let mut conn = db::connect().await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let events = gw_shared::db::events::list(&mut conn, s.org_id, None, None, 10).await.unwrap();
+        let events = gw_shared::db::events::list(&mut conn, s.org_id, Some("budget."), None, 10).await.unwrap();
         if events.len() >= 2 {
             assert_eq!(events.len(), 2, "{events:#?}");
             assert!(events.iter().any(|e| e.event_type == "budget.exceeded"));
