@@ -57,6 +57,10 @@ const OWNER: Access = Least(Role::Owner);
 pub const MATRIX: &[Rule] = &[
     rule("GET", "/api/v1/openapi.json", Public),
     rule("POST", "/api/v1/auth/register", Public),
+    rule("POST", "/api/v1/billing/checkout", ADMIN),
+    rule("POST", "/api/v1/billing/portal", ADMIN),
+    // The billing provider's events: authenticated by their signature, not a session.
+    rule("POST", "/api/v1/billing/webhook", Public),
     rule("POST", "/api/v1/auth/verify-email", Public),
     rule("POST", "/api/v1/auth/login", Public),
     rule("POST", "/api/v1/auth/refresh", Public),

@@ -12,6 +12,7 @@
 //! 3. then drop `GW_ENCRYPTION_KEY_V<N>` everywhere.
 
 mod authz;
+mod billing_provider;
 mod body;
 mod bootstrap;
 mod clock;
@@ -68,6 +69,7 @@ fn main() {
         Some("bootstrap") => bootstrap_cmd(&args[1..]),
         Some("reencrypt") => reencrypt(),
         Some("operator") => operator_cmd(&args[1..]),
+        Some("plan") => plan_cmd(&args[1..]),
         Some(other) => {
             Err(format!("unknown command {other:?}; use serve, migrate, bootstrap, reencrypt or operator").into())
         }
@@ -126,6 +128,62 @@ fn operator_cmd(args: &[String]) -> Result<(), BoxError> {
             return Err::<(), BoxError>(format!("no account has the address {email:?}").into());
         }
         println!("{} {email} the gateway operator role", if grant { "granted" } else { "revoked from" });
+        Ok(())
+    })
+}
+
+/// `gw-admin plan set <organization id> <plan>`: in air-gapped mode, where billing is handled
+/// outside the platform, the operator sets an organization's plan (a plan without SSO turns its
+/// SSO connections off, never deletes them); the change is in the organization's audit trail.
+fn plan_cmd(args: &[String]) -> Result<(), BoxError> {
+    let usage = "usage: gw-admin plan set <organization id> <free|growth|enterprise>";
+    let (org_id, plan) = match args {
+        [verb, org, plan] if verb == "set" => (org.parse::<uuid::Uuid>().map_err(|_| usage)?, plan.as_str()),
+        _ => return Err(usage.into()),
+    };
+    if !["free", "growth", "enterprise"].contains(&plan) {
+        return Err(usage.into());
+    }
+    let cfg = Config::load()?;
+    if !cfg.billing.airgap {
+        return Err(
+            "plans change through the billing provider's events; gw-admin plan set is for AIRGAP_MODE=true".into()
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        use diesel_async::AsyncConnection;
+        let db = gw_shared::db::pool(&cfg.database.url, 1)?;
+        let mut conn = db.get().await?;
+        let changed = conn
+            .transaction(async |conn| {
+                let Some((from, sso_disabled)) = gw_shared::db::billing::set_plan(conn, org_id, plan).await? else {
+                    return Ok(None);
+                };
+                let event = gw_shared::db::admin_audit::Event {
+                    id: gw_shared::ids::new_id(),
+                    org_id,
+                    actor_user_id: None,
+                    actor_role: Some("operator".into()),
+                    action: "billing.plan_set".into(),
+                    resource_type: "organization".into(),
+                    resource_id: Some(org_id.to_string()),
+                    request_id: None,
+                    detail: serde_json::json!({"plan_from": from, "plan_to": plan, "sso_connections_disabled": sso_disabled}),
+                    created_at: chrono::Utc::now(),
+                };
+                gw_shared::db::admin_audit::insert(conn, &event).await?;
+                Ok::<_, gw_shared::Error>(Some(from))
+            })
+            .await?;
+        let Some(from) = changed else {
+            return Err::<(), BoxError>(format!("no organization {org_id}").into());
+        };
+        let redis = gw_shared::redis::pool(&cfg.redis.url, 1)?;
+        if let Err(e) = gw_shared::redis::invalidate(&redis, &gw_shared::redis::Invalidation::Org { org_id }).await {
+            eprintln!("the proxies were not told ({e}): they see the plan within their cache's lifetime");
+        }
+        println!("organization {org_id}: plan {from} -> {plan}");
         Ok(())
     })
 }

@@ -27,6 +27,8 @@ pub struct AppState {
     pub domain_proof: crate::domain_proof::DomainProof,
     /// The time the webhook relay schedules by (a test may set it: `crate::clock`).
     pub clock: crate::clock::Clock,
+    /// The billing provider; `None` in air-gapped mode or when not configured.
+    pub billing: Option<Box<dyn crate::billing_provider::BillingProvider>>,
 }
 
 impl AppState {
@@ -40,6 +42,8 @@ impl AppState {
         let hashing = Hashing::new(cfg.admin.max_concurrent_hashes, Duration::from_millis(cfg.admin.hash_wait_ms))?;
         let outbound = crate::outbound::Outbound::new(cfg.admin.outbound_allow.clone(), cfg.admin.dns_resolver)?;
         let domain_proof = crate::domain_proof::DomainProof::new(cfg.admin.dns_resolver)?;
+        let billing = crate::billing_provider::Stripe::from_config(&cfg.billing)?
+            .map(|s| Box::new(s) as Box<dyn crate::billing_provider::BillingProvider>);
         let cache_redis = match &cfg.redis.cache_url {
             Some(_) => gw_shared::redis::pool(cfg.redis.cache_url(), cfg.redis.pool_size.clamp(1, 4))?,
             None => redis.clone(),
@@ -55,6 +59,7 @@ impl AppState {
             outbound,
             domain_proof,
             clock: crate::clock::Clock::from_env(),
+            billing,
         })
     }
 

@@ -303,6 +303,15 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
     BTreeMap::from([
         (("GET", "/api/v1/openapi.json"), Public),
         (("POST", "/api/v1/auth/register"), Public),
+        (("POST", "/api/v1/billing/webhook"), Public),
+        // B has no billing account, and sells no plan here: refused, whatever A has.
+        (("POST", "/api/v1/billing/portal"), OwnRefused(json!({"return_url": "https://app.example.com/"}))),
+        (
+            ("POST", "/api/v1/billing/checkout"),
+            OwnRefused(
+                json!({"plan": "growth", "success_url": "https://a.example/", "cancel_url": "https://a.example/"}),
+            ),
+        ),
         (("POST", "/api/v1/auth/login"), Public),
         (("POST", "/api/v1/auth/verify-email"), Public),
         (("POST", "/api/v1/auth/refresh"), Public),

@@ -12,6 +12,7 @@ pub mod analytics;
 pub mod api_keys;
 pub mod audit_events;
 pub mod auth;
+pub mod billing;
 pub mod cache;
 pub mod gateway;
 pub mod health;
@@ -54,6 +55,7 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(gateway::routes)
             .configure(org_routes::routes)
             .configure(service_accounts::routes)
+            .configure(billing::routes)
             .configure(webhook_deliveries::routes)
             .configure(webhooks::routes),
     );

@@ -9,11 +9,13 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 mod admin;
+mod billing;
 mod mail;
 mod proxy;
 mod routes;
 
 pub use admin::{AdminConfig, SignupMode};
+pub use billing::BillingConfig;
 pub use mail::MailConfig;
 pub use proxy::ProxyConfig;
 pub use routes::{give_id, RouteError, Routes, RoutesSource, MAX_DEPLOYMENTS, MAX_MODELS, MAX_PROVIDERS};
@@ -39,6 +41,8 @@ pub struct Config {
     pub admin: AdminConfig,
     #[serde(default)]
     pub mail: MailConfig,
+    #[serde(default)]
+    pub billing: BillingConfig,
     #[serde(default)]
     pub routing: RoutingConfig,
     #[serde(default)]
@@ -396,6 +400,15 @@ impl Config {
         if let Some(v) = env("GW_SMTP_URL").filter(|s| !s.is_empty()) {
             self.mail.smtp_url = Some(v);
         }
+        self.billing.secret_key = env("STRIPE_SECRET_KEY").filter(|s| !s.is_empty());
+        self.billing.webhook_secrets = env("STRIPE_WEBHOOK_SECRET")
+            .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+            .unwrap_or_default();
+        self.billing.airgap = match env("AIRGAP_MODE").as_deref().map(str::trim) {
+            None | Some("") | Some("false") | Some("0") => false,
+            Some("true") | Some("1") => true,
+            Some(other) => return Err(Error::Config(format!("AIRGAP_MODE must be true or false, not {other:?}"))),
+        };
         self.secrets.jwt_secret = env("GW_JWT_SECRET").filter(|s| !s.is_empty());
         if let Some(k) = env("GW_ENCRYPTION_KEY").filter(|s| !s.is_empty()) {
             let version = match env("GW_ENCRYPTION_KEY_VERSION") {

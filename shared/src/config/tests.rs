@@ -99,3 +99,25 @@ fn shipped_config_is_valid() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/gw.toml");
     Config::load_from(&path, |_| None).unwrap();
 }
+
+#[test]
+fn billing_reads_its_secrets_and_air_gapped_mode_from_the_environment() {
+    let text =
+        format!("{SAMPLE}\n[billing]\napi_base = \"http://127.0.0.1:1\"\n[billing.prices]\ngrowth = \"price_g\"\n");
+    let vars = env(&[
+        ("STRIPE_SECRET_KEY", "sk_test_1"),
+        ("STRIPE_WEBHOOK_SECRET", "whsec_a, whsec_b,"),
+        ("AIRGAP_MODE", "true"),
+    ]);
+    let cfg = Config::parse(&text, vars).unwrap();
+    assert_eq!(cfg.billing.secret_key.as_deref(), Some("sk_test_1"));
+    assert_eq!(cfg.billing.webhook_secrets, vec!["whsec_a", "whsec_b"]);
+    assert!(cfg.billing.airgap);
+    assert_eq!(cfg.billing.plan_of_price("price_g"), Some("growth"));
+    assert_eq!(cfg.billing.plan_of_price("price_x"), None);
+    assert!(!format!("{:?}", cfg.billing).contains("sk_test_1"), "the key in a debug print");
+    let off = Config::parse(&text, env(&[("AIRGAP_MODE", "false")])).unwrap();
+    assert!(!off.billing.airgap && off.billing.webhook_secrets.is_empty());
+    let err = Config::parse(&text, env(&[("AIRGAP_MODE", "yes")])).unwrap_err();
+    assert!(err.to_string().contains("AIRGAP_MODE must be true or false"), "{err}");
+}

@@ -5,6 +5,7 @@ pub mod admin_audit;
 pub mod api_keys;
 pub mod audit_copy;
 pub mod audit_logs;
+pub mod billing;
 pub mod cache;
 pub mod events;
 pub mod invites;

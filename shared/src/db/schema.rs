@@ -415,10 +415,38 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    billing_accounts (org_id) {
+        org_id -> Uuid,
+        customer_id -> Nullable<Text>,
+        subscription_id -> Nullable<Text>,
+        subscription_status -> Nullable<Text>,
+        price_id -> Nullable<Text>,
+        current_period_end -> Nullable<Timestamptz>,
+        cancel_at_period_end -> Bool,
+        past_due_since -> Nullable<Timestamptz>,
+        state_at -> Nullable<Timestamptz>,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    billing_events (id) {
+        id -> Text,
+        event_type -> Text,
+        org_id -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        received_at -> Timestamptz,
+        outcome -> Text,
+    }
+}
+
 diesel::joinable!(team_members -> users (user_id));
 diesel::joinable!(org_memberships -> users (user_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    billing_accounts,
+    billing_events,
     pending_registrations,
     email_outbox,
     invites,

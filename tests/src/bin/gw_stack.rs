@@ -33,6 +33,11 @@ async fn main() {
     }
     let mut env: Vec<(String, String)> =
         std::env::var("GW_STACK_SMTP_URL").map(|url| vec![("GW_SMTP_URL".to_string(), url)]).unwrap_or_default();
+    // The billing provider's webhook secrets (two: a rotation's overlap) and the prices gw sells.
+    // The provider is the mock upstream's Stripe dialect.
+    env.push(("STRIPE_WEBHOOK_SECRET".to_string(), "whsec_gw_stack_old,whsec_gw_stack".to_string()));
+    env.push(("STRIPE_SECRET_KEY".to_string(), "sk_test_gw_stack".to_string()));
+    let extra_config = "[billing]\napi_base = \"{mock}\"\n[billing.prices]\ngrowth = \"price_growth\"\nenterprise = \"price_enterprise\"".to_string();
     if let Ok(file) = std::env::var("GW_STACK_CLOCK_FILE") {
         env.push(("GW_TEST_CLOCK_FILE".to_string(), file));
     }
@@ -44,15 +49,17 @@ async fn main() {
             routing_config: Some("routes = \"database\"\nhealth_check_interval_ms = 0".into()),
             admin_config,
             env,
+            extra_config,
             ..Default::default()
         };
         (Stack::start_with(opts).await, Some(url))
     } else if fresh {
         let url = db::fresh_database().await;
-        let opts = StackOptions { database_url: Some(url.clone()), admin_config, env, ..Default::default() };
+        let opts =
+            StackOptions { database_url: Some(url.clone()), admin_config, env, extra_config, ..Default::default() };
         (Stack::start_with(opts).await, Some(url))
     } else {
-        (Stack::start_with(StackOptions { admin_config, env, ..Default::default() }).await, None)
+        (Stack::start_with(StackOptions { admin_config, env, extra_config, ..Default::default() }).await, None)
     };
     let config = database_url.as_ref().map(|_| stack.config_path().display().to_string());
     println!(

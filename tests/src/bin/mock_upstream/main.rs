@@ -157,12 +157,18 @@
 //!   with the other fields `null`.
 //!
 //! The report paths take no `/k/` prefix and no knobs.
+//!
+//! # Stripe
+//!
+//! `POST /v1/customers`, `/v1/checkout/sessions`, `/v1/billing_portal/sessions` in Stripe's
+//! dialect, and `GET /_mock/stripe/requests`: see the `stripe` module.
 
 mod anthropic;
 mod bedrock;
 mod convo;
 mod gemini;
 mod openai;
+mod stripe;
 mod usage;
 
 use std::collections::HashMap;
@@ -780,6 +786,10 @@ async fn main() -> std::io::Result<()> {
             .service(usage::openai_costs)
             .service(usage::anthropic_usage)
             .service(usage::anthropic_costs)
+            .service(stripe::customers)
+            .service(stripe::checkout_sessions)
+            .service(stripe::portal_sessions)
+            .service(stripe::requests)
             .default_service(web::to(dispatch))
     })
     .workers(workers)

@@ -1,0 +1,2 @@
+DROP TABLE billing_events;
+DROP TABLE billing_accounts;

@@ -1,0 +1,106 @@
+//! A Stripe dialect, for what `localstripe` lacks: Checkout Sessions and billing-portal sessions,
+//! and customers (idempotent by `Idempotency-Key`, as Stripe's are). Requests are form-encoded
+//! with `authorization: Bearer sk_...` (else 401 in Stripe's error shape); answers follow
+//! Stripe's documented objects (the fields gw reads and a few more). Every request is kept:
+//! `GET /_mock/stripe/requests` lists them (`path`, `form`, `idempotency_key`), newest last.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use serde_json::{json, Value};
+
+use crate::header;
+
+static SEQ: AtomicU64 = AtomicU64::new(1);
+static REQUESTS: LazyLock<Mutex<Vec<Value>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+static IDEMPOTENT: LazyLock<Mutex<HashMap<String, Value>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+type Form = web::Form<BTreeMap<String, String>>;
+
+fn error(status: u16, kind: &str, message: &str) -> HttpResponse {
+    let status = actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::BAD_REQUEST);
+    HttpResponse::build(status).json(json!({"error": {"type": kind, "message": message}}))
+}
+
+/// Keeps the request; an error answer unless it is authorized and names `required`.
+fn admit(req: &HttpRequest, path: &str, form: &BTreeMap<String, String>, required: &[&str]) -> Option<HttpResponse> {
+    let key = header(req, "idempotency-key");
+    if let Ok(mut r) = REQUESTS.lock() {
+        r.push(json!({"path": path, "form": form, "idempotency_key": key}));
+    }
+    let authorized = header(req, "authorization").is_some_and(|a| a.starts_with("Bearer sk_"));
+    if !authorized {
+        return Some(error(401, "invalid_request_error", "Invalid API Key provided"));
+    }
+    required
+        .iter()
+        .find(|f| !form.contains_key(**f))
+        .map(|f| error(400, "invalid_request_error", &format!("Missing required param: {f}.")))
+}
+
+fn next(prefix: &str) -> String {
+    format!("{prefix}_mock{}", SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+fn metadata(form: &BTreeMap<String, String>, prefix: &str) -> Value {
+    let m: serde_json::Map<String, Value> = form
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(prefix)?.strip_suffix(']')?.to_string(), json!(v))))
+        .collect();
+    Value::Object(m)
+}
+
+#[post("/v1/customers")]
+pub async fn customers(req: HttpRequest, form: Form) -> HttpResponse {
+    if let Some(refused) = admit(&req, "/v1/customers", &form, &[]) {
+        return refused;
+    }
+    let key = header(&req, "idempotency-key");
+    if let Some(k) = &key {
+        if let Some(done) = IDEMPOTENT.lock().ok().and_then(|m| m.get(k).cloned()) {
+            return HttpResponse::Ok().json(done);
+        }
+    }
+    let customer = json!({"id": next("cus"), "object": "customer", "email": form.get("email"), "name": form.get("name"),
+                          "metadata": metadata(&form, "metadata["), "livemode": false});
+    if let (Some(k), Ok(mut m)) = (key, IDEMPOTENT.lock()) {
+        m.insert(k, customer.clone());
+    }
+    HttpResponse::Ok().json(customer)
+}
+
+#[post("/v1/checkout/sessions")]
+pub async fn checkout_sessions(req: HttpRequest, form: Form) -> HttpResponse {
+    let required = ["mode", "success_url", "line_items[0][price]"];
+    if let Some(refused) = admit(&req, "/v1/checkout/sessions", &form, &required) {
+        return refused;
+    }
+    let id = next("cs_test");
+    HttpResponse::Ok().json(json!({
+        "id": id, "object": "checkout.session", "mode": form.get("mode"), "customer": form.get("customer"),
+        "client_reference_id": form.get("client_reference_id"), "success_url": form.get("success_url"),
+        "cancel_url": form.get("cancel_url"), "status": "open", "payment_status": "unpaid",
+        "url": format!("https://checkout.stripe.com/c/pay/{id}"), "livemode": false,
+    }))
+}
+
+#[post("/v1/billing_portal/sessions")]
+pub async fn portal_sessions(req: HttpRequest, form: Form) -> HttpResponse {
+    if let Some(refused) = admit(&req, "/v1/billing_portal/sessions", &form, &["customer"]) {
+        return refused;
+    }
+    let id = next("bps");
+    HttpResponse::Ok().json(json!({
+        "id": id, "object": "billing_portal.session", "customer": form.get("customer"),
+        "return_url": form.get("return_url"), "url": format!("https://billing.stripe.com/p/session/{id}"),
+        "livemode": false,
+    }))
+}
+
+#[get("/_mock/stripe/requests")]
+pub async fn requests() -> HttpResponse {
+    let all = REQUESTS.lock().map(|r| r.clone()).unwrap_or_default();
+    HttpResponse::Ok().json(all)
+}
