@@ -12,6 +12,7 @@
 //! 3. then drop `GW_ENCRYPTION_KEY_V<N>` everywhere.
 
 mod authz;
+mod billing_grace;
 mod billing_provider;
 mod body;
 mod bootstrap;
@@ -173,6 +174,16 @@ fn plan_cmd(args: &[String]) -> Result<(), BoxError> {
                     created_at: chrono::Utc::now(),
                 };
                 gw_shared::db::admin_audit::insert(conn, &event).await?;
+                let change = gw_shared::webhooks::payloads::PlanChange {
+                    from: &from,
+                    to: plan,
+                    source: "operator",
+                    subscription_status: None,
+                    provider_event_id: None,
+                    sso_connections_disabled: sso_disabled,
+                };
+                let event = gw_shared::webhooks::payloads::subscription_updated(org_id, &change);
+                gw_shared::db::events::emit(conn, event).await?;
                 Ok::<_, gw_shared::Error>(Some(from))
             })
             .await?;
@@ -305,6 +316,7 @@ fn serve() -> Result<(), BoxError> {
         }
         jobs::spawn(state.clone().into_inner());
         webhook_relay::spawn(state.clone().into_inner());
+        billing_grace::spawn(state.clone().into_inner());
         match relay {
             Some(relay) => mail::spawn(state.clone().into_inner(), relay),
             None => log::info!("mail is not delivered ([mail] smtp_url unset): it waits in the outbox"),

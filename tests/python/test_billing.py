@@ -20,7 +20,7 @@ import uuid
 import httpx
 import pytest
 
-from conftest import Org, bin_dir, run_stack
+from conftest import Org, bin_dir, psql, run_stack
 
 SECRET, OLD_SECRET = "whsec_gw_stack", "whsec_gw_stack_old"
 
@@ -132,6 +132,26 @@ def test_a_past_due_subscription_keeps_its_plan_and_an_unpaid_one_loses_it(stack
     assert plan(org) == "growth"
     assert outcome(send(stack, subscription_event(org, customer, "unpaid", created=t))) == "applied"
     assert plan(org) == "free"
+
+
+def test_a_past_due_subscription_drops_to_free_when_its_grace_ends(stack):
+    org, customer = Org(stack), f"cus_{uuid.uuid4().hex[:12]}"
+    t = int(time.time())
+    assert outcome(send(stack, subscription_event(org, customer, "active", created=t - 20))) == "applied"
+    assert outcome(send(stack, subscription_event(org, customer, "past_due", created=t - 10))) == "applied"
+    time.sleep(2)
+    assert plan(org) == "growth", "down before the grace ended"
+    # Past due for 8 days now: beyond the 7 days' grace.
+    psql(f"UPDATE billing_accounts SET past_due_since = now() - interval '8 days' WHERE org_id = '{org.org_id}'")
+    deadline = time.time() + 20
+    while plan(org) != "free":
+        assert time.time() < deadline, "still on its plan past the grace"
+        time.sleep(0.2)
+    trail = org.http.get("/api/v1/audit-events", headers=org.auth(), params={"action": "billing.grace_expired"}).json()
+    assert [(e["detail"]["plan_from"], e["detail"]["plan_to"]) for e in trail["data"]] == [("growth", "free")]
+    # The payment goes through after all: the provider's next event brings the plan back.
+    assert outcome(send(stack, subscription_event(org, customer, "active", created=t))) == "applied"
+    assert plan(org) == "growth"
 
 
 def test_events_gw_cannot_place_are_recorded_not_applied(stack):

@@ -2,12 +2,15 @@
 delivered to a receiver subscribed to all of them: budget thresholds and exceedance from real
 proxy traffic, a policy block, API keys created, revoked and expired, a provider key rotated and
 revoked, a member added (by invite) and removed, a reconciliation with a discrepancy injected in
-the provider's ledger, an audit row edited and found by the verification walk, and a test event.
+the provider's ledger, an audit row edited and found by the verification walk, the billing
+provider's signed subscription event, and a test event.
 Each delivery verifies with the Standard Webhooks reference library and its `data` matches the
 event's schema in docs/webhook-events.json. Owners and admins who chose alerts by e-mail get them
 through the mail relay."""
 
 import datetime
+import hashlib
+import hmac
 import json
 import time
 import uuid
@@ -113,6 +116,17 @@ def test_every_catalog_event_is_delivered_by_the_action_that_causes_it(stack, sm
         export = org.http.get("/api/v1/analytics/compliance/export", headers=org.auth(), params={"from": today})
         assert export.status_code == 200 and '"verified":false' in export.text, export.text[-500:]
 
+        # billing.subscription_updated: the billing provider's signed event puts it on Growth.
+        sub = {"id": "sub_events", "customer": f"cus_{uuid.uuid4().hex[:12]}", "status": "active",
+               "metadata": {"gw_org_id": org.org_id}, "items": {"data": [{"price": {"id": "price_growth"}}]}}
+        provider_event = json.dumps({"id": f"evt_{uuid.uuid4().hex}", "type": "customer.subscription.created",
+                                     "created": int(time.time()), "data": {"object": sub}}).encode()
+        t = int(time.time())
+        signature = hmac.new(b"whsec_gw_stack", f"{t}.".encode() + provider_event, hashlib.sha256).hexdigest()
+        r = httpx.post(f"{stack['admin']}/api/v1/billing/webhook", content=provider_event, timeout=30,
+                       headers={"content-type": "application/json", "stripe-signature": f"t={t},v1={signature}"})
+        assert r.status_code == 200 and r.json()["outcome"] == "applied", r.text
+
         seen = {}
         for event_type in sorted(CATALOG["events"]):
             receiver.of_type(event_type)
@@ -138,6 +152,8 @@ def test_every_catalog_event_is_delivered_by_the_action_that_causes_it(stack, sm
         assert [(d["run_id"], d["provider"]) for d in seen["reconcile.discrepancy"]] == [(run["id"], "upstream")]
         assert [(d["problem"], d["first_bad_id"]) for d in seen["audit.chain_broken"]] == [("altered", first)]
         assert ids("policy.blocked", "policy") == {"no_acct"}
+        assert [(d["plan_from"], d["plan_to"], d["source"]) for d in seen["billing.subscription_updated"]] == [
+            ("free", "growth", "provider")]
     finally:
         receiver.close()
 

@@ -387,9 +387,20 @@ async fn the_gateways_credentials_are_spent_within_the_plans_quota() {
     assert_eq!(b["error"]["code"], "budget_exceeded");
     let message = b["error"]["message"].as_str().unwrap();
     assert!(message.contains("this organization's quota on the gateway's provider credentials"), "{message}");
-    // Its own provider key is not counted against the quota.
-    let (own, own_key, _) = stack.org_with_key().await;
+    // Its own provider key is not counted against the quota: the same organization, refused on
+    // the gateway's credentials, is served on its own.
     let body = serde_json::json!({"provider": "upstream", "name": "ours", "secret": "sk-our-own-upstream-key"});
+    let ours = json_of(stack.admin_post("/provider-keys", &free.access_token, &body).await, 201).await;
+    until_status(&stack, &key, 200).await;
+    for _ in 0..4 {
+        assert_eq!(stack.chat(&key, chat()).await.status(), 200);
+    }
+    // Without it again, the gateway's credentials and their quota are back.
+    let gone =
+        stack.admin_delete(&format!("/provider-keys/{}", ours["id"].as_str().unwrap()), &free.access_token).await;
+    assert_eq!(gone.status(), 204);
+    until_status(&stack, &key, 429).await;
+    let (own, own_key, _) = stack.org_with_key().await;
     assert_eq!(stack.admin_post("/provider-keys", &own.access_token, &body).await.status(), 201);
     for _ in 0..4 {
         assert_eq!(stack.chat(&own_key, chat()).await.status(), 200);

@@ -13,6 +13,7 @@ use gw_shared::billing::{plan_for, stripe_signature, Event, Subscription};
 use gw_shared::db::billing::{self as db, Applied};
 use gw_shared::db::users;
 use gw_shared::redis::Invalidation;
+use gw_shared::webhooks::payloads::{self, PlanChange};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
@@ -181,7 +182,13 @@ async fn customer(state: &AppState, provider: &dyn BillingProvider, session: &Se
         .await
         .map_err(|e| ApiError::BadGateway(e.to_string()))?;
     let mut conn = state.conn().await?;
-    Ok(db::link_customer(&mut conn, session.org_id, &made).await?)
+    match db::link_customer(&mut conn, session.org_id, &made).await {
+        Ok(c) => Ok(c),
+        Err(e) if crate::error::is_unique_violation(&e) => {
+            Err(ApiError::BadGateway("the billing provider answered with a customer another organization holds".into()))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[derive(Serialize, ToSchema)]
@@ -254,6 +261,15 @@ async fn handle(
                     match db::apply_subscription(conn, org_id, &s, plan, e.created).await? {
                         Applied::Stale => (Some(org_id), "stale"),
                         Applied::Changed { from, to, sso_disabled } => {
+                            let change = PlanChange {
+                                from: &from,
+                                to: &to,
+                                source: "provider",
+                                subscription_status: Some(&s.status),
+                                provider_event_id: Some(&e.id),
+                                sso_connections_disabled: sso_disabled,
+                            };
+                            gw_shared::db::events::emit(conn, payloads::subscription_updated(org_id, &change)).await?;
                             trail.org_id = org_id;
                             let detail = json!({"event_id": e.id, "event_type": e.event_type, "status": s.status,
                                                 "plan_from": from, "plan_to": to, "sso_connections_disabled": sso_disabled});

@@ -68,7 +68,8 @@ pub async fn me(state: web::Data<AppState>, session: Session) -> ApiResult<HttpR
 /// Which alerts the member receives by e-mail.
 #[derive(Serialize, ToSchema)]
 pub struct Alerts {
-    /// `budget.threshold_crossed`, `budget.exceeded` and `reconcile.discrepancy`.
+    /// `budget.threshold_crossed`, `budget.exceeded`, `reconcile.discrepancy` and
+    /// `billing.subscription_updated`.
     budget: bool,
     /// API keys created, revoked or expired; provider keys rotated or revoked; members added or
     /// removed; an audit chain found broken.

@@ -18,6 +18,8 @@ pub struct BillingConfig {
     /// Days a subscription may stay past due (a renewal payment failed) before its organization
     /// drops to the free plan.
     pub grace_days: u32,
+    /// How often the leader looks for subscriptions whose grace is over.
+    pub grace_check_secs: u64,
     #[serde(skip)]
     pub secret_key: Option<String>,
     #[serde(skip)]
@@ -33,6 +35,7 @@ impl Default for BillingConfig {
             api_base: "https://api.stripe.com".into(),
             prices: BTreeMap::new(),
             grace_days: 7,
+            grace_check_secs: 300,
             secret_key: None,
             webhook_secrets: Vec::new(),
             airgap: false,

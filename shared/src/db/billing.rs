@@ -161,3 +161,21 @@ pub async fn set_plan(conn: &mut AsyncPgConnection, org_id: Uuid, plan: &str) ->
     };
     Ok(Some((from, sso_disabled)))
 }
+
+/// Organizations whose subscription has been past due since before `cutoff` and that are still
+/// on a paid plan: their grace is over. At most `limit`.
+pub async fn grace_over(
+    conn: &mut AsyncPgConnection,
+    cutoff: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<(Uuid, String)>> {
+    Ok(billing_accounts::table
+        .inner_join(organizations::table.on(organizations::id.eq(billing_accounts::org_id)))
+        .filter(billing_accounts::subscription_status.eq("past_due"))
+        .filter(billing_accounts::past_due_since.le(cutoff))
+        .filter(organizations::plan.ne(crate::billing::FREE))
+        .select((billing_accounts::org_id, billing_accounts::subscription_status.assume_not_null()))
+        .limit(limit)
+        .load(conn)
+        .await?)
+}

@@ -23,12 +23,16 @@ pub const EVENT_TYPES: &[&str] = &[
     "member.removed",
     "reconcile.discrepancy",
     "audit.chain_broken",
+    "billing.subscription_updated",
     "webhook.test",
 ];
 
 /// What an owner or admin may choose to receive by e-mail, and the event types each covers.
 pub const ALERT_CATEGORIES: &[(&str, &[&str])] = &[
-    ("budget", &["budget.threshold_crossed", "budget.exceeded", "reconcile.discrepancy"]),
+    (
+        "budget",
+        &["budget.threshold_crossed", "budget.exceeded", "reconcile.discrepancy", "billing.subscription_updated"],
+    ),
     (
         "security",
         &[

@@ -138,3 +138,24 @@ pub fn reconcile_discrepancy(
                    "difference_usd": crate::money::text(theirs - gw), "days": per_day});
     event(org_id, "reconcile.discrepancy", format!("reconcile.discrepancy:{run_id}"), p)
 }
+
+/// `billing.subscription_updated`: `source` is `provider` (its event `provider_event_id` applied),
+/// `operator` (`gw-admin plan set`) or `grace_expired` (a past-due subscription's grace ended).
+pub struct PlanChange<'a> {
+    pub from: &'a str,
+    pub to: &'a str,
+    pub source: &'a str,
+    pub subscription_status: Option<&'a str>,
+    pub provider_event_id: Option<&'a str>,
+    pub sso_connections_disabled: usize,
+}
+
+pub fn subscription_updated(org_id: Uuid, c: &PlanChange<'_>) -> NewEvent {
+    let p = json!({"plan_from": c.from, "plan_to": c.to, "source": c.source, "subscription_status": c.subscription_status,
+                   "provider_event_id": c.provider_event_id, "sso_connections_disabled": c.sso_connections_disabled});
+    let key = match c.provider_event_id {
+        Some(id) => format!("billing.subscription_updated:{id}"),
+        None => format!("billing.subscription_updated:{}", crate::ids::new_id()),
+    };
+    event(org_id, "billing.subscription_updated", key, p)
+}

@@ -37,7 +37,7 @@ async fn main() {
     // The provider is the mock upstream's Stripe dialect.
     env.push(("STRIPE_WEBHOOK_SECRET".to_string(), "whsec_gw_stack_old,whsec_gw_stack".to_string()));
     env.push(("STRIPE_SECRET_KEY".to_string(), "sk_test_gw_stack".to_string()));
-    let extra_config = "[billing]\napi_base = \"{mock}\"\n[billing.prices]\ngrowth = \"price_growth\"\nenterprise = \"price_enterprise\"".to_string();
+    let extra_config = "[billing]\napi_base = \"{mock}\"\ngrace_check_secs = 1\n[billing.prices]\ngrowth = \"price_growth\"\nenterprise = \"price_enterprise\"".to_string();
     if let Ok(file) = std::env::var("GW_STACK_CLOCK_FILE") {
         env.push(("GW_TEST_CLOCK_FILE".to_string(), file));
     }

@@ -40,8 +40,10 @@ fn admit(req: &HttpRequest, path: &str, form: &BTreeMap<String, String>, require
         .map(|f| error(400, "invalid_request_error", &format!("Missing required param: {f}.")))
 }
 
+/// A new object id: unique across mock processes too (stacks share a database).
 fn next(prefix: &str) -> String {
-    format!("{prefix}_mock{}", SEQ.fetch_add(1, Ordering::Relaxed))
+    let salt = &uuid::Uuid::new_v4().simple().to_string()[..12];
+    format!("{prefix}_mock{}{salt}", SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
 fn metadata(form: &BTreeMap<String, String>, prefix: &str) -> Value {
