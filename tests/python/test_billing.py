@@ -9,6 +9,7 @@ deleted. A forged signature, a timestamp 6 minutes old and a replayed event id c
 two events delivered in reverse order leave the newer state. In air-gapped mode the endpoint
 takes no events. Every change is in the organization's audit trail."""
 
+import datetime
 import hashlib
 import hmac
 import json
@@ -66,6 +67,8 @@ def sso_connection(org):
 def test_a_growth_subscription_unlocks_sso_and_its_cancellation_turns_it_off(stack):
     org, customer = Org(stack), f"cus_{uuid.uuid4().hex[:12]}"
     assert plan(org) == "free"
+    current = org.http.get("/api/v1/organizations/current", headers=org.auth()).json()
+    assert current["subscription"] is None and current["plan_terms"]["sso"] is False
     assert sso_connection(org).status_code == 402
     now = int(time.time())
     assert outcome(send(stack, subscription_event(org, customer, "active", created=now, kind="created"))) == "applied"
@@ -141,6 +144,14 @@ def test_a_past_due_subscription_drops_to_free_when_its_grace_ends(stack):
     assert outcome(send(stack, subscription_event(org, customer, "past_due", created=t - 10))) == "applied"
     time.sleep(2)
     assert plan(org) == "growth", "down before the grace ended"
+    current = org.http.get("/api/v1/organizations/current", headers=org.auth()).json()
+    sub = current["subscription"]
+    assert sub["status"] == "past_due" and current["plan_terms"]["sso"] is True
+    grace = datetime.datetime.fromisoformat(sub["grace_ends_at"]) - datetime.datetime.fromisoformat(sub["past_due_since"])
+    assert grace == datetime.timedelta(days=7)
+    # What GET answers goes back through PATCH (its read-only parts ignored).
+    r = org.http.patch("/api/v1/organizations/current", headers=org.auth(), json=dict(current, name="Renamed"))
+    assert r.status_code == 200 and r.json()["name"] == "Renamed", r.text
     # Past due for 8 days now: beyond the 7 days' grace.
     psql(f"UPDATE billing_accounts SET past_due_since = now() - interval '8 days' WHERE org_id = '{org.org_id}'")
     deadline = time.time() + 20

@@ -3,7 +3,8 @@
 
 use actix_web::{get, patch, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
-use gw_shared::db::orgs;
+use diesel_async::AsyncPgConnection;
+use gw_shared::db::{billing, orgs};
 use gw_shared::limits::settings::{Budget, RateLimits};
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
@@ -51,8 +52,58 @@ pub struct OrganizationOut {
     /// Members signing in with a password must give a second factor (TOTP); one without gets a
     /// session good only for enrolling it.
     require_totp: bool,
+    /// What the plan gives (read-only).
+    plan_terms: PlanTerms,
+    /// The subscription with the billing provider, as its newest event says; null: none
+    /// (read-only).
+    subscription: Option<SubscriptionOut>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PlanTerms {
+    /// SSO connections may be configured and used (`growth`, `enterprise`).
+    sso: bool,
+    /// What requests served by the gateway's own provider credentials are held to (the
+    /// operator's override for this organization, else the plan's): `{budget, rate_limits}`;
+    /// null: nothing.
+    #[schema(value_type = Option<Object>)]
+    gateway_quota: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SubscriptionOut {
+    /// The provider's status: `active`, `trialing`, `past_due`, `canceled`, ...
+    status: Option<String>,
+    current_period_end: Option<DateTime<Utc>>,
+    /// The subscription ends with the period (the plan stays until then).
+    cancel_at_period_end: bool,
+    /// Past due since; the plan drops to free when the grace period ends (`grace_ends_at`).
+    past_due_since: Option<DateTime<Utc>>,
+    grace_ends_at: Option<DateTime<Utc>>,
+}
+
+/// The organization with its plan's terms and its subscription.
+async fn out(state: &AppState, conn: &mut AsyncPgConnection, org: orgs::Organization) -> ApiResult<OrganizationOut> {
+    let stored = orgs::gateway_quota(conn, org.id).await?.and_then(|(_, q)| orgs::decode_gateway_quota(q));
+    let quota = stored.or_else(|| state.cfg.gateway_quota.get(&org.plan).filter(|q| !q.is_empty()).cloned());
+    let grace = chrono::Duration::days(i64::from(state.cfg.billing.grace_days));
+    let subscription =
+        billing::account(conn, org.id).await?.filter(|a| a.subscription_status.is_some()).map(|a| SubscriptionOut {
+            grace_ends_at: a.past_due_since.map(|t| t + grace),
+            status: a.subscription_status,
+            current_period_end: a.current_period_end,
+            cancel_at_period_end: a.cancel_at_period_end,
+            past_due_since: a.past_due_since,
+        });
+    let mut o = OrganizationOut::from(org);
+    o.plan_terms = PlanTerms {
+        sso: gw_shared::sso::plan_allows_sso(&o.plan),
+        gateway_quota: quota.map(|q| serde_json::to_value(q).unwrap_or(Value::Null)),
+    };
+    o.subscription = subscription;
+    Ok(o)
 }
 
 impl From<orgs::Organization> for OrganizationOut {
@@ -67,6 +118,8 @@ impl From<orgs::Organization> for OrganizationOut {
             rate_limits: org.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
             log_bodies: org.log_bodies,
             require_totp: org.require_totp,
+            plan_terms: PlanTerms { sso: false, gateway_quota: None },
+            subscription: None,
             created_at: org.created_at,
             updated_at: org.updated_at,
         }
@@ -106,12 +159,12 @@ pub struct UpdateOrganization {
 pub async fn current(state: web::Data<AppState>, session: Session) -> ApiResult<HttpResponse> {
     let mut conn = state.conn().await?;
     let org = orgs::find(&mut conn, session.org_id).await?.ok_or(ApiError::NotFound("organization"))?;
-    Ok(HttpResponse::Ok().json(OrganizationOut::from(org)))
+    Ok(HttpResponse::Ok().json(out(&state, &mut conn, org).await?))
 }
 
 /// Update the organization's name, data-residency region, metadata, budget or rate limits
 /// (absent fields stay as they are). The body `GET` answers may be sent back: `id` and `plan`
-/// as they are, `created_at` and `updated_at` ignored.
+/// as they are, `created_at`, `updated_at`, `plan_terms` and `subscription` ignored.
 #[utoipa::path(operation_id = "update_organization", tag = "organizations", request_body = UpdateOrganization,
     responses((status = 200, body = OrganizationOut), Errors))]
 #[patch("/organizations/current")]
@@ -127,7 +180,8 @@ pub async fn update(
         Fixed::new("id", org.id, "it names the organization"),
         Fixed::new("plan", &org.plan, "the plan changes through billing"),
     ];
-    let b: UpdateOrganization = read_only::writable(body.into_inner(), &fixed, &["created_at", "updated_at"])?;
+    let ignored = ["created_at", "updated_at", "plan_terms", "subscription"];
+    let b: UpdateOrganization = read_only::writable(body.into_inner(), &fixed, &ignored)?;
     let name = b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?;
     let region = match b.data_residency {
         Some(d) if REGIONS.contains(&d.region.as_str()) => Some(d.region),
@@ -182,5 +236,5 @@ pub async fn update(
     if limits_changed {
         state.invalidate(&Invalidation::Org { org_id: org.id }, format!("the change of organization {}", org.id)).await;
     }
-    Ok(HttpResponse::Ok().json(OrganizationOut::from(org)))
+    Ok(HttpResponse::Ok().json(out(&state, &mut conn, org).await?))
 }

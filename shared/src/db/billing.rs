@@ -179,3 +179,22 @@ pub async fn grace_over(
         .load(conn)
         .await?)
 }
+
+/// An organization's account with the provider, as `GET /organizations/current` shows it.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = billing_accounts)]
+pub struct Account {
+    pub subscription_status: Option<String>,
+    pub current_period_end: Option<DateTime<Utc>>,
+    pub cancel_at_period_end: bool,
+    pub past_due_since: Option<DateTime<Utc>>,
+}
+
+pub async fn account(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Option<Account>> {
+    Ok(billing_accounts::table
+        .filter(billing_accounts::org_id.eq(org_id))
+        .select(Account::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
