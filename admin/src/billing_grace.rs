@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use diesel::sql_types::Bool;
-use diesel::QueryableByName;
-use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_async::AsyncConnection;
 use gw_shared::billing::FREE;
 use gw_shared::db::billing;
 use gw_shared::redis::Invalidation;
@@ -22,12 +20,6 @@ use crate::state::AppState;
 const GRACE_LOCK: i64 = 0x0067_7767_7261_6365;
 /// Organizations downgraded per run at most.
 const BATCH: i64 = 200;
-
-#[derive(QueryableByName)]
-struct Locked {
-    #[diesel(sql_type = Bool)]
-    locked: bool,
-}
 
 pub fn spawn(state: Arc<AppState>) {
     if state.cfg.billing.airgap {
@@ -50,10 +42,7 @@ async fn run_once(state: &AppState) -> Result<(), String> {
     let mut conn = state.db.get().await.map_err(|e| e.to_string())?;
     let dropped = conn
         .transaction(async |conn| {
-            let lock: Locked = diesel::sql_query(format!("SELECT pg_try_advisory_xact_lock({GRACE_LOCK}) AS locked"))
-                .get_result(conn)
-                .await?;
-            if !lock.locked {
+            if !gw_shared::db::try_leader_lock(conn, GRACE_LOCK).await? {
                 return Ok::<_, gw_shared::Error>(Vec::new());
             }
             let mut dropped = Vec::new();
@@ -70,18 +59,11 @@ async fn run_once(state: &AppState) -> Result<(), String> {
                     sso_connections_disabled: sso_disabled,
                 };
                 gw_shared::db::events::emit(conn, subscription_updated(org_id, &change)).await?;
-                let entry = gw_shared::db::admin_audit::Event {
-                    id: gw_shared::ids::new_id(),
-                    org_id,
-                    actor_user_id: None,
-                    actor_role: None,
-                    action: "billing.grace_expired".into(),
-                    resource_type: "organization".into(),
-                    resource_id: Some(org_id.to_string()),
-                    request_id: None,
-                    detail: serde_json::json!({"plan_from": from, "plan_to": FREE, "sso_connections_disabled": sso_disabled}),
-                    created_at: Utc::now(),
-                };
+                let detail =
+                    serde_json::json!({"plan_from": from, "plan_to": FREE, "sso_connections_disabled": sso_disabled});
+                let resource = ("organization", Some(org_id.to_string()));
+                let entry =
+                    gw_shared::db::admin_audit::Event::system(org_id, None, "billing.grace_expired", resource, detail);
                 gw_shared::db::admin_audit::insert(conn, &entry).await?;
                 dropped.push(org_id);
             }

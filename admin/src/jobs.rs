@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use diesel::sql_types::Bool;
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use gw_shared::db::rollups::UPKEEP_LOCK as AUDIT_LOCK;
@@ -18,12 +17,6 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Expired semantic-cache rows deleted per statement, and statements per run at most.
 const EXPIRED_BATCH: i64 = 10_000;
 const EXPIRED_BATCHES: usize = 20;
-
-#[derive(QueryableByName)]
-struct Locked {
-    #[diesel(sql_type = Bool)]
-    locked: bool,
-}
 
 /// Months of partitions created ahead of time (a proxy creates a missing one itself too).
 const MONTHS_AHEAD: i32 = 2;
@@ -68,10 +61,7 @@ pub async fn audit_once(state: &AppState) -> Result<Option<usize>, String> {
     let retention = state.cfg.admin.audit_retention_months;
     let metrics = state.metrics.clone();
     conn.transaction(async |conn| {
-        let lock: Locked = diesel::sql_query(format!("SELECT pg_try_advisory_xact_lock({AUDIT_LOCK}) AS locked"))
-            .get_result(conn)
-            .await?;
-        if !lock.locked {
+        if !gw_shared::db::try_leader_lock(conn, AUDIT_LOCK).await? {
             return Ok::<_, gw_shared::Error>(None);
         }
         diesel::sql_query(format!(
@@ -109,10 +99,7 @@ pub async fn prune_once(state: &AppState) -> Result<(), String> {
     let mut conn = state.db.get().await.map_err(|e| e.to_string())?;
     let pruned = conn
         .transaction(async |conn| {
-            let lock: Locked = diesel::sql_query(format!("SELECT pg_try_advisory_xact_lock({PRUNE_LOCK}) AS locked"))
-                .get_result(conn)
-                .await?;
-            if !lock.locked {
+            if !gw_shared::db::try_leader_lock(conn, PRUNE_LOCK).await? {
                 return Ok::<_, gw_shared::Error>(None);
             }
             let ended = gw_shared::db::sessions::prune(conn, chrono::Duration::days(1)).await?;

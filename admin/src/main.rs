@@ -161,18 +161,16 @@ fn plan_cmd(args: &[String]) -> Result<(), BoxError> {
                 let Some((from, sso_disabled)) = gw_shared::db::billing::set_plan(conn, org_id, plan).await? else {
                     return Ok(None);
                 };
-                let event = gw_shared::db::admin_audit::Event {
-                    id: gw_shared::ids::new_id(),
+                let detail =
+                    serde_json::json!({"plan_from": from, "plan_to": plan, "sso_connections_disabled": sso_disabled});
+                let resource = ("organization", Some(org_id.to_string()));
+                let event = gw_shared::db::admin_audit::Event::system(
                     org_id,
-                    actor_user_id: None,
-                    actor_role: Some("operator".into()),
-                    action: "billing.plan_set".into(),
-                    resource_type: "organization".into(),
-                    resource_id: Some(org_id.to_string()),
-                    request_id: None,
-                    detail: serde_json::json!({"plan_from": from, "plan_to": plan, "sso_connections_disabled": sso_disabled}),
-                    created_at: chrono::Utc::now(),
-                };
+                    Some("operator"),
+                    "billing.plan_set",
+                    resource,
+                    detail,
+                );
                 gw_shared::db::admin_audit::insert(conn, &event).await?;
                 let change = gw_shared::webhooks::payloads::PlanChange {
                     from: &from,

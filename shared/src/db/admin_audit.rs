@@ -24,6 +24,31 @@ pub struct Event {
     pub created_at: DateTime<Utc>,
 }
 
+impl Event {
+    /// An event no session caused (a job, the billing provider, the operator's command line):
+    /// no actor, `actor_role` saying what acted when that is a role.
+    pub fn system(
+        org_id: Uuid,
+        actor_role: Option<&str>,
+        action: &str,
+        resource: (&str, Option<String>),
+        detail: serde_json::Value,
+    ) -> Self {
+        Event {
+            id: crate::ids::new_id(),
+            org_id,
+            actor_user_id: None,
+            actor_role: actor_role.map(String::from),
+            action: action.to_string(),
+            resource_type: resource.0.to_string(),
+            resource_id: resource.1,
+            request_id: None,
+            detail,
+            created_at: Utc::now(),
+        }
+    }
+}
+
 pub async fn insert(conn: &mut AsyncPgConnection, event: &Event) -> Result<()> {
     diesel::insert_into(admin_audit_events::table).values(event).execute(conn).await?;
     Ok(())

@@ -90,3 +90,20 @@ pub async fn ping(pool: &DbPool) -> Result<()> {
 }
 
 diesel::define_sql_function!(fn lower(x: diesel::sql_types::Text) -> diesel::sql_types::Text);
+
+/// Takes the transaction-scoped advisory lock `key` if no one holds it: what makes a background
+/// job run on one replica at a time (the leader of the moment). Call inside the job's
+/// transaction; the lock ends with it.
+pub async fn try_leader_lock(conn: &mut AsyncPgConnection, key: i64) -> crate::error::Result<bool> {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Locked {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        locked: bool,
+    }
+    let lock: Locked = diesel::sql_query("SELECT pg_try_advisory_xact_lock($1) AS locked")
+        .bind::<diesel::sql_types::BigInt, _>(key)
+        .get_result(conn)
+        .await?;
+    Ok(lock.locked)
+}

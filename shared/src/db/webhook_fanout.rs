@@ -12,7 +12,6 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::Bool;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -39,22 +38,13 @@ pub struct FanOut {
     pub mails: usize,
 }
 
-#[derive(QueryableByName)]
-struct Locked {
-    #[diesel(sql_type = Bool)]
-    locked: bool,
-}
-
 type OutboxRow = (Uuid, Uuid, String, Value, DateTime<Utc>);
 
 /// Hands up to `limit` outbox events over, as of `now` (the relay's clock). Nothing when another
 /// relay is doing it.
 pub async fn fan_out(conn: &mut AsyncPgConnection, now: DateTime<Utc>, limit: i64) -> Result<FanOut> {
     conn.transaction(async |conn| {
-        let lock: Locked = diesel::sql_query(format!("SELECT pg_try_advisory_xact_lock({FAN_OUT_LOCK}) AS locked"))
-            .get_result(conn)
-            .await?;
-        if !lock.locked {
+        if !super::try_leader_lock(conn, FAN_OUT_LOCK).await? {
             return Ok(FanOut::default());
         }
         let batch: Vec<OutboxRow> = events::table
