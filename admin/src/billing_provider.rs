@@ -38,6 +38,17 @@ pub trait BillingProvider: Send + Sync {
     fn checkout<'a>(&'a self, c: &'a Checkout<'a>) -> Answer<'a, Session>;
     /// A billing-portal session for `customer`, back to `return_url`.
     fn portal<'a>(&'a self, customer: &'a str, return_url: &'a str) -> Answer<'a, Session>;
+    /// Reports usage to a meter; `identifier` makes it count once however often it is sent.
+    /// Answers the identifier the provider recorded.
+    fn meter_event<'a>(&'a self, m: &'a MeterEvent<'a>) -> Answer<'a, String>;
+}
+
+pub struct MeterEvent<'a> {
+    pub event_name: &'a str,
+    pub customer: &'a str,
+    pub value: i64,
+    pub identifier: &'a str,
+    pub timestamp: i64,
 }
 
 pub struct Checkout<'a> {
@@ -135,6 +146,23 @@ impl BillingProvider for Stripe {
         Box::pin(async move {
             let form = [("customer", customer), ("return_url", return_url)];
             session(&self.post("/v1/billing_portal/sessions", None, &form).await?)
+        })
+    }
+
+    fn meter_event<'a>(&'a self, m: &'a MeterEvent<'a>) -> Answer<'a, String> {
+        Box::pin(async move {
+            let (value, timestamp) = (m.value.to_string(), m.timestamp.to_string());
+            let form = [
+                ("event_name", m.event_name),
+                ("payload[stripe_customer_id]", m.customer),
+                ("payload[value]", value.as_str()),
+                ("identifier", m.identifier),
+                ("timestamp", timestamp.as_str()),
+            ];
+            // The identifier is the idempotency key too: a send repeated within Stripe's window
+            // gets the first answer back instead of an error.
+            let v = self.post("/v1/billing/meter_events", Some(m.identifier.to_string()), &form).await?;
+            v.get("identifier").and_then(Value::as_str).map(String::from).ok_or(ProviderError::Malformed("identifier"))
         })
     }
 }

@@ -87,7 +87,7 @@ pub async fn audit_once(state: &AppState) -> Result<Option<usize>, String> {
                 log::info!("audit retention: dropped {} monthly partition(s)", d.dropped);
             }
         }
-        Ok(Some(gw_shared::db::rollups::run(conn, chrono::Utc::now()).await?))
+        Ok(Some(gw_shared::db::rollups::run(conn, state.clock.now()).await?))
     })
     .await
     .map_err(|e| e.to_string())

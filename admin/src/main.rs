@@ -16,7 +16,6 @@ mod billing_grace;
 mod billing_provider;
 mod body;
 mod bootstrap;
-mod clock;
 mod decode;
 mod domain_proof;
 mod error;
@@ -44,6 +43,7 @@ mod state;
 mod throttle;
 mod tokens;
 mod trail;
+mod usage_sync;
 mod validate;
 mod webhook_relay;
 
@@ -315,6 +315,7 @@ fn serve() -> Result<(), BoxError> {
         jobs::spawn(state.clone().into_inner());
         webhook_relay::spawn(state.clone().into_inner());
         billing_grace::spawn(state.clone().into_inner());
+        usage_sync::spawn(state.clone().into_inner());
         match relay {
             Some(relay) => mail::spawn(state.clone().into_inner(), relay),
             None => log::info!("mail is not delivered ([mail] smtp_url unset): it waits in the outbox"),

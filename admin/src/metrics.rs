@@ -27,6 +27,8 @@ pub struct Metrics {
     pub reconcile_runs: IntCounterVec,
     /// Mail delivery attempts, by kind and outcome (`sent`, `retry`, `failed`).
     pub mail: IntCounterVec,
+    /// Usage sends to the billing provider by outcome (`sent`, `retry`, `failed`).
+    pub usage_sends: IntCounterVec,
 }
 
 impl Metrics {
@@ -85,6 +87,11 @@ impl Metrics {
             &["what"],
         )?;
         registry.register(Box::new(webhook_relay.clone()))?;
+        let usage_sends = IntCounterVec::new(
+            Opts::new("gw_admin_usage_sends_total", "Metered usage sends to the billing provider by outcome"),
+            &["outcome"],
+        )?;
+        registry.register(Box::new(usage_sends.clone()))?;
         Ok(Self {
             registry,
             requests,
@@ -99,6 +106,7 @@ impl Metrics {
             webhook_relay,
             reconcile_runs,
             mail,
+            usage_sends,
         })
     }
 }

@@ -25,8 +25,8 @@ pub struct AppState {
     pub outbound: crate::outbound::Outbound,
     /// DNS lookups of e-mail domain proofs.
     pub domain_proof: crate::domain_proof::DomainProof,
-    /// The time the webhook relay schedules by (a test may set it: `crate::clock`).
-    pub clock: crate::clock::Clock,
+    /// The time the webhook relay schedules by (a test may set it: `gw_shared::clock`).
+    pub clock: gw_shared::clock::Clock,
     /// The billing provider; `None` in air-gapped mode or when not configured.
     pub billing: Option<Box<dyn crate::billing_provider::BillingProvider>>,
 }
@@ -58,7 +58,7 @@ impl AppState {
             hashing,
             outbound,
             domain_proof,
-            clock: crate::clock::Clock::from_env(),
+            clock: gw_shared::clock::Clock::from_env(),
             billing,
         })
     }

@@ -8,7 +8,7 @@
 //! hanging receiver holds its own slots (for at most the attempt's timeout), never another
 //! endpoint's. A 2xx is success; anything else, or no answer in time, is a failed attempt,
 //! retried 5 then 10 minutes later, `failed` after the third (`docs/webhooks.md`). Times are the
-//! relay's clock (`crate::clock`). The relay also announces expired API keys and prunes the
+//! relay's clock (`gw_shared::clock`). The relay also announces expired API keys and prunes the
 //! delivery history past its retention.
 
 use std::collections::HashMap;

@@ -190,7 +190,7 @@ impl RequestCtx {
         Self {
             request_id: gw_shared::ids::new_id(),
             started,
-            created_at: Utc::now(),
+            created_at: gw_shared::clock::now(),
             deadline: started + request_timeout,
             timeout: request_timeout,
             endpoint: None,

@@ -8,6 +8,7 @@ pub mod billing;
 pub mod cache;
 pub mod catalog;
 pub mod client_addr;
+pub mod clock;
 pub mod config;
 pub mod crypto;
 pub mod db;

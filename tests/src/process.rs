@@ -114,7 +114,14 @@ fn command(program: &Path, guard: Option<&Path>) -> Command {
 /// A child process stopped when dropped: killed, or, when it runs under the guard wrapper (it
 /// has a stdin pipe), told to stop by closing that pipe. Killing the wrapper instead would orphan
 /// the process it runs.
-pub struct Proc(pub(crate) Child);
+pub struct Proc(pub(crate) Child, pub(crate) &'static str);
+
+impl Proc {
+    /// Whether it runs `name` (one of gw's binaries, or `mock-upstream`).
+    pub(crate) fn is_bin(&self, name: &str) -> bool {
+        self.1 == name
+    }
+}
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -135,7 +142,7 @@ pub(crate) fn spawn_mock(args: &[String], guard: Option<&Path>) -> (Proc, String
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn mock-upstream");
-    let mut mock = Proc(child);
+    let mut mock = Proc(child, "mock-upstream");
     let stdout = mock.0.stdout.take().expect("mock stdout");
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).expect("read mock address");
@@ -170,7 +177,12 @@ pub(crate) fn spawn_bin(name: &str, config: &Path, guard: Option<&Path>, env: &[
         cmd.env(k, v);
     }
     cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
-    Proc(cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}")))
+    let bin: &'static str = match name {
+        "gw-admin" => "gw-admin",
+        "gw-proxy" => "gw-proxy",
+        _ => "other",
+    };
+    Proc(cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}")), bin)
 }
 
 pub(crate) fn http_client() -> reqwest::Client {

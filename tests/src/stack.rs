@@ -53,6 +53,8 @@ pub struct Stack {
     _procs: Vec<Proc>,
     /// The generated config file, removed with a private stack.
     config: Option<PathBuf>,
+    /// The environment this private stack's processes were given (a restarted one gets it too).
+    env: Vec<(String, String)>,
 }
 
 impl Drop for Stack {
@@ -188,6 +190,7 @@ impl Stack {
             shared: false,
             _procs: l.procs,
             config: Some(l.config),
+            env: opts.env.clone(),
         };
         wait_up(&stack.http, &format!("{}/healthz", stack.admin)).await;
         wait_up(&stack.http, &format!("{}/v1/models", stack.proxy)).await;
@@ -211,6 +214,7 @@ impl Stack {
             shared: true,
             _procs: Vec::new(),
             config: None,
+            env: Vec::new(),
         }
     }
 
@@ -292,6 +296,19 @@ impl Stack {
         assert_eq!(r.status(), 200, "the bootstrap login failed");
         let body: serde_json::Value = r.json().await.expect("login body");
         Session::from_tokens(email, &body)
+    }
+
+    /// Kills gw-admin with SIGKILL (a crash: nothing finishes) and starts a new one on the same
+    /// config and environment, once the old one is gone; returns when it answers. Private stacks
+    /// only.
+    pub async fn crash_and_restart_admin(&mut self) {
+        let config = self.config.clone().expect("only a private stack's admin can crash");
+        let admin = self._procs.iter_mut().position(|p| p.is_bin("gw-admin")).expect("the stack's gw-admin");
+        let mut old = self._procs.remove(admin);
+        old.0.kill().expect("SIGKILL gw-admin");
+        old.0.wait().expect("reap gw-admin");
+        self._procs.push(spawn_bin("gw-admin", &config, None, &self.env));
+        wait_up(&self.http, &format!("{}/healthz", self.admin)).await;
     }
 
     /// Whether this handle points at the shared stack.

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+pub mod meter;
 pub mod stripe_signature;
 
 /// The plan of an organization with no subscription in force.

@@ -15,7 +15,7 @@ mod proxy;
 mod routes;
 
 pub use admin::{AdminConfig, SignupMode};
-pub use billing::BillingConfig;
+pub use billing::{BillingConfig, MeterConfig};
 pub use mail::MailConfig;
 pub use proxy::ProxyConfig;
 pub use routes::{give_id, RouteError, Routes, RoutesSource, MAX_DEPLOYMENTS, MAX_MODELS, MAX_PROVIDERS};
@@ -464,6 +464,7 @@ impl Config {
                     .map_err(|p| Error::Config(format!("{}: {}", p.field, p.message)))?;
             }
         }
+        self.billing.validate().map_err(Error::Config)?;
         let routes = self.routes();
         routes.validate(self).and_then(|()| routes.validate_gateway()).map_err(|e| Error::Config(e.to_string()))?;
         let r = &self.routing;

@@ -24,6 +24,7 @@ pub mod service_accounts;
 pub mod sessions;
 pub mod sso;
 pub mod teams;
+pub mod usage_sync;
 pub mod users;
 pub mod webhook_deliveries;
 pub mod webhook_fanout;

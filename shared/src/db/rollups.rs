@@ -37,6 +37,9 @@ pub struct Rollup {
     pub cache_hits: i64,
     pub cache_lookups: i64,
     pub latency_hist: Vec<i64>,
+    /// What requests answered on the gateway's own provider credentials cost (the last attempt's
+    /// credential), what a `gateway_cost` meter bills.
+    pub gateway_cost_usd: Decimal,
 }
 
 impl Rollup {
@@ -51,6 +54,7 @@ impl Rollup {
         self.cache_saved_usd += o.cache_saved_usd;
         self.cache_hits += o.cache_hits;
         self.cache_lookups += o.cache_lookups;
+        self.gateway_cost_usd += o.gateway_cost_usd;
         merge(&mut self.latency_hist, &o.latency_hist);
     }
 }
@@ -89,6 +93,8 @@ struct Bucketed {
     cache_hits: i64,
     #[diesel(sql_type = BigInt)]
     cache_lookups: i64,
+    #[diesel(sql_type = Numeric)]
+    gateway_cost_usd: Decimal,
 }
 
 /// Organization, hour, team, key, model, provider.
@@ -119,7 +125,9 @@ pub async fn aggregate(
            coalesce(sum(cached_tokens), 0)::bigint AS cached_tokens, \
            coalesce(sum(cost_usd), 0) AS cost_usd, coalesce(sum(cache_saved_usd), 0) AS cache_saved_usd, \
            count(*) FILTER (WHERE cache_status IN ('L1', 'L2', 'L3')) AS cache_hits, \
-           count(*) FILTER (WHERE cache_status <> 'bypass') AS cache_lookups \
+           count(*) FILTER (WHERE cache_status <> 'bypass') AS cache_lookups, \
+           coalesce(sum(cost_usd) FILTER (WHERE coalesce(routing->-1->>'credential', 'gateway') = 'gateway'), 0) \
+             AS gateway_cost_usd \
          FROM audit_logs WHERE created_at >= $1 AND created_at < $2 \
            AND ($3::uuid IS NULL OR org_id = $3) AND ($4::uuid IS NULL OR team_id = $4) \
            AND ($5::uuid IS NULL OR api_key_id = $5) \
@@ -161,6 +169,7 @@ pub async fn aggregate(
             cache_saved_usd: r.cache_saved_usd,
             cache_hits: r.cache_hits,
             cache_lookups: r.cache_lookups,
+            gateway_cost_usd: r.gateway_cost_usd,
             latency_hist: hist,
             ..Rollup::default()
         });
@@ -339,8 +348,8 @@ const LATE_MARGIN: TimeDelta = TimeDelta::minutes(2);
 /// Hours aggregated per run at most (a first run over a long history catches up over runs).
 const MAX_HOURS_PER_RUN: usize = 24 * 31;
 
-/// Brings the aggregates up to the last full hour before `now`, recomputing earlier hours that
-/// received rows since the last run. Returns the hours recomputed. The caller holds the
+/// Brings the aggregates up to the last full hour before `now` (the process's clock:
+/// `gw_shared::clock`), recomputing earlier hours that received rows since the last run. Returns the hours recomputed. The caller holds the
 /// leader lock.
 pub async fn run(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> Result<usize> {
     let st = state(conn).await?;
@@ -373,9 +382,10 @@ pub async fn run(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> Result<usi
     for hour in &hours {
         refresh_hour(conn, *hour).await?;
     }
-    diesel::sql_query("UPDATE audit_rollup_state SET rolled_until = $1, scanned_until = $2 WHERE id = 1")
+    // Ingestion is stamped by Postgres's clock, so the scan's instant is too (the transaction's
+    // start: rows committed since are found again next time).
+    diesel::sql_query("UPDATE audit_rollup_state SET rolled_until = $1, scanned_until = now() WHERE id = 1")
         .bind::<Timestamptz, _>(rolled_until.max(st.rolled_until))
-        .bind::<Timestamptz, _>(now)
         .execute(conn)
         .await?;
     Ok(hours.len())

@@ -203,6 +203,7 @@ diesel::table! {
         cache_lookups -> Int8,
         latency_hist -> Array<Int8>,
         api_key_id -> Nullable<Uuid>,
+        gateway_cost_usd -> Numeric,
     }
 }
 

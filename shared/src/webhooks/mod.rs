@@ -24,6 +24,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "reconcile.discrepancy",
     "audit.chain_broken",
     "billing.subscription_updated",
+    "usage.sync_failed",
     "webhook.test",
 ];
 
@@ -31,7 +32,13 @@ pub const EVENT_TYPES: &[&str] = &[
 pub const ALERT_CATEGORIES: &[(&str, &[&str])] = &[
     (
         "budget",
-        &["budget.threshold_crossed", "budget.exceeded", "reconcile.discrepancy", "billing.subscription_updated"],
+        &[
+            "budget.threshold_crossed",
+            "budget.exceeded",
+            "reconcile.discrepancy",
+            "billing.subscription_updated",
+            "usage.sync_failed",
+        ],
     ),
     (
         "security",

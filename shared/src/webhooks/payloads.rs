@@ -159,3 +159,23 @@ pub fn subscription_updated(org_id: Uuid, c: &PlanChange<'_>) -> NewEvent {
     };
     event(org_id, "billing.subscription_updated", key, p)
 }
+
+/// `usage.sync_failed`: one send of an hour's usage (`revision` 0, or an adjustment) was given up
+/// after the configured tries; the ledger keeps it for the operator (`docs/billing.md`).
+pub struct SyncFailure<'a> {
+    pub usage: &'a str,
+    pub event_name: &'a str,
+    pub hour: DateTime<Utc>,
+    pub revision: i32,
+    pub quantity: i64,
+    pub attempts: i32,
+    pub identifier: &'a str,
+    pub error: &'a str,
+}
+
+pub fn usage_sync_failed(org_id: Uuid, f: &SyncFailure<'_>) -> NewEvent {
+    let hour = f.hour.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let p = json!({"usage": f.usage, "event_name": f.event_name, "hour": hour, "revision": f.revision,
+                   "quantity": f.quantity, "attempts": f.attempts, "identifier": f.identifier, "error": f.error});
+    event(org_id, "usage.sync_failed", format!("usage.sync_failed:{}", f.identifier), p)
+}

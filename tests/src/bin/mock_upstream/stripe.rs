@@ -1,5 +1,10 @@
-//! A Stripe dialect, for what `localstripe` lacks: Checkout Sessions and billing-portal sessions,
-//! and customers (idempotent by `Idempotency-Key`, as Stripe's are). Requests are form-encoded
+//! A Stripe dialect, for what `localstripe` lacks: Checkout Sessions, billing-portal sessions and
+//! billing meter events, and customers (idempotent by `Idempotency-Key`, as Stripe's are).
+//! Meter events follow Stripe's rules: a repeated `Idempotency-Key` gets the first answer back, a
+//! new request reusing an `identifier` is refused (400 `resource_already_exists`), and only the
+//! first event per identifier counts: `GET /_mock/stripe/meter_events` lists those, oldest
+//! first. Fault knobs: a customer id containing `unreachable` gets 500 `api_error`;
+//! `POST /_mock/stripe/delay` `{"meter_events_ms": N}` makes each meter event answer N ms late. Requests are form-encoded
 //! with `authorization: Bearer sk_...` (else 401 in Stripe's error shape); answers follow
 //! Stripe's documented objects (the fields gw reads and a few more). Every request is kept:
 //! `GET /_mock/stripe/requests` lists them (`path`, `form`, `idempotency_key`), newest last.
@@ -16,6 +21,8 @@ use crate::header;
 static SEQ: AtomicU64 = AtomicU64::new(1);
 static REQUESTS: LazyLock<Mutex<Vec<Value>>> = LazyLock::new(|| Mutex::new(Vec::new()));
 static IDEMPOTENT: LazyLock<Mutex<HashMap<String, Value>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+static METER_EVENTS: LazyLock<Mutex<Vec<Value>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+static METER_DELAY_MS: AtomicU64 = AtomicU64::new(0);
 
 type Form = web::Form<BTreeMap<String, String>>;
 
@@ -99,6 +106,61 @@ pub async fn portal_sessions(req: HttpRequest, form: Form) -> HttpResponse {
         "return_url": form.get("return_url"), "url": format!("https://billing.stripe.com/p/session/{id}"),
         "livemode": false,
     }))
+}
+
+#[post("/v1/billing/meter_events")]
+pub async fn meter_events(req: HttpRequest, form: Form) -> HttpResponse {
+    let required = ["event_name", "payload[stripe_customer_id]", "payload[value]"];
+    if let Some(refused) = admit(&req, "/v1/billing/meter_events", &form, &required) {
+        return refused;
+    }
+    let key = header(&req, "idempotency-key");
+    if let Some(done) = key.as_ref().and_then(|k| IDEMPOTENT.lock().ok().and_then(|m| m.get(k).cloned())) {
+        return HttpResponse::Ok().json(done);
+    }
+    let customer = form.get("payload[stripe_customer_id]").cloned().unwrap_or_default();
+    if customer.contains("unreachable") {
+        return error(500, "api_error", "An unknown error occurred");
+    }
+    let Some(value) = form.get("payload[value]").and_then(|v| v.parse::<i64>().ok()).filter(|v| *v >= 0) else {
+        return error(400, "invalid_request_error", "payload[value] must be a non-negative whole number.");
+    };
+    let identifier = form.get("identifier").cloned().unwrap_or_else(|| next("mev"));
+    let now = chrono::Utc::now().timestamp();
+    let timestamp = form.get("timestamp").and_then(|t| t.parse::<i64>().ok()).unwrap_or(now);
+    let event = json!({"object": "billing.meter_event", "created": now, "event_name": form.get("event_name"),
+                       "identifier": identifier, "livemode": false, "timestamp": timestamp,
+                       "payload": {"stripe_customer_id": customer, "value": value.to_string()}});
+    let Ok(mut counted) = METER_EVENTS.lock() else {
+        return error(500, "api_error", "the mock's lock is poisoned");
+    };
+    if counted.iter().any(|e| e["identifier"] == identifier.as_str()) {
+        let message = format!("An event with identifier {identifier} already exists.");
+        return HttpResponse::BadRequest().json(
+            json!({"error": {"type": "invalid_request_error", "code": "resource_already_exists", "message": message}}),
+        );
+    }
+    counted.push(event.clone());
+    drop(counted);
+    if let (Some(k), Ok(mut m)) = (key, IDEMPOTENT.lock()) {
+        m.insert(k, event.clone());
+    }
+    let delay = METER_DELAY_MS.load(Ordering::Relaxed);
+    if delay > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    }
+    HttpResponse::Ok().json(event)
+}
+
+#[get("/_mock/stripe/meter_events")]
+pub async fn counted_meter_events() -> HttpResponse {
+    HttpResponse::Ok().json(METER_EVENTS.lock().map(|r| r.clone()).unwrap_or_default())
+}
+
+#[post("/_mock/stripe/delay")]
+pub async fn set_delay(body: web::Json<Value>) -> HttpResponse {
+    METER_DELAY_MS.store(body.get("meter_events_ms").and_then(Value::as_u64).unwrap_or(0), Ordering::Relaxed);
+    HttpResponse::NoContent().finish()
 }
 
 #[get("/_mock/stripe/requests")]

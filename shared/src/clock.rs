@@ -1,8 +1,9 @@
-//! The time the webhook relay schedules attempts by. It is the system's, unless the environment
-//! names a clock file (`GW_TEST_CLOCK_FILE`): then the time is what that file says (Unix seconds,
-//! fractions allowed), frozen until the file changes, so a test can move time past the retry
-//! schedule's 5 and 10 minutes and see exact attempt times. Never set in production; the process
-//! says so in its log when it is.
+//! The time jobs and requests are stamped by. It is the system's, unless the environment names a
+//! clock file (`GW_TEST_CLOCK_FILE`): then the time is what that file says (Unix seconds,
+//! fractions allowed), frozen until the file changes, so a test can move time past the webhook
+//! relay's retry schedule, or through a day of hourly usage sync, and see exact times. Never set
+//! in production; the process says so in its log when it is. Read by: the webhook relay, the
+//! audit rollups' and usage sync's notion of a completed hour, and the proxy's `created_at`.
 
 use std::path::PathBuf;
 
@@ -19,7 +20,7 @@ impl Clock {
     pub fn from_env() -> Self {
         let file = std::env::var_os(ENV).map(PathBuf::from);
         if let Some(f) = &file {
-            log::warn!("{ENV} is set: the webhook relay's clock reads {} (a test clock)", f.display());
+            log::warn!("{ENV} is set: the clock reads {} (a test clock)", f.display());
         }
         Clock { file }
     }
@@ -27,6 +28,13 @@ impl Clock {
     pub fn now(&self) -> DateTime<Utc> {
         self.file.as_ref().and_then(|f| read(f)).unwrap_or_else(Utc::now)
     }
+}
+
+static PROCESS: std::sync::LazyLock<Clock> = std::sync::LazyLock::new(Clock::from_env);
+
+/// The process's clock (see the module's note): the system's time unless a test set a file.
+pub fn now() -> DateTime<Utc> {
+    PROCESS.now()
 }
 
 fn read(file: &std::path::Path) -> Option<DateTime<Utc>> {
