@@ -43,6 +43,7 @@ mod state;
 mod throttle;
 mod tokens;
 mod trail;
+mod usage_export;
 mod usage_sync;
 mod validate;
 mod webhook_relay;
@@ -71,8 +72,10 @@ fn main() {
         Some("reencrypt") => reencrypt(),
         Some("operator") => operator_cmd(&args[1..]),
         Some("plan") => plan_cmd(&args[1..]),
+        Some("usage") => usage_export::cmd(&args[1..]),
         Some(other) => {
-            Err(format!("unknown command {other:?}; use serve, migrate, bootstrap, reencrypt or operator").into())
+            Err(format!("unknown command {other:?}; use serve, migrate, bootstrap, reencrypt, operator, plan or usage")
+                .into())
         }
     };
     if let Err(e) = result {

@@ -61,7 +61,12 @@ pub async fn run_once(state: &AppState) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     if let Some(p) = planned.filter(|p| p.hours + p.adjustments > 0) {
-        log::info!("usage sync: {} hour(s) planned, {} send(s) and {} adjustment(s) queued", p.hours, p.sends, p.adjustments);
+        log::info!(
+            "usage sync: {} hour(s) planned, {} send(s) and {} adjustment(s) queued",
+            p.hours,
+            p.sends,
+            p.adjustments
+        );
     }
     for _ in 0..BATCHES {
         let due = usage_sync::claim(&mut conn, now, LEASE, BATCH).await.map_err(|e| e.to_string())?;

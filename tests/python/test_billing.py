@@ -7,14 +7,20 @@ customer then drive the plan. A subscription to Growth puts its organization on 
 configured; its cancellation puts it back on Free with its SSO connection turned off, not
 deleted. A forged signature, a timestamp 6 minutes old and a replayed event id change nothing;
 two events delivered in reverse order leave the newer state. In air-gapped mode the endpoint
-takes no events. Every change is in the organization's audit trail."""
+takes no events. Every change is in the organization's audit trail.
+
+Against `localstripe` (a Stripe emulator, PyPI), where it implements the calls: gw makes the
+organization's customer there, the customer subscribes and cancels there, and localstripe's own
+signed events drive the plan (it has no Checkout Sessions: that step is the mock's)."""
 
 import datetime
 import hashlib
 import hmac
 import json
 import os
+import socket
 import subprocess
+import sys
 import time
 import uuid
 
@@ -282,3 +288,80 @@ def test_in_air_gapped_mode_the_operator_sets_plans(airgapped):
     assert r.returncode != 0 and "no organization" in r.stderr
     trail = org.http.get("/api/v1/audit-events", headers=org.auth(), params={"action": "billing.plan_set"}).json()
     assert [(e["detail"]["plan_from"], e["detail"]["plan_to"]) for e in trail["data"]] == [("free", "enterprise")]
+
+
+@pytest.fixture(scope="module")
+def localstripe():
+    """A localstripe server on a free port (its state in memory only)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "localstripe", "--port", str(port), "--from-scratch"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while True:
+        try:
+            httpx.get(f"{url}/v1/customers", auth=("sk_test_gw_stack", ""), timeout=2)
+            break
+        except httpx.TransportError:
+            assert time.time() < deadline, "localstripe did not start"
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def on_localstripe(localstripe):
+    """A stack whose billing provider is localstripe."""
+    yield from run_stack(GW_STACK_BILLING_API_BASE=localstripe)
+
+
+def wait_for_plan(org, expected, limit=30):
+    deadline = time.time() + limit
+    while plan(org) != expected:
+        assert time.time() < deadline, f"the plan never became {expected}"
+        time.sleep(0.2)
+
+
+def test_localstripes_customer_subscription_and_signed_events_drive_the_plan(on_localstripe, localstripe):
+    stack = on_localstripe
+    ls = httpx.Client(base_url=localstripe, auth=("sk_test_gw_stack", ""), timeout=30)
+    # localstripe signs its events with the endpoint's secret, as Stripe does.
+    r = ls.post("/_config/webhooks/gw", data={"url": f"{stack['admin']}/api/v1/billing/webhook", "secret": SECRET})
+    assert r.status_code == 200, r.text
+    org = Org(stack)
+    body = {"plan": "growth", "success_url": "https://app.example/ok", "cancel_url": "https://app.example/no"}
+    r = org.http.post("/api/v1/billing/checkout", headers=org.auth(), json=body)
+    # gw made the customer at localstripe; localstripe has no Checkout Sessions.
+    assert r.status_code == 502, r.text
+    customers = [c for c in ls.get("/v1/customers").json()["data"] if c["metadata"].get("gw_org_id") == org.org_id]
+    assert [c["email"] for c in customers] == [org.email]
+    customer = customers[0]["id"]
+    assert org.http.post("/api/v1/billing/checkout", headers=org.auth(), json=body).status_code == 502
+    again = [c for c in ls.get("/v1/customers").json()["data"] if c["metadata"].get("gw_org_id") == org.org_id]
+    assert len(again) == 1, "one customer per organization"
+
+    # What the Checkout page does: a card, and a subscription to the price that sells Growth.
+    plans = [p["id"] for p in ls.get("/v1/plans").json()["data"]]
+    if "price_growth" not in plans:
+        r = ls.post("/v1/plans", data={"id": "price_growth", "amount": 4900, "currency": "usd", "interval": "month",
+                                       "product[name]": "gw Growth"})
+        assert r.status_code == 200, r.text
+    card = {"card[number]": "4242424242424242", "card[exp_month]": 12, "card[exp_year]": 2030, "card[cvc]": "123"}
+    token = ls.post("/v1/tokens", data=card).json()["id"]
+    assert ls.post(f"/v1/customers/{customer}/sources", data={"source": token}).status_code == 200
+    r = ls.post("/v1/subscriptions", data={"customer": customer, "items[0][plan]": "price_growth",
+                                           "metadata[gw_org_id]": org.org_id})
+    assert r.status_code == 200 and r.json()["status"] == "active", r.text
+    wait_for_plan(org, "growth")
+    sub = org.http.get("/api/v1/organizations/current", headers=org.auth()).json()["subscription"]
+    assert sub["status"] == "active"
+    assert sso_connection(org).status_code == 201
+
+    assert ls.delete(f"/v1/subscriptions/{r.json()['id']}").status_code == 200
+    wait_for_plan(org, "free")
+    outcomes = psql(f"SELECT string_agg(event_type || ':' || outcome, ',' ORDER BY event_type) FROM billing_events "
+                    f"WHERE org_id = '{org.org_id}' AND event_type LIKE 'customer.subscription.%'")
+    assert outcomes == "customer.subscription.created:applied,customer.subscription.deleted:applied"

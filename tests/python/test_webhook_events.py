@@ -3,7 +3,9 @@ delivered to a receiver subscribed to all of them: budget thresholds and exceeda
 proxy traffic, a policy block, API keys created, revoked and expired, a provider key rotated and
 revoked, a member added (by invite) and removed, a reconciliation with a discrepancy injected in
 the provider's ledger, an audit row edited and found by the verification walk, the billing
-provider's signed subscription event, and a test event.
+provider's signed subscription event, and a test event. `usage.sync_failed` needs hours to pass
+and is caused on a stack with a clock of its own (test_billing_usage.py), delivered and checked
+the same way.
 Each delivery verifies with the Standard Webhooks reference library and its `data` matches the
 event's schema in docs/webhook-events.json. Owners and admins who chose alerts by e-mail get them
 through the mail relay."""
@@ -26,6 +28,8 @@ from servers import Receiver
 
 CATALOG = json.loads((Path(__file__).resolve().parents[2] / "docs" / "webhook-events.json").read_text())
 PASSWORD = "correct horse battery"
+# Caused where time can be moved (test_billing_usage.py).
+CAUSED_ELSEWHERE = {"usage.sync_failed"}
 BLOCKING_POLICY = {"policies": [{"name": "no_acct", "guardrails": [{"type": "regex", "rules": [
     {"name": "acct", "pattern": "ACCT-[0-9]{6}", "action": "block"}]}]}], "defaults": ["no_acct"]}
 # What gw's `gpt-4o-mini` sends to provider `upstream`, and gw's prices for it (the test config).
@@ -128,7 +132,7 @@ def test_every_catalog_event_is_delivered_by_the_action_that_causes_it(stack, sm
         assert r.status_code == 200 and r.json()["outcome"] == "applied", r.text
 
         seen = {}
-        for event_type in sorted(CATALOG["events"]):
+        for event_type in sorted(set(CATALOG["events"]) - CAUSED_ELSEWHERE):
             receiver.of_type(event_type)
             seen[event_type] = []
             for headers, body in list(receiver.requests):

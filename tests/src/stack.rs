@@ -253,7 +253,8 @@ impl Stack {
         self.config.as_deref().expect("the shared stack's config is not for tests to change")
     }
 
-    /// Runs `gw-admin <args>` on this private stack's config; panics unless it succeeds.
+    /// Runs `gw-admin <args>` on this private stack's config and environment; panics unless it
+    /// succeeds.
     pub fn admin_command(&self, args: &[&str]) {
         let status = Command::new(crate::process::bin("gw-admin"))
             .args(args)
@@ -263,6 +264,7 @@ impl Stack {
             .env_remove("DATABASE_URL")
             .env_remove("REDIS_URL")
             .env_remove("REDIS_CACHE_URL")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .status()
             .expect("run gw-admin");

@@ -42,7 +42,7 @@ impl Usage {
         match self {
             Usage::Requests => Some(h.answered),
             Usage::Tokens => Some(h.tokens),
-            Usage::GatewayCost => (h.gateway_cost_usd * Decimal::from(COST_UNITS_PER_USD)).trunc().to_i64(),
+            Usage::GatewayCost => h.gateway_cost_usd.checked_mul(Decimal::from(COST_UNITS_PER_USD))?.trunc().to_i64(),
         }
     }
 }
@@ -80,8 +80,10 @@ mod tests {
         assert_eq!(Usage::Requests.quantity(&h), Some(7));
         assert_eq!(Usage::Tokens.quantity(&h), Some(1234));
         assert_eq!(Usage::GatewayCost.quantity(&h), Some(123_456));
-        let huge = HourUsage { gateway_cost_usd: Decimal::from(i64::MAX), ..h };
+        let huge = HourUsage { gateway_cost_usd: Decimal::from(i64::MAX), ..h.clone() };
         assert_eq!(Usage::GatewayCost.quantity(&huge), None);
+        let beyond = HourUsage { gateway_cost_usd: Decimal::MAX, ..h };
+        assert_eq!(Usage::GatewayCost.quantity(&beyond), None);
         for u in [Usage::Requests, Usage::Tokens, Usage::GatewayCost] {
             assert_eq!(Usage::parse(u.label()), Some(u));
         }

@@ -88,9 +88,7 @@ async fn hour_usage(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|r| {
-            (r.org_id, HourUsage { answered: r.answered, tokens: r.tokens, gateway_cost_usd: r.gateway_cost_usd })
-        })
+        .map(|r| (r.org_id, HourUsage { answered: r.answered, tokens: r.tokens, gateway_cost_usd: r.gateway_cost_usd }))
         .collect())
 }
 
@@ -303,12 +301,7 @@ pub struct Due {
 /// Claims up to `limit` sends due at `now`, oldest hours first, for `lease`: a replica (or this
 /// one after a crash) takes a claimed send again only once its lease is over, and then sends it
 /// with the same identifier.
-pub async fn claim(
-    conn: &mut AsyncPgConnection,
-    now: DateTime<Utc>,
-    lease: TimeDelta,
-    limit: i64,
-) -> Result<Vec<Due>> {
+pub async fn claim(conn: &mut AsyncPgConnection, now: DateTime<Utc>, lease: TimeDelta, limit: i64) -> Result<Vec<Due>> {
     Ok(diesel::sql_query(
         "UPDATE billing_usage_sync s SET attempts = s.attempts + 1, next_attempt_at = $2 \
          FROM (SELECT org_id, usage, hour, revision FROM billing_usage_sync \

@@ -6,9 +6,12 @@
 //! (`ip:port`) is the resolver e-mail domain proofs are looked up through, and
 //! `GW_STACK_SMTP_URL` the SMTP server mail is delivered to; `GW_STACK_ADMIN_CONFIG` holds more
 //! `[admin]` keys. `GW_STACK_FRESH_DB=1` runs the stack on a database of its own (the routes as
-//! usual), and `GW_STACK_CLOCK_FILE` is the file the admin's webhook relay reads its time from
-//! (`GW_TEST_CLOCK_FILE`), for tests that move time; such a stack needs a database of its own,
-//! or its relay would schedule other tests' deliveries by that clock.
+//! usual), and `GW_STACK_CLOCK_FILE` is the file both processes read the time from
+//! (`GW_TEST_CLOCK_FILE`: the admin's webhook relay, hourly rollups and usage sync, the proxy's
+//! `created_at`), for tests that move time; such a stack needs a database of its own, or its jobs
+//! would schedule other tests' work by that clock. `GW_STACK_BILLING` holds more `[billing]` keys
+//! (the usage sync's meters and timings), and `GW_STACK_BILLING_API_BASE` replaces the billing
+//! provider (the mock's Stripe dialect) with another (`localstripe`).
 
 use std::io::Read;
 
@@ -37,7 +40,12 @@ async fn main() {
     // The provider is the mock upstream's Stripe dialect.
     env.push(("STRIPE_WEBHOOK_SECRET".to_string(), "whsec_gw_stack_old,whsec_gw_stack".to_string()));
     env.push(("STRIPE_SECRET_KEY".to_string(), "sk_test_gw_stack".to_string()));
-    let extra_config = "[billing]\napi_base = \"{mock}\"\ngrace_check_secs = 1\n[billing.prices]\ngrowth = \"price_growth\"\nenterprise = \"price_enterprise\"".to_string();
+    let billing = std::env::var("GW_STACK_BILLING").unwrap_or_default();
+    let api_base = std::env::var("GW_STACK_BILLING_API_BASE").unwrap_or_else(|_| "{mock}".into());
+    let extra_config = format!(
+        "[billing]\napi_base = \"{api_base}\"\ngrace_check_secs = 1\n{billing}\n[billing.prices]\ngrowth = \"price_growth\"\n\
+         enterprise = \"price_enterprise\""
+    );
     if let Ok(file) = std::env::var("GW_STACK_CLOCK_FILE") {
         env.push(("GW_TEST_CLOCK_FILE".to_string(), file));
     }

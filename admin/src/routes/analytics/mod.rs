@@ -5,7 +5,7 @@
 
 mod cache;
 mod compliance;
-mod export;
+pub(crate) mod export;
 mod logs;
 mod overview;
 mod policy;

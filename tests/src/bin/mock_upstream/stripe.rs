@@ -131,17 +131,9 @@ pub async fn meter_events(req: HttpRequest, form: Form) -> HttpResponse {
     let event = json!({"object": "billing.meter_event", "created": now, "event_name": form.get("event_name"),
                        "identifier": identifier, "livemode": false, "timestamp": timestamp,
                        "payload": {"stripe_customer_id": customer, "value": value.to_string()}});
-    let Ok(mut counted) = METER_EVENTS.lock() else {
-        return error(500, "api_error", "the mock's lock is poisoned");
-    };
-    if counted.iter().any(|e| e["identifier"] == identifier.as_str()) {
-        let message = format!("An event with identifier {identifier} already exists.");
-        return HttpResponse::BadRequest().json(
-            json!({"error": {"type": "invalid_request_error", "code": "resource_already_exists", "message": message}}),
-        );
+    if let Some(refused) = count_once(&identifier, &event) {
+        return refused;
     }
-    counted.push(event.clone());
-    drop(counted);
     if let (Some(k), Ok(mut m)) = (key, IDEMPOTENT.lock()) {
         m.insert(k, event.clone());
     }
@@ -150,6 +142,21 @@ pub async fn meter_events(req: HttpRequest, form: Form) -> HttpResponse {
         tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
     }
     HttpResponse::Ok().json(event)
+}
+
+/// Counts a meter event unless its identifier was counted before (then Stripe's refusal).
+fn count_once(identifier: &str, event: &Value) -> Option<HttpResponse> {
+    let Ok(mut counted) = METER_EVENTS.lock() else {
+        return Some(error(500, "api_error", "the mock's lock is poisoned"));
+    };
+    if counted.iter().any(|e| e["identifier"] == identifier) {
+        let message = format!("An event with identifier {identifier} already exists.");
+        return Some(HttpResponse::BadRequest().json(
+            json!({"error": {"type": "invalid_request_error", "code": "resource_already_exists", "message": message}}),
+        ));
+    }
+    counted.push(event.clone());
+    None
 }
 
 #[get("/_mock/stripe/meter_events")]

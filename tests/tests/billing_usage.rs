@@ -1,4 +1,6 @@
-//! The hourly metered usage sync, end to end on a simulated clock (`GW_TEST_CLOCK_FILE`, read by
+//! Metered usage, end to end on a simulated clock.
+//!
+//! The hourly sync (`GW_TEST_CLOCK_FILE`, read by
 //! the proxy's `created_at` and the admin's jobs): 24 hours of proxy traffic for three metered
 //! organizations, the admin killed (SIGKILL) in the middle of a run and started again, then a
 //! proxy's audit spool replayed into an hour already synced. Against the mock upstream's Stripe
@@ -7,6 +9,10 @@
 //! and the late replay produces exactly one adjustment. A fourth organization whose customer the
 //! provider always fails gets `usage.sync_failed` after the configured tries. A private Postgres
 //! (the test stops it) and a private stack.
+//!
+//! Air-gapped mode: a full cycle (traffic, the hourly jobs, the operator's plan change, usage
+//! export in every format) with the billing provider's address pointing at a listener that
+//! records connections: none is ever opened, and the exported totals are the audit log's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -304,4 +310,146 @@ async fn a_day_of_usage_is_billed_exactly_once_through_a_crash_and_a_late_spool_
     )
     .await;
     assert_eq!(trail as usize, failures.len());
+}
+
+/// A TCP listener that counts the connections made to it (and closes each at once).
+async fn recording_listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the recording listener");
+    let addr = listener.local_addr().expect("its address");
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+#[derive(QueryableByName)]
+struct Cost {
+    #[diesel(sql_type = Text)]
+    usd: String,
+}
+
+fn decimal(s: &str) -> rust_decimal::Decimal {
+    s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"))
+}
+
+#[tokio::test]
+async fn air_gapped_a_full_cycle_opens_no_connection_and_exports_the_audit_logs_totals() {
+    let url = gw_tests::db::fresh_database().await;
+    let (provider, connections) = recording_listener().await;
+    let clock = Clock(std::env::temp_dir().join(format!("gw-clock-{}", Uuid::new_v4())));
+    let start = Utc::now().duration_trunc(TimeDelta::hours(1)).unwrap() - TimeDelta::hours(10);
+    clock.set(start + TimeDelta::minutes(10));
+    let stack = Stack::start_with(StackOptions {
+        database_url: Some(url.clone()),
+        extra_config: format!(
+            "[billing]\napi_base = \"{provider}\"\nusage_sync_secs = 1\nusage_settle_secs = 0\ngrace_check_secs = 1\n\
+             [billing.prices]\ngrowth = \"price_growth\"\n\
+             [billing.meters.growth]\nevent_name = \"gw_gateway_cost\"\nusage = \"gateway_cost\"\n"
+        ),
+        env: vec![
+            ("GW_TEST_CLOCK_FILE".into(), clock.0.display().to_string()),
+            ("AIRGAP_MODE".into(), "true".into()),
+            // Configured, and still never used.
+            ("STRIPE_SECRET_KEY".into(), "sk_test_airgap".into()),
+            ("STRIPE_WEBHOOK_SECRET".into(), "whsec_airgap".into()),
+        ],
+        ..Default::default()
+    })
+    .await;
+    let (owner, key, _) = stack.org_with_key().await;
+    let org = owner.org_id;
+    // A customer left from before the switch to air-gapped mode: still nothing is sent for it.
+    exec(&url, &format!("INSERT INTO billing_accounts (org_id, customer_id) VALUES ('{org}', 'cus_airgap_{org}')"))
+        .await;
+    stack.admin_command(&["plan", "set", &org.to_string(), "growth"]);
+    let me = stack.get_ok(&owner, "/organizations/current").await;
+    assert_eq!(me["plan"], "growth");
+
+    let mut sent = audit_rows(&url).await;
+    for h in 0..6 {
+        clock.set(start + TimeDelta::hours(h) + TimeDelta::minutes(10));
+        chat(&stack, &key, 3).await;
+        sent += 3;
+        wait_for("the hour's audit rows", Duration::from_secs(20), async || audit_rows(&url).await == sent).await;
+    }
+    let end = start + TimeDelta::hours(6);
+    clock.set(end + TimeDelta::minutes(1));
+    let rolled = format!("SELECT count(*) AS n FROM audit_rollup_state WHERE rolled_until >= '{}'", end.to_rfc3339());
+    wait_for("the hourly rollups", Duration::from_secs(30), async || count(&url, &rolled).await == 1).await;
+    // Several sync periods pass; the provider's endpoints answer 403 without calling out.
+    let checkout =
+        json!({"plan": "growth", "success_url": "https://app.example/ok", "cancel_url": "https://app.example/no"});
+    let portal = json!({"return_url": "https://app.example/back"});
+    for (path, body) in [("/billing/checkout", checkout), ("/billing/portal", portal)] {
+        assert_eq!(stack.admin_post(path, &owner.access_token, &body).await.status(), 403, "{path}");
+    }
+    let r = stack.http.post(format!("{}/api/v1/billing/webhook", stack.admin)).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(count(&url, "SELECT count(*) AS n FROM billing_usage_sync").await, 0, "no usage was queued");
+
+    let audit: Cost = diesel::sql_query(format!(
+        "SELECT coalesce(sum(cost_usd), 0)::text AS usd FROM audit_logs WHERE org_id = '{org}' \
+         AND created_at >= '{}' AND created_at < '{}'",
+        start.to_rfc3339(),
+        end.to_rfc3339()
+    ))
+    .get_result(&mut db(&url).await)
+    .await
+    .expect("the audit log's total");
+    let audit = decimal(&audit.usd);
+    assert!(audit > rust_decimal::Decimal::ZERO);
+    let export = |format: &str| {
+        let out = std::env::temp_dir().join(format!("gw-usage-{}.{format}", Uuid::new_v4()));
+        let (from, to, path) = (start.to_rfc3339(), end.to_rfc3339(), out.display().to_string());
+        stack.admin_command(&[
+            "usage",
+            "export",
+            &org.to_string(),
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--format",
+            format,
+            "--out",
+            &path,
+        ]);
+        let text = std::fs::read_to_string(&out).expect("the export");
+        let _ = std::fs::remove_file(&out);
+        text
+    };
+    let jsonl: rust_decimal::Decimal = export("jsonl")
+        .lines()
+        .map(|l| decimal(serde_json::from_str::<Value>(l).unwrap()["cost_usd"].as_str().unwrap()))
+        .sum();
+    assert_eq!(jsonl, audit, "JSON lines");
+    let csv_text = export("csv");
+    let mut csv_lines = csv_text.lines();
+    let header: Vec<&str> = csv_lines.next().unwrap().split(',').collect();
+    let at = header.iter().position(|c| *c == "cost_usd").unwrap();
+    let rows: Vec<Vec<&str>> = csv_lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 6, "one row per hour (one model, one provider)");
+    assert_eq!(rows.iter().map(|r| decimal(r[at])).sum::<rust_decimal::Decimal>(), audit, "CSV");
+    let focus = export("focus");
+    let mut focus_lines = focus.lines();
+    let header: Vec<&str> = focus_lines.next().unwrap().split(',').collect();
+    let billed = header.iter().position(|c| *c == "BilledCost").unwrap();
+    let currency = header.iter().position(|c| *c == "BillingCurrency").unwrap();
+    let mut focus_total = rust_decimal::Decimal::ZERO;
+    for line in focus_lines {
+        // The Tags column holds JSON (quoted, with commas) and comes last: split before it.
+        let fields: Vec<&str> = line.splitn(header.len(), ',').collect();
+        assert_eq!(fields[currency], "USD");
+        focus_total += decimal(fields[billed]);
+    }
+    assert_eq!(focus_total, audit, "FOCUS");
+
+    let opened = std::sync::atomic::AtomicUsize::load(&connections, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(opened, 0, "connections to the billing provider");
 }
