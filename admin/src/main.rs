@@ -35,6 +35,7 @@ mod read_only;
 mod reports;
 mod route_catalog;
 mod routes;
+mod seats;
 mod second_factor;
 mod session;
 mod spend;
@@ -43,7 +44,7 @@ mod state;
 mod throttle;
 mod tokens;
 mod trail;
-mod usage_export;
+mod usage_cli;
 mod usage_sync;
 mod validate;
 mod webhook_relay;
@@ -72,7 +73,7 @@ fn main() {
         Some("reencrypt") => reencrypt(),
         Some("operator") => operator_cmd(&args[1..]),
         Some("plan") => plan_cmd(&args[1..]),
-        Some("usage") => usage_export::cmd(&args[1..]),
+        Some("usage") => usage_cli::cmd(&args[1..]),
         Some(other) => {
             Err(format!("unknown command {other:?}; use serve, migrate, bootstrap, reencrypt, operator, plan or usage")
                 .into())

@@ -389,6 +389,26 @@ def test_sign_in_provisions_the_user_with_the_highest_mapped_role(growth, mock, 
     assert r.status_code == 401
 
 
+def test_a_first_sign_in_needs_a_free_seat(mock, stack, dns):
+    """Growth has 100 seats: with 100 members, a new identity is not provisioned (402) and
+    nothing of it is kept."""
+    org = Admin(stack, "growth", dns)
+    domain = unique_domain()
+    org.create_connection(mock, [domain])
+    tag = uuid.uuid4().hex[:8]
+    psql("WITH u AS (INSERT INTO users (id, email, email_normalized, name) "
+         f"SELECT gen_random_uuid(), 'seat' || g || '-{tag}@test.gw', 'seat' || g || '-{tag}@test.gw', 'Seat' "
+         "FROM generate_series(1, 99) g RETURNING id) "
+         f"INSERT INTO org_memberships (org_id, user_id, role) SELECT '{org.org_id}', id, 'member' FROM u")
+    email = f"late@{domain}"
+    _, _, r = sign_in(stack, mock, email, {"email": email, "name": "Late"})
+    assert r.status_code == 402, r.text
+    body = r.json()
+    assert body["error"]["code"] == "plan_required", body
+    assert "the Growth plan has 100 seats and all are taken (100 members, 0 pending invites)" in body["error"]["message"]
+    assert psql(f"SELECT count(*) FROM users WHERE email_normalized = '{email}'") == "0"
+
+
 def test_unmapped_groups_get_the_default_role_and_roles_follow_the_groups(growth, mock, stack):
     domain = unique_domain()
     growth.create_connection(mock, [domain], role_mapping={"admins": "admin", "contractors": "viewer"},

@@ -78,6 +78,9 @@ async fn call(stack: &Stack, method: &str, url: &str, token: Option<&str>, body:
 async fn the_role_matrix_holds_for_every_operation_and_role() {
     let stack = Stack::shared().await;
     let owner = stack.register().await;
+    // Enterprise: no seat limit for the many members this test makes (roles, not plans, are
+    // what it checks).
+    db::set_plan(owner.org_id, "enterprise").await;
     let team = stack.create_team(&owner, "matrix").await;
     let mut sessions: Vec<(&str, Session)> = Vec::new();
     for role in ["viewer", "member", "admin"] {

@@ -395,3 +395,68 @@ async fn invites_die_with_their_inviters_standing() {
     let r = accept(&stack, json!({"token": token, "name": "Late", "password": gw_tests::PASSWORD})).await;
     expect_field_error(r, "token", "an invite of a demoted admin").await;
 }
+
+// ---- seats ----
+
+/// A stack whose Free plan is "Starter" with 2 seats.
+async fn two_seats() -> Stack {
+    let extra_config = "[plans.free]\nname = \"Starter\"\nseats = 2\n".to_string();
+    Stack::start_with(gw_tests::StackOptions { extra_config, ..Default::default() }).await
+}
+
+#[tokio::test]
+async fn invites_need_a_free_seat_counting_members_and_pending_invites() {
+    let stack = two_seats().await;
+    let s = stack.register().await;
+    let terms = stack.get_ok(&s, "/organizations/current").await["plan_terms"].clone();
+    assert_eq!((terms["name"].as_str(), terms["seats"].as_u64()), (Some("Starter"), Some(2)));
+    let email = new_email();
+    let first = json_of(invite(&stack, &s, json!({"email": email})).await, 201).await;
+    // The owner and a pending invite take both seats.
+    let body = expect_api_error(invite(&stack, &s, json!({"email": new_email()})).await, 402).await;
+    insta::assert_json_snapshot!(body, {".error.request_id" => "[request_id]"}, @r#"
+    {
+      "error": {
+        "code": "plan_required",
+        "fields": [],
+        "message": "the Starter plan has 2 seats and all are taken (1 members, 1 pending invites); remove members, revoke invites or upgrade"
+      }
+    }
+    "#);
+    // Inviting the same address again replaces its invite: no new seat.
+    let again = json_of(invite(&stack, &s, json!({"email": email})).await, 201).await;
+    // A revoked invite frees its seat; service accounts take none.
+    let r = stack.admin_delete(&format!("/invites/{}", id_of(&again)), &s.access_token).await;
+    assert_eq!(r.status(), 204);
+    let r = stack.admin_post("/service-accounts", &s.access_token, &json!({"name": "ci", "role": "member"})).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    json_of(invite(&stack, &s, json!({"email": new_email()})).await, 201).await;
+    assert_ne!(id_of(&first), id_of(&again));
+}
+
+#[tokio::test]
+async fn an_invite_cannot_be_accepted_into_a_plan_with_no_member_seat_left() {
+    let stack = two_seats().await;
+    let s = stack.register().await;
+    // On Growth (100 seats) two invites go out; back on Starter (2 seats) only one fits.
+    db::set_plan(s.org_id, "growth").await;
+    let a = json_of(invite(&stack, &s, json!({"email": new_email()})).await, 201).await;
+    let b = json_of(invite(&stack, &s, json!({"email": new_email()})).await, 201).await;
+    db::set_plan(s.org_id, "free").await;
+    assert_eq!(accept(&stack, new_account(a["token"].as_str().unwrap())).await.status(), 201);
+    let body = expect_api_error(accept(&stack, new_account(b["token"].as_str().unwrap())).await, 402).await;
+    insta::assert_json_snapshot!(body, {".error.request_id" => "[request_id]"}, @r#"
+    {
+      "error": {
+        "code": "plan_required",
+        "fields": [],
+        "message": "the Starter plan has 2 seats and all are taken (2 members, 1 pending invites); remove members, revoke invites or upgrade"
+      }
+    }
+    "#);
+    // Nothing was taken: the invite is still pending, and works once a seat is free.
+    let pending = stack.get_ok(&s, "/invites?status=pending").await;
+    assert_eq!(pending["data"].as_array().map(Vec::len), Some(1), "{pending}");
+    db::set_plan(s.org_id, "growth").await;
+    assert_eq!(accept(&stack, new_account(b["token"].as_str().unwrap())).await.status(), 201);
+}

@@ -273,6 +273,11 @@ async fn a_day_of_usage_is_billed_exactly_once_through_a_crash_and_a_late_spool_
     // The unreachable customer: given up after two tries, in the ledger, the trail and the outbox.
     let (org_d, _, _) = orgs[3].clone();
     assert!(billed(&events, org_d).is_empty());
+    // Its last hours' second tries come due a minute after their first.
+    clock.set(start + TimeDelta::hours(HOURS) + TimeDelta::minutes(15));
+    let given_up =
+        format!("SELECT count(*) AS n FROM billing_usage_sync WHERE org_id = '{org_d}' AND status = 'failed'");
+    wait_for("every hour given up", Duration::from_secs(30), async || count(&url, &given_up).await == HOURS).await;
     let failures: Vec<Failure> = diesel::sql_query(format!(
         "SELECT payload::text AS payload FROM events WHERE org_id = '{org_d}' AND event_type = 'usage.sync_failed' \
          ORDER BY payload->>'hour'"
@@ -280,7 +285,7 @@ async fn a_day_of_usage_is_billed_exactly_once_through_a_crash_and_a_late_spool_
     .load(&mut db(&url).await)
     .await
     .expect("failures");
-    assert!(!failures.is_empty());
+    assert_eq!(failures.len(), HOURS as usize, "one usage.sync_failed per hour");
     let first: Value = serde_json::from_str(&failures[0].payload).unwrap();
     insta::assert_json_snapshot!(first, {".organization_id" => "[org]", ".occurred_at" => "[time]", ".hour" => "[hour]",
                                         ".identifier" => "[identifier]", ".quantity" => "[quantity]"}, @r#"
@@ -310,6 +315,28 @@ async fn a_day_of_usage_is_billed_exactly_once_through_a_crash_and_a_late_spool_
     )
     .await;
     assert_eq!(trail as usize, failures.len());
+    // The operator queues them again (`gw-admin usage retry`): nothing is left given up.
+    stack.admin_command(&["usage", "retry", &org_d.to_string()]);
+    let status = format!("SELECT count(*) AS n FROM billing_usage_sync WHERE org_id = '{org_d}' AND status = ");
+    assert_eq!(count(&url, &format!("{status} 'failed'")).await, 0);
+    let pending = count(&url, &format!("{status} 'pending'")).await as usize;
+    assert_eq!(pending, failures.len(), "{}", ledger_text(&url, org_d).await);
+}
+
+async fn ledger_text(url: &str, org: Uuid) -> String {
+    #[derive(QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = Text)]
+        line: String,
+    }
+    let lines: Vec<Line> = diesel::sql_query(format!(
+        "SELECT concat_ws(' ', hour, revision, status, attempts, quantity, last_error) AS line FROM billing_usage_sync \
+         WHERE org_id = '{org}' ORDER BY hour, revision"
+    ))
+    .load(&mut db(url).await)
+    .await
+    .expect("the ledger");
+    lines.into_iter().map(|l| l.line).collect::<Vec<_>>().join("\n")
 }
 
 /// A TCP listener that counts the connections made to it (and closes each at once).

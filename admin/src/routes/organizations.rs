@@ -63,6 +63,11 @@ pub struct OrganizationOut {
 
 #[derive(Serialize, ToSchema)]
 pub struct PlanTerms {
+    /// The plan's name as the operator sells it (`[plans.<plan>] name`).
+    name: String,
+    /// People who may be members at once, pending invites included (service accounts take no
+    /// seat); null: no limit.
+    seats: Option<u32>,
     /// SSO connections may be configured and used (`growth`, `enterprise`).
     sso: bool,
     /// What requests served by the gateway's own provider credentials are held to (the
@@ -99,6 +104,8 @@ async fn out(state: &AppState, conn: &mut AsyncPgConnection, org: orgs::Organiza
         });
     let mut o = OrganizationOut::from(org);
     o.plan_terms = PlanTerms {
+        name: state.cfg.plans.get(&o.plan).name,
+        seats: state.cfg.plans.seats(&o.plan),
         sso: gw_shared::sso::plan_allows_sso(&o.plan),
         gateway_quota: quota.map(|q| serde_json::to_value(q).unwrap_or(Value::Null)),
     };
@@ -118,7 +125,7 @@ impl From<orgs::Organization> for OrganizationOut {
             rate_limits: org.rate_limits.and_then(|v| serde_json::from_value(v).ok()),
             log_bodies: org.log_bodies,
             require_totp: org.require_totp,
-            plan_terms: PlanTerms { sso: false, gateway_quota: None },
+            plan_terms: PlanTerms { name: String::new(), seats: None, sso: false, gateway_quota: None },
             subscription: None,
             created_at: org.created_at,
             updated_at: org.updated_at,

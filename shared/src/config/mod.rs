@@ -11,6 +11,7 @@ use uuid::Uuid;
 mod admin;
 mod billing;
 mod mail;
+pub mod plans;
 mod proxy;
 mod routes;
 
@@ -61,6 +62,9 @@ pub struct Config {
     /// not counted). A plan without an entry has no such quota.
     #[serde(default)]
     pub gateway_quota: BTreeMap<String, crate::limits::settings::ScopeLimits>,
+    /// Each plan's display name and seats (`plans::Plans`).
+    #[serde(default)]
+    pub plans: plans::Plans,
     #[serde(skip)]
     pub models_catalog: Arc<Catalog>,
     #[serde(skip)]
@@ -465,6 +469,7 @@ impl Config {
             }
         }
         self.billing.validate().map_err(Error::Config)?;
+        self.plans.validate().map_err(Error::Config)?;
         let routes = self.routes();
         routes.validate(self).and_then(|()| routes.validate_gateway()).map_err(|e| Error::Config(e.to_string()))?;
         let r = &self.routing;

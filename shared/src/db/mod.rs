@@ -20,6 +20,7 @@ pub mod registrations;
 pub mod rollups;
 pub mod route_catalog;
 pub mod schema;
+pub mod seats;
 pub mod service_accounts;
 pub mod sessions;
 pub mod sso;

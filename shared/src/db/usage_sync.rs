@@ -228,16 +228,16 @@ pub async fn plan(
     }
     out.adjustments = adjust(conn, &st, now).await?;
     let plans: Vec<&str> = meters.keys().map(String::as_str).collect();
+    let metered: Vec<Metered> = diesel::sql_query(
+        "SELECT b.org_id, o.plan, b.customer_id FROM billing_accounts b JOIN organizations o ON o.id = b.org_id \
+         WHERE b.customer_id IS NOT NULL AND o.plan = ANY($1)",
+    )
+    .bind::<Array<Text>, _>(&plans)
+    .load(conn)
+    .await?;
+    let ids: Vec<Uuid> = metered.iter().map(|m| m.org_id).collect();
     let mut hour = st.synced_until;
     while hour < horizon && out.hours < MAX_HOURS_PER_RUN {
-        let metered: Vec<Metered> = diesel::sql_query(
-            "SELECT b.org_id, o.plan, b.customer_id FROM billing_accounts b JOIN organizations o ON o.id = b.org_id \
-             WHERE b.customer_id IS NOT NULL AND o.plan = ANY($1)",
-        )
-        .bind::<Array<Text>, _>(&plans)
-        .load(conn)
-        .await?;
-        let ids: Vec<Uuid> = metered.iter().map(|m| m.org_id).collect();
         let usage = hour_usage(conn, hour, &ids).await?;
         for m in &metered {
             let Some(meter) = meters.get(&m.plan) else { continue };
@@ -348,4 +348,16 @@ pub async fn finish(conn: &mut AsyncPgConnection, d: &Due, outcome: Outcome<'_>,
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Puts `org_id`'s failed sends back in the queue, due at `now`, tries counted afresh; how many.
+pub async fn retry_failed(conn: &mut AsyncPgConnection, org_id: Uuid, now: DateTime<Utc>) -> Result<usize> {
+    Ok(diesel::sql_query(
+        "UPDATE billing_usage_sync SET status = 'pending', attempts = 0, next_attempt_at = $2 \
+         WHERE org_id = $1 AND status = 'failed'",
+    )
+    .bind::<SqlUuid, _>(org_id)
+    .bind::<Timestamptz, _>(now)
+    .execute(conn)
+    .await?)
 }

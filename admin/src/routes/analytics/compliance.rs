@@ -24,7 +24,7 @@ use serde_json::json;
 use utoipa::IntoParams;
 use uuid::Uuid;
 
-use super::export::{csv_field, stamp, Format};
+use super::export::{csv_row, stamp, Format};
 use crate::error::{ApiError, ApiResult, Errors};
 use crate::period::period;
 use crate::session::Session;
@@ -388,14 +388,4 @@ fn chain_broken(org_id: Uuid, v: &Verifier) -> Option<gw_shared::limits::events:
         Break::Unchained { .. } => None,
     })?;
     Some(gw_shared::webhooks::payloads::audit_chain_broken(org_id, "audit_logs", &first_bad, problem, v.checked))
-}
-
-fn csv_row(out: &mut Vec<u8>, fields: &[String]) {
-    for (i, f) in fields.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        csv_field(out, f);
-    }
-    out.extend_from_slice(b"\r\n");
 }

@@ -59,6 +59,17 @@ pub fn csv_field(out: &mut Vec<u8>, value: &str) {
     }
 }
 
+/// One CSV record (RFC 4180, CRLF-terminated) of defused fields.
+pub fn csv_row(out: &mut Vec<u8>, fields: &[String]) {
+    for (i, f) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        csv_field(out, f);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

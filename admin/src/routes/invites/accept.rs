@@ -167,6 +167,7 @@ async fn accept_tx(
         // Already a member (joined another way meanwhile): the role stays as it is.
         Some(m) => m.role,
         None => {
+            crate::seats::check(state, conn, invite.org_id, crate::seats::Join::Member).await?;
             users::add_membership(conn, invite.org_id, user.id, &invite.role).await?;
             let m = payloads::MemberFacts { user_id: user.id, email: &user.email, role: &invite.role };
             events::emit(conn, payloads::member_added(invite.org_id, &m, invite.invited_by, "invite")).await?;

@@ -240,6 +240,7 @@ pub async fn create_invite(
     });
     let invite = conn
         .transaction(async |conn| {
+            crate::seats::check(&state, conn, new.org_id, crate::seats::Join::Invite(new.email_normalized)).await?;
             let invite = create_tx(conn, &trail, &new).await?;
             if let Some(body) = letter {
                 crate::mail::enqueue(conn, &invite.email, "invite", "You are invited to gw", body).await?;

@@ -125,6 +125,9 @@ pub(super) async fn admit(
     created: bool,
 ) -> ApiResult<TokenResponse> {
     let org_id = login.org.id;
+    if users::membership(conn, org_id, user.id).await?.is_none() {
+        crate::seats::check(state, conn, org_id, crate::seats::Join::Member).await?;
+    }
     let (membership, joined) = sso_db::ensure_membership(conn, org_id, user.id, login.role.as_str()).await?;
     let current = membership.role.parse::<Role>().ok();
     let role = if current == Some(Role::Owner) {

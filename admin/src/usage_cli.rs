@@ -1,22 +1,23 @@
-//! `gw-admin usage export`: an organization's usage over a period, for invoicing outside the
-//! platform (air-gapped mode), from the same hourly rollups the metered sync sends (the audit log
-//! for hours not rolled up yet, so totals are exact). One row per hour, model and provider; as
-//! JSON lines, CSV, or CSV in the FinOps FOCUS 1.0 columns (`docs/billing.md`).
+//! `gw-admin usage`: `export` writes an organization's usage over a period, for invoicing outside
+//! the platform (air-gapped mode), from the same hourly rollups the metered sync sends (the audit
+//! log for hours not rolled up yet, so totals are exact), one row per hour, model and provider,
+//! as JSON lines, CSV, or CSV in the FinOps FOCUS 1.0 columns; `retry` puts an organization's
+//! sends the sync gave up on back in its queue (`docs/billing.md`).
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use gw_shared::db::rollups::{self, Rollup, Scope};
-use rust_decimal::Decimal;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::routes::analytics::export::csv_field;
+use crate::routes::analytics::export::csv_row;
 
 type BoxError = Box<dyn std::error::Error>;
 
 const USAGE: &str = "usage: gw-admin usage export <organization id> --from <time> --to <time> \
-                     [--format jsonl|csv|focus] [--out <file>]  (times: RFC 3339 or YYYY-MM-DD, on the hour)";
+                     [--format jsonl|csv|focus] [--out <file>]  (times: RFC 3339 or YYYY-MM-DD, on the hour)\n\
+                     or: gw-admin usage retry <organization id>";
 /// The longest period one export covers.
 const MAX_DAYS: i64 = 366;
 
@@ -25,20 +26,6 @@ enum Format {
     Jsonl,
     Csv,
     Focus,
-}
-
-/// One hour of one model on one provider.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Row {
-    hour: DateTime<Utc>,
-    model: String,
-    provider: String,
-    requests: i64,
-    errors: i64,
-    prompt_tokens: i64,
-    completion_tokens: i64,
-    cost_usd: Decimal,
-    gateway_cost_usd: Decimal,
 }
 
 fn parse_time(s: &str) -> Result<DateTime<Utc>, BoxError> {
@@ -60,10 +47,29 @@ pub fn cmd(args: &[String]) -> Result<(), BoxError> {
     let [verb, org, rest @ ..] = args else {
         return Err(USAGE.into());
     };
-    if verb != "export" {
-        return Err(USAGE.into());
-    }
     let org_id: Uuid = org.parse().map_err(|_| USAGE)?;
+    match verb.as_str() {
+        "export" => export(org_id, rest),
+        "retry" if rest.is_empty() => retry(org_id),
+        _ => Err(USAGE.into()),
+    }
+}
+
+/// Sends the sync gave up on go back in the queue, their tries counted afresh; the running
+/// leader sends them (same identifiers: whatever the provider did count is not counted again).
+fn retry(org_id: Uuid) -> Result<(), BoxError> {
+    let cfg = gw_shared::config::Config::load()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let n = rt.block_on(async {
+        let db = gw_shared::db::pool(&cfg.database.url, 1)?;
+        let mut conn = db.get().await?;
+        Ok::<_, BoxError>(gw_shared::db::usage_sync::retry_failed(&mut conn, org_id, gw_shared::clock::now()).await?)
+    })?;
+    println!("organization {org_id}: {n} failed send(s) queued again");
+    Ok(())
+}
+
+fn export(org_id: Uuid, rest: &[String]) -> Result<(), BoxError> {
     let (mut from, mut to, mut format, mut out) = (None, None, Format::Jsonl, None);
     let mut it = rest.iter();
     while let Some(a) = it.next() {
@@ -114,34 +120,37 @@ pub fn cmd(args: &[String]) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn by_hour_model(rollups: &[Rollup]) -> Vec<Row> {
-    let mut rows: BTreeMap<(DateTime<Utc>, String, String), Row> = BTreeMap::new();
+/// Hour, model, provider.
+type RowKey = (DateTime<Utc>, Option<String>, Option<String>);
+
+/// One row per hour, model and provider (teams and keys summed).
+fn by_hour_model(rollups: &[Rollup]) -> Vec<Rollup> {
+    let mut rows: BTreeMap<RowKey, Rollup> = BTreeMap::new();
     for r in rollups {
-        let (model, provider) = (r.model.clone().unwrap_or_default(), r.provider.clone().unwrap_or_default());
-        let row = rows.entry((r.hour, model.clone(), provider.clone())).or_insert_with(|| Row {
+        let row = rows.entry((r.hour, r.model.clone(), r.provider.clone())).or_insert_with(|| Rollup {
+            org_id: r.org_id,
             hour: r.hour,
-            model,
-            provider,
-            ..Row::default()
+            model: r.model.clone(),
+            provider: r.provider.clone(),
+            ..Rollup::default()
         });
-        row.requests += r.requests;
-        row.errors += r.errors;
-        row.prompt_tokens += r.prompt_tokens;
-        row.completion_tokens += r.completion_tokens;
-        row.cost_usd += r.cost_usd;
-        row.gateway_cost_usd += r.gateway_cost_usd;
+        row.add(r);
     }
     rows.into_values().collect()
+}
+
+fn text(v: &Option<String>) -> String {
+    v.clone().unwrap_or_default()
 }
 
 fn time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-fn jsonl(rows: &[Row]) -> Vec<u8> {
+fn jsonl(rows: &[Rollup]) -> Vec<u8> {
     let mut out = Vec::new();
     for r in rows {
-        let line = json!({"hour": time(r.hour), "model": r.model, "provider": r.provider, "requests": r.requests,
+        let line = json!({"hour": time(r.hour), "model": text(&r.model), "provider": text(&r.provider), "requests": r.requests,
                           "errors": r.errors, "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                           "cost_usd": gw_shared::money::text(r.cost_usd),
                           "gateway_cost_usd": gw_shared::money::text(r.gateway_cost_usd)});
@@ -151,26 +160,16 @@ fn jsonl(rows: &[Row]) -> Vec<u8> {
     out
 }
 
-fn csv_line(out: &mut Vec<u8>, fields: &[String]) {
-    for (i, f) in fields.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        csv_field(out, f);
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn csv(rows: &[Row]) -> Vec<u8> {
+fn csv(rows: &[Rollup]) -> Vec<u8> {
     let mut out = Vec::new();
     let header = ["hour", "model", "provider", "requests", "errors", "prompt_tokens", "completion_tokens"];
     let header: Vec<String> = header.iter().chain(&["cost_usd", "gateway_cost_usd"]).map(|s| s.to_string()).collect();
-    csv_line(&mut out, &header);
+    csv_row(&mut out, &header);
     for r in rows {
         let fields = [
             time(r.hour),
-            r.model.clone(),
-            r.provider.clone(),
+            text(&r.model),
+            text(&r.provider),
             r.requests.to_string(),
             r.errors.to_string(),
             r.prompt_tokens.to_string(),
@@ -178,7 +177,7 @@ fn csv(rows: &[Row]) -> Vec<u8> {
             gw_shared::money::text(r.cost_usd),
             gw_shared::money::text(r.gateway_cost_usd),
         ];
-        csv_line(&mut out, &fields);
+        csv_row(&mut out, &fields);
     }
     out
 }
@@ -233,17 +232,18 @@ const FOCUS_COLUMNS: &[&str] = &[
 /// FOCUS rows: each hour, model and provider is a usage charge of the organization (billing
 /// account and sub-account) whose cost is gw's exact cost; gw is the provider and invoice issuer,
 /// the upstream provider the publisher; quantities are tokens.
-fn focus(rows: &[Row], org_id: Uuid, org_name: &str, period: (DateTime<Utc>, DateTime<Utc>)) -> Vec<u8> {
+fn focus(rows: &[Rollup], org_id: Uuid, org_name: &str, period: (DateTime<Utc>, DateTime<Utc>)) -> Vec<u8> {
     let mut out = Vec::new();
     let header: Vec<String> = FOCUS_COLUMNS.iter().map(|s| s.to_string()).collect();
-    csv_line(&mut out, &header);
+    csv_row(&mut out, &header);
     for r in rows {
         let cost = gw_shared::money::text(r.cost_usd);
         let tokens = (r.prompt_tokens + r.completion_tokens).to_string();
         let tags = json!({"gw_requests": r.requests.to_string(), "gw_prompt_tokens": r.prompt_tokens.to_string(),
                           "gw_completion_tokens": r.completion_tokens.to_string(),
                           "gw_gateway_cost_usd": gw_shared::money::text(r.gateway_cost_usd)});
-        let description = format!("{} on {}: {} requests", r.model, r.provider, r.requests);
+        let (model, provider) = (text(&r.model), text(&r.provider));
+        let description = format!("{model} on {provider}: {} requests", r.requests);
         let values: BTreeMap<&str, String> = [
             ("BilledCost", cost.clone()),
             ("BillingAccountId", org_id.to_string()),
@@ -266,13 +266,13 @@ fn focus(rows: &[Row], org_id: Uuid, org_name: &str, period: (DateTime<Utc>, Dat
             ("PricingQuantity", tokens),
             ("PricingUnit", "Tokens".into()),
             ("ProviderName", "gw".into()),
-            ("PublisherName", r.provider.clone()),
-            ("ResourceId", r.model.clone()),
-            ("ResourceName", r.model.clone()),
+            ("PublisherName", provider.clone()),
+            ("ResourceId", model.clone()),
+            ("ResourceName", model.clone()),
             ("ResourceType", "Model".into()),
             ("ServiceCategory", "AI and Machine Learning".into()),
             ("ServiceName", "gw LLM gateway".into()),
-            ("SkuId", format!("{}/{}", r.provider, r.model)),
+            ("SkuId", format!("{provider}/{model}")),
             ("SubAccountId", org_id.to_string()),
             ("SubAccountName", org_name.to_string()),
             ("Tags", tags.to_string()),
@@ -280,7 +280,7 @@ fn focus(rows: &[Row], org_id: Uuid, org_name: &str, period: (DateTime<Utc>, Dat
         .into_iter()
         .collect();
         let fields: Vec<String> = FOCUS_COLUMNS.iter().map(|c| values.get(c).cloned().unwrap_or_default()).collect();
-        csv_line(&mut out, &fields);
+        csv_row(&mut out, &fields);
     }
     out
 }
@@ -288,6 +288,7 @@ fn focus(rows: &[Row], org_id: Uuid, org_name: &str, period: (DateTime<Utc>, Dat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rust_decimal::Decimal;
     use std::str::FromStr;
 
     fn rollup(hour: i64, model: &str, cost: &str) -> Rollup {
