@@ -25,6 +25,7 @@ pub mod openai;
 pub mod password;
 pub mod policy;
 pub mod pricing;
+pub mod prompt_template;
 pub mod providers;
 pub mod reconcile;
 pub mod redis;

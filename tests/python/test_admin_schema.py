@@ -161,9 +161,16 @@ class Fixtures:
             webhook_id = post("/api/v1/organizations/current/webhooks", {
                 "url": "http://127.0.0.1:9/schema", "event_types": ["webhook.test"]})["id"]
             delivery_id = post(f"/api/v1/organizations/current/webhooks/{webhook_id}/test", {}, expect=202)["id"]
+            template_id = post("/api/v1/prompt-templates", {
+                "name": f"schema template {tag}", "messages": [{"role": "user", "content": "Hi {{ who }}"}],
+                "variables": {"who": {"type": "string", "required": False}}})["id"]
+            put = http.put(f"/api/v1/prompt-templates/{template_id}/labels/production", json={"version": 1},
+                           headers=auth)
+            assert put.status_code == 200, put.text
             return {"team_id": team_id, "api_key_id": api_key_id, "provider_key_id": provider_key_id,
                     "connection_id": connection_id, "invite_id": invite_id, "account_id": account_id,
-                    "domain": domain, "webhook_id": webhook_id, "delivery_id": delivery_id}
+                    "domain": domain, "webhook_id": webhook_id, "delivery_id": delivery_id,
+                    "template_id": template_id}
 
         # One live key per provider: two providers.
         self.keep = one_of_each("a", "upstream")
@@ -204,6 +211,17 @@ class Fixtures:
             "POST /api/v1/organizations/current/webhooks/{webhook_id}/test": {"path.webhook_id": k["webhook_id"]},
             "POST /api/v1/organizations/current/webhooks/deliveries/{delivery_id}/retry": {
                 "path.delivery_id": k["delivery_id"]},
+            "GET /api/v1/prompt-templates/{template_id}": {"path.template_id": k["template_id"]},
+            "GET /api/v1/prompt-templates/{template_id}/versions": {"path.template_id": k["template_id"]},
+            "POST /api/v1/prompt-templates/{template_id}/versions": {"path.template_id": k["template_id"]},
+            "GET /api/v1/prompt-templates/{template_id}/versions/{version}": {
+                "path.template_id": k["template_id"], "path.version": 1},
+            "PUT /api/v1/prompt-templates/{template_id}/labels/{label}": {
+                "path.template_id": k["template_id"], "path.label": "production"},
+            "DELETE /api/v1/prompt-templates/{template_id}/labels/{label}": {
+                "path.template_id": d["template_id"], "path.label": "production"},
+            "POST /api/v1/prompt-templates/{template_id}/render": {"path.template_id": k["template_id"]},
+            "DELETE /api/v1/prompt-templates/{template_id}": {"path.template_id": d["template_id"]},
         }
 
     def config(self):

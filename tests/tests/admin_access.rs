@@ -177,6 +177,8 @@ struct Tenant {
     sso: String,
     service_account: String,
     webhook: String,
+    /// A prompt template with its version 1 labelled `production`.
+    template: String,
     /// A test delivery to that endpoint.
     delivery: String,
     /// A request-log entry and a reconcile run of A's, written straight to the database.
@@ -239,6 +241,14 @@ async fn tenant(stack: &Stack) -> Tenant {
     let r = stack.admin_post(&format!("/organizations/current/webhooks/{webhook}/test"), t, &json!({})).await;
     assert_eq!(r.status(), 202, "{}", r.text().await.unwrap_or_default());
     let delivery = id(&r.json().await.unwrap());
+    let body = json!({"name": "greeting", "messages": [{"role": "user", "content": "Hello {{ who }}"}],
+                      "variables": {"who": {"type": "string"}}});
+    let r = stack.admin_post("/prompt-templates", t, &body).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let template = id(&r.json().await.unwrap());
+    let r =
+        stack.admin_put(&format!("/prompt-templates/{template}/labels/production"), t, &json!({"version": 1})).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
     let (log, run) = seed_log_and_run(owner.org_id).await;
     Tenant {
         owner,
@@ -250,6 +260,7 @@ async fn tenant(stack: &Stack) -> Tenant {
         sso,
         service_account,
         webhook,
+        template,
         delivery,
         log,
         run,
@@ -270,6 +281,8 @@ async fn snapshot(stack: &Stack, a: &Tenant) -> Vec<Value> {
         format!("/sso/connections/{}", a.sso),
         format!("/service-accounts/{}", a.service_account),
         format!("/organizations/current/webhooks/{}", a.webhook),
+        format!("/prompt-templates/{}", a.template),
+        format!("/prompt-templates/{}/versions", a.template),
         "/invites".to_string(),
         "/users".to_string(),
     ] {
@@ -433,6 +446,22 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("POST", "/api/v1/organizations/current/webhooks/{webhook_id}/rotate-secret"), Foreign(None)),
         (("POST", "/api/v1/organizations/current/webhooks/{webhook_id}/test"), Foreign(None)),
         (("GET", "/api/v1/organizations/current/webhooks/deliveries"), List),
+        (("GET", "/api/v1/prompt-templates"), List),
+        (
+            ("POST", "/api/v1/prompt-templates"),
+            OwnScope(Some(json!({"name": "b's", "messages": [{"role": "user", "content": "hi"}]}))),
+        ),
+        (("GET", "/api/v1/prompt-templates/{template_id}"), Foreign(None)),
+        (("DELETE", "/api/v1/prompt-templates/{template_id}"), Foreign(None)),
+        (("GET", "/api/v1/prompt-templates/{template_id}/versions"), Foreign(None)),
+        (
+            ("POST", "/api/v1/prompt-templates/{template_id}/versions"),
+            Foreign(Some(json!({"messages": [{"role": "user", "content": "taken"}]}))),
+        ),
+        (("GET", "/api/v1/prompt-templates/{template_id}/versions/{version}"), Foreign(None)),
+        (("PUT", "/api/v1/prompt-templates/{template_id}/labels/{label}"), Foreign(Some(json!({"version": 1})))),
+        (("DELETE", "/api/v1/prompt-templates/{template_id}/labels/{label}"), Foreign(None)),
+        (("POST", "/api/v1/prompt-templates/{template_id}/render"), Foreign(Some(json!({"variables": {"who": "B"}})))),
         (("POST", "/api/v1/organizations/current/webhooks/deliveries/{delivery_id}/retry"), Foreign(None)),
         (("GET", "/api/v1/gateway/routes"), Gateway),
         (("GET", "/api/v1/gateway/routes/versions"), Gateway),
@@ -482,6 +511,9 @@ async fn no_operation_reaches_another_organizations_resources() {
         ("run_id", a.run.clone()),
         ("account_id", a.service_account.clone()),
         ("webhook_id", a.webhook.clone()),
+        ("template_id", a.template.clone()),
+        ("version", "1".to_string()),
+        ("label", "production".to_string()),
         ("delivery_id", a.delivery.clone()),
         ("domain", "example.com".to_string()),
         ("org_id", a.owner.org_id.to_string()),
@@ -495,6 +527,7 @@ async fn no_operation_reaches_another_organizations_resources() {
         &a.sso,
         &a.service_account,
         &a.webhook,
+        &a.template,
         &a.delivery,
         &a.log,
         &a.run,

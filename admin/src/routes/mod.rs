@@ -22,6 +22,7 @@ pub mod me;
 pub mod org_routes;
 pub mod organizations;
 pub mod policy;
+pub mod prompt_templates;
 pub mod provider_keys;
 pub mod service_accounts;
 pub mod sso;
@@ -57,7 +58,8 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(service_accounts::routes)
             .configure(billing::routes)
             .configure(webhook_deliveries::routes)
-            .configure(webhooks::routes),
+            .configure(webhooks::routes)
+            .configure(prompt_templates::routes),
     );
 }
 

@@ -13,6 +13,7 @@ pub mod org_routes;
 pub mod orgs;
 pub mod policies;
 pub mod policy_decisions;
+pub mod prompt_templates;
 pub mod provider_keys;
 pub mod reconcile_runs;
 pub mod refresh_tokens;
