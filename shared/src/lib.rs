@@ -14,6 +14,7 @@ pub mod crypto;
 pub mod db;
 pub mod email;
 pub mod error;
+pub mod experiments;
 pub mod headers;
 pub mod ids;
 pub mod jwt;
