@@ -19,6 +19,17 @@ pub fn limit(requested: Option<i64>) -> ApiResult<i64> {
     Ok(limit)
 }
 
+/// The query of a list that takes nothing but the page: `limit` and `cursor`.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// 1 to 200; default 50.
+    pub limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<Uuid>,
+}
+
 /// One page of a list.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Page<T> {

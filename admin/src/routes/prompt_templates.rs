@@ -17,7 +17,7 @@ use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
-use crate::pagination::{self, CursorPage, Page};
+use crate::pagination::{self, CursorPage, Page, PageQuery};
 use crate::session::Session;
 use crate::state::AppState;
 use crate::trail::{self, Entry};
@@ -87,16 +87,6 @@ pub struct RenderTemplate {
     label: Option<String>,
     #[serde(default)]
     variables: Map<String, Value>,
-}
-
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// 1 to 200; default 50.
-    limit: Option<i64>,
-    /// The `next_cursor` of the previous page.
-    cursor: Option<Uuid>,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -206,14 +196,44 @@ fn json_of<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
+/// A version's content checked and in its stored form, with the author's note and its hash.
+struct Saved {
+    messages: Value,
+    variables: Value,
+    note: String,
+    hash: String,
+}
+
+impl Saved {
+    fn check(
+        messages: Vec<TemplateMessage>,
+        variables: BTreeMap<String, Variable>,
+        message: Option<&str>,
+    ) -> ApiResult<Saved> {
+        let note = note(message)?;
+        let c = content(messages, variables)?;
+        Ok(Saved { messages: json_of(&c.messages), variables: json_of(&c.variables), note, hash: c.hash() })
+    }
+
+    fn version(&self, author: Uuid) -> NewVersion<'_> {
+        NewVersion {
+            messages: &self.messages,
+            variables: &self.variables,
+            message: &self.note,
+            content_hash: &self.hash,
+            author_id: Some(author),
+        }
+    }
+}
+
 /// The organization's live templates, newest first.
-#[utoipa::path(operation_id = "list_prompt_templates", tag = "prompt-templates", params(ListQuery),
+#[utoipa::path(operation_id = "list_prompt_templates", tag = "prompt-templates", params(PageQuery),
     responses((status = 200, body = Page<TemplateOut>), Errors))]
 #[get("/prompt-templates")]
 pub async fn list(
     state: web::Data<AppState>,
     session: Session,
-    q: crate::body::Query<ListQuery>,
+    q: crate::body::Query<PageQuery>,
 ) -> ApiResult<HttpResponse> {
     let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;
@@ -240,17 +260,8 @@ pub async fn create(
     let name = validate::text("name", &b.name, MAX_NAME_CHARS)?;
     let description =
         validate::optional_text("description", b.description.as_deref().unwrap_or_default(), MAX_DESCRIPTION_CHARS)?;
-    let note = note(b.message.as_deref())?;
-    let c = content(b.messages, b.variables)?;
-    let hash = c.hash();
-    let (messages, variables) = (json_of(&c.messages), json_of(&c.variables));
-    let v = NewVersion {
-        messages: &messages,
-        variables: &variables,
-        message: &note,
-        content_hash: &hash,
-        author_id: Some(session.user_id),
-    };
+    let saved = Saved::check(b.messages, b.variables, b.message.as_deref())?;
+    let v = saved.version(session.user_id);
     let id = new_id();
     let trail = trail::Trail::of(&session, &req);
     let mut conn = state.conn().await?;
@@ -363,17 +374,8 @@ pub async fn create_version(
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let b = body.into_inner();
-    let note = note(b.message.as_deref())?;
-    let c = content(b.messages, b.variables)?;
-    let hash = c.hash();
-    let (messages, variables) = (json_of(&c.messages), json_of(&c.variables));
-    let v = NewVersion {
-        messages: &messages,
-        variables: &variables,
-        message: &note,
-        content_hash: &hash,
-        author_id: Some(session.user_id),
-    };
+    let saved = Saved::check(b.messages, b.variables, b.message.as_deref())?;
+    let v = saved.version(session.user_id);
     let trail = trail::Trail::of(&session, &req);
     let mut conn = state.conn().await?;
     let version = conn

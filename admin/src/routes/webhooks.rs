@@ -12,12 +12,12 @@ use gw_shared::ids::new_id;
 use gw_shared::webhooks::{generate_secret, EVENT_TYPES};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 use utoipa_actix_web::service_config::ServiceConfig;
 use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, Errors};
-use crate::pagination::{self, Page};
+use crate::pagination::{self, Page, PageQuery};
 use crate::session::Session;
 use crate::state::AppState;
 use crate::trail::{self, Entry};
@@ -66,16 +66,6 @@ pub struct UpdateWebhook {
     event_types: Option<Vec<String>>,
     #[serde(default)]
     enabled: Option<bool>,
-}
-
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// 1 to 200; default 50.
-    limit: Option<i64>,
-    /// The `next_cursor` of the previous page.
-    cursor: Option<Uuid>,
 }
 
 /// An endpoint as the API shows it: never its secret (only when made, in [`WebhookSecretOut`]).
@@ -157,13 +147,13 @@ fn description(d: Option<&str>) -> ApiResult<String> {
 }
 
 /// The organization's webhook endpoints, newest first.
-#[utoipa::path(operation_id = "list_webhooks", tag = "webhooks", params(ListQuery),
+#[utoipa::path(operation_id = "list_webhooks", tag = "webhooks", params(PageQuery),
     responses((status = 200, body = Page<WebhookOut>), Errors))]
 #[get("/organizations/current/webhooks")]
 pub async fn list(
     state: web::Data<AppState>,
     session: Session,
-    q: crate::body::Query<ListQuery>,
+    q: crate::body::Query<PageQuery>,
 ) -> ApiResult<HttpResponse> {
     let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;
