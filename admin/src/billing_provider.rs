@@ -17,7 +17,12 @@ pub enum ProviderError {
     #[error("could not reach the billing provider: {0}")]
     Unreachable(String),
     #[error("the billing provider answered {status}: {message}")]
-    Refused { status: u16, message: String },
+    Refused {
+        status: u16,
+        /// The provider's error code (Stripe's `error.code`), when it gave one.
+        code: Option<String>,
+        message: String,
+    },
     #[error("the billing provider's answer lacks {0}")]
     Malformed(&'static str),
 }
@@ -94,7 +99,8 @@ impl Stripe {
         let body: Value = r.json().await.map_err(|_| ProviderError::Malformed("a JSON body"))?;
         if !(200..300).contains(&status) {
             let message = body.pointer("/error/message").and_then(Value::as_str).unwrap_or("no message");
-            return Err(ProviderError::Refused { status, message: message.chars().take(300).collect() });
+            let code = body.pointer("/error/code").and_then(Value::as_str).map(|c| c.chars().take(100).collect());
+            return Err(ProviderError::Refused { status, code, message: message.chars().take(300).collect() });
         }
         Ok(body)
     }

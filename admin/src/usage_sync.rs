@@ -16,7 +16,7 @@ use gw_shared::billing::meter::event_time;
 use gw_shared::db::usage_sync::{self, Due, Outcome};
 use gw_shared::webhooks::payloads::{usage_sync_failed, SyncFailure};
 
-use crate::billing_provider::MeterEvent;
+use crate::billing_provider::{MeterEvent, ProviderError};
 use crate::state::AppState;
 
 /// `pg_try_advisory_xact_lock` key of the sync's planning ("gwusage").
@@ -99,6 +99,13 @@ async fn send(
     let answer = provider.meter_event(&event).await;
     let b = &state.cfg.billing;
     match answer {
+        // Stripe refuses an identifier it already counted once its idempotency key has expired
+        // (a send resumed long after a crash): counted is what the ledger wants to know.
+        Err(ProviderError::Refused { code: Some(code), .. }) if code == "resource_already_exists" => {
+            state.metrics.usage_sends.with_label_values(&["sent"]).inc();
+            let answer = d.identifier.clone();
+            usage_sync::finish(conn, d, Outcome::Sent { answer: &answer }, now).await.map_err(|e| e.to_string())
+        }
         Ok(answer) => {
             state.metrics.usage_sends.with_label_values(&["sent"]).inc();
             usage_sync::finish(conn, d, Outcome::Sent { answer: &answer }, now).await.map_err(|e| e.to_string())

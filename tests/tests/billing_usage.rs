@@ -243,6 +243,24 @@ async fn a_day_of_usage_is_billed_exactly_once_through_a_crash_and_a_late_spool_
         count(&url, "SELECT count(*) AS n FROM billing_usage_sync WHERE revision > 0 AND status = 'sent'").await >= 1
     })
     .await;
+    // A resume long after a crash: two sent hours are unconfirmed again and the provider forgot
+    // their idempotency keys; it refuses the known identifiers, which counts as sent.
+    let r = stack.http.post(format!("{}/_mock/stripe/expire_idempotency", stack.mock)).send().await.unwrap();
+    assert!(r.status().is_success());
+    let (org_b, _, _) = orgs[1].clone();
+    let resume = format!(
+        "UPDATE billing_usage_sync SET status = 'pending', next_attempt_at = 'epoch' \
+         WHERE org_id = '{org_b}' AND revision = 0 AND hour < '{}'",
+        (start + TimeDelta::hours(2)).to_rfc3339()
+    );
+    exec(&url, &resume).await;
+    let pending =
+        format!("SELECT count(*) AS n FROM billing_usage_sync WHERE org_id = '{org_b}' AND status = 'pending'");
+    wait_for("the resumed sends", Duration::from_secs(30), async || count(&url, &pending).await == 0).await;
+    let sent_b = format!(
+        "SELECT count(*) AS n FROM billing_usage_sync WHERE org_id = '{org_b}' AND revision = 0 AND status = 'sent'"
+    );
+    assert_eq!(count(&url, &sent_b).await, HOURS, "{}", ledger_text(&url, org_b).await);
     // Room for a few more runs (one a second), which must send nothing more.
     tokio::time::sleep(Duration::from_secs(3)).await;
 

@@ -793,6 +793,7 @@ async fn main() -> std::io::Result<()> {
             .service(stripe::meter_events)
             .service(stripe::counted_meter_events)
             .service(stripe::set_delay)
+            .service(stripe::expire_idempotency)
             .default_service(web::to(dispatch))
     })
     .workers(workers)

@@ -4,7 +4,9 @@
 //! new request reusing an `identifier` is refused (400 `resource_already_exists`), and only the
 //! first event per identifier counts: `GET /_mock/stripe/meter_events` lists those, oldest
 //! first. Fault knobs: a customer id containing `unreachable` gets 500 `api_error`;
-//! `POST /_mock/stripe/delay` `{"meter_events_ms": N}` makes each meter event answer N ms late. Requests are form-encoded
+//! `POST /_mock/stripe/delay` `{"meter_events_ms": N}` makes each meter event answer N ms late;
+//! `POST /_mock/stripe/expire_idempotency` forgets every idempotency key (Stripe forgets them
+//! after 24 hours, identifiers later). Requests are form-encoded
 //! with `authorization: Bearer sk_...` (else 401 in Stripe's error shape); answers follow
 //! Stripe's documented objects (the fields gw reads and a few more). Every request is kept:
 //! `GET /_mock/stripe/requests` lists them (`path`, `form`, `idempotency_key`), newest last.
@@ -167,6 +169,14 @@ pub async fn counted_meter_events() -> HttpResponse {
 #[post("/_mock/stripe/delay")]
 pub async fn set_delay(body: web::Json<Value>) -> HttpResponse {
     METER_DELAY_MS.store(body.get("meter_events_ms").and_then(Value::as_u64).unwrap_or(0), Ordering::Relaxed);
+    HttpResponse::NoContent().finish()
+}
+
+#[post("/_mock/stripe/expire_idempotency")]
+pub async fn expire_idempotency() -> HttpResponse {
+    if let Ok(mut m) = IDEMPOTENT.lock() {
+        m.clear();
+    }
     HttpResponse::NoContent().finish()
 }
 
