@@ -37,7 +37,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
 }
 
 /// Live templates one organization may have.
-const MAX_TEMPLATES: usize = 1000;
+const MAX_TEMPLATES: i64 = 1000;
 const MAX_NAME_CHARS: usize = 200;
 const MAX_DESCRIPTION_CHARS: usize = 1000;
 const MAX_NOTE_CHARS: usize = 1000;
@@ -238,12 +238,17 @@ pub async fn list(
     let limit = pagination::limit(q.limit)?;
     let mut conn = state.conn().await?;
     let rows = db::list(&mut conn, session.org_id, q.cursor, limit + 1).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for t in rows {
-        let labels = db::labels(&mut conn, session.org_id, t.id).await?;
-        out.push((t.id, template_out(t, labels)));
-    }
-    Ok(HttpResponse::Ok().json(Page::from_rows(out, limit, |(id, _)| *id, |(_, t)| t)))
+    let ids: Vec<Uuid> = rows.iter().map(|t| t.id).collect();
+    let mut labels = db::labels_of(&mut conn, session.org_id, &ids).await?;
+    Ok(HttpResponse::Ok().json(Page::from_rows(
+        rows,
+        limit,
+        |t| t.id,
+        |t| {
+            let l = labels.remove(&t.id).unwrap_or_default();
+            template_out(t, l)
+        },
+    )))
 }
 
 /// Create a template with its first version.
@@ -267,7 +272,7 @@ pub async fn create(
     let mut conn = state.conn().await?;
     let (t, version) = conn
         .transaction(async |conn| {
-            if db::list(conn, session.org_id, None, MAX_TEMPLATES as i64).await?.len() >= MAX_TEMPLATES {
+            if db::count_live(conn, session.org_id).await? >= MAX_TEMPLATES {
                 return Err(ApiError::Conflict(format!("an organization has at most {MAX_TEMPLATES} templates")));
             }
             let made = db::create(conn, session.org_id, id, &name, &description, &v).await?;

@@ -161,6 +161,22 @@ pub async fn list(
     .await?)
 }
 
+#[derive(QueryableByName)]
+struct Live {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+/// How many live templates the organization has.
+pub async fn count_live(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<i64> {
+    let c: Live =
+        diesel::sql_query("SELECT count(*) AS n FROM prompt_templates WHERE org_id = $1 AND deleted_at IS NULL")
+            .bind::<SqlUuid, _>(org_id)
+            .get_result(conn)
+            .await?;
+    Ok(c.n)
+}
+
 /// A template, deleted ones too when `deleted` (their versions stay readable).
 pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid, deleted: bool) -> Result<Option<Template>> {
     Ok(diesel::sql_query(format!(
@@ -208,6 +224,8 @@ pub async fn version(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid, versi
 
 #[derive(QueryableByName)]
 struct Label {
+    #[diesel(sql_type = SqlUuid)]
+    template_id: Uuid,
     #[diesel(sql_type = Text)]
     label: String,
     #[diesel(sql_type = Integer)]
@@ -216,15 +234,28 @@ struct Label {
 
 /// The template's labels and the versions they point at.
 pub async fn labels(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<BTreeMap<String, i32>> {
+    Ok(labels_of(conn, org_id, &[id]).await?.remove(&id).unwrap_or_default())
+}
+
+/// The labels of each of `ids` (templates without labels are absent), in one query.
+pub async fn labels_of(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    ids: &[Uuid],
+) -> Result<BTreeMap<Uuid, BTreeMap<String, i32>>> {
     let rows: Vec<Label> = diesel::sql_query(
-        "SELECT l.label, l.version FROM prompt_template_labels l JOIN prompt_templates t ON t.id = l.template_id \
-         WHERE l.template_id = $1 AND t.org_id = $2",
+        "SELECT l.template_id, l.label, l.version FROM prompt_template_labels l \
+         JOIN prompt_templates t ON t.id = l.template_id WHERE l.template_id = ANY($1) AND t.org_id = $2",
     )
-    .bind::<SqlUuid, _>(id)
+    .bind::<diesel::sql_types::Array<SqlUuid>, _>(ids)
     .bind::<SqlUuid, _>(org_id)
     .load(conn)
     .await?;
-    Ok(rows.into_iter().map(|l| (l.label, l.version)).collect())
+    let mut out: BTreeMap<Uuid, BTreeMap<String, i32>> = BTreeMap::new();
+    for l in rows {
+        out.entry(l.template_id).or_default().insert(l.label, l.version);
+    }
+    Ok(out)
 }
 
 /// Points `label` at `version` (an existing version of a live template of the organization);
