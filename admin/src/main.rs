@@ -19,6 +19,7 @@ mod bootstrap;
 mod decode;
 mod domain_proof;
 mod error;
+mod experiments;
 mod hashing;
 mod jobs;
 mod key_check;
@@ -320,6 +321,7 @@ fn serve() -> Result<(), BoxError> {
         webhook_relay::spawn(state.clone().into_inner());
         billing_grace::spawn(state.clone().into_inner());
         usage_sync::spawn(state.clone().into_inner());
+        experiments::spawn(state.clone().into_inner());
         match relay {
             Some(relay) => mail::spawn(state.clone().into_inner(), relay),
             None => log::info!("mail is not delivered ([mail] smtp_url unset): it waits in the outbox"),

@@ -182,6 +182,10 @@ pub struct RequestCtx {
     pub log_bodies: bool,
     /// The answer as sent, when bodies are logged (bounded).
     pub response_body: Option<String>,
+    /// The prompt template and version the request rendered (the template step's).
+    pub template: Option<(Uuid, i32)>,
+    /// The experiment the request takes part in and its variant (the experiment step's).
+    pub experiment: Option<(Uuid, Arc<str>)>,
 }
 
 impl RequestCtx {
@@ -229,6 +233,8 @@ impl RequestCtx {
             region: None,
             log_bodies: false,
             response_body: None,
+            template: None,
+            experiment: None,
         }
     }
 

@@ -46,6 +46,9 @@ pub enum ProxyError {
     BadRequest { message: String, param: Option<String> },
     #[error("The model '{}' does not exist or you do not have access to it.", echo(.0))]
     UnknownModel(String),
+    /// The referenced prompt template (or its version or label) does not exist for the caller.
+    #[error("{0}")]
+    PromptNotFound(String),
     /// The model serves another endpoint (a chat model on `/v1/embeddings`, ...).
     #[error("The model '{}' is not served on {path}; it serves {serves}.", echo(model))]
     WrongEndpoint { model: String, path: &'static str, serves: &'static str },
@@ -157,7 +160,7 @@ impl ProxyError {
     pub fn status(&self) -> u16 {
         use ProxyError::*;
         match self {
-            NotFound { .. } | UnknownModel(_) => 404,
+            NotFound { .. } | UnknownModel(_) | PromptNotFound(_) => 404,
             MethodNotAllowed { .. } => 405,
             HeaderTooLarge(_) => 431,
             MissingAuth | MalformedAuth | SessionTokenOnProxy | InvalidKey(_) | RevokedKey(_) | ExpiredKey(_) => 401,
@@ -200,6 +203,7 @@ impl ProxyError {
             BodyTooLarge(_) => "request_too_large",
             BadRequest { .. } => "invalid_request",
             UnknownModel(_) => "model_not_found",
+            PromptNotFound(_) => "prompt_not_found",
             WrongEndpoint { .. } => "wrong_endpoint",
             Unsupported(_) => "unsupported_parameter",
             NotInRegion { .. } => "model_not_in_region",
@@ -249,6 +253,7 @@ impl ProxyError {
             BodyTooLarge(_) => ("invalid_request_error", "request_too_large", None),
             BadRequest { param, .. } => ("invalid_request_error", "invalid_request", param.as_deref()),
             UnknownModel(_) => ("invalid_request_error", "model_not_found", Some("model")),
+            PromptNotFound(_) => ("invalid_request_error", "prompt_not_found", Some("prompt")),
             WrongEndpoint { .. } => ("invalid_request_error", "wrong_endpoint", Some("model")),
             Unsupported(_) => ("invalid_request_error", "unsupported_parameter", None),
             NotInRegion { .. } => ("invalid_request_error", "model_not_in_region", Some("model")),

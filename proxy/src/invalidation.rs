@@ -38,6 +38,8 @@ impl Caches {
             Invalidation::Routes { .. } => self.routes.notify_one(),
             // Tables are kept by version: the next read finds the new version.
             Invalidation::OrgRoutes { org_id } => l.org_routes.lookup.invalidate(org_id).await,
+            Invalidation::Template { org_id, template_id } => l.templates.invalidate(&(*org_id, *template_id)).await,
+            Invalidation::Experiments { org_id } => l.experiments.invalidate(org_id).await,
             Invalidation::All => self.clear(),
         }
     }

@@ -25,7 +25,8 @@ use crate::ops::OpsApp;
 use crate::org_routes::{OrgRoutes, OrgRoutesSource, RouteBuilder};
 use crate::response_cache::{CacheConfig, CacheWriter, ResponseCache};
 use crate::sources::{
-    compiled_cache, CacheSettingsSource, KeySource, Lookups, OrgSource, PolicySource, ProviderKeySource, TeamSource,
+    compiled_cache, CacheSettingsSource, ExperimentSource, KeySource, Lookups, OrgSource, PolicySource,
+    ProviderKeySource, TeamSource, TemplateSource, TemplateVersionSource,
 };
 use crate::state::{Gateway, Limits, ScanBudget};
 use crate::throttle::{AuthThrottle, SharedCounts};
@@ -66,6 +67,14 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
             Lookup::new(OrgRoutesSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
             builder.clone(),
         ),
+        templates: Lookup::new(TemplateSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
+        template_versions: Lookup::new(
+            TemplateVersionSource { db: db.clone() },
+            redis.clone(),
+            lookups,
+            metrics.clone(),
+        ),
+        experiments: Lookup::new(ExperimentSource { db: db.clone() }, redis.clone(), lookups, metrics.clone()),
     });
     let outbox = Arc::new(Outbox::new(db.clone(), metrics.clone()));
     let limiter = Arc::new(Limiter::new(

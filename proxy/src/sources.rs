@@ -12,10 +12,12 @@ use gw_shared::db::orgs::{self, OrgSettings};
 use gw_shared::db::policies::{self, StoredPolicy};
 use gw_shared::db::provider_keys::{self, OrgProviderKeys};
 use gw_shared::db::teams::{self, LiveTeam};
-use gw_shared::db::{cache as db_cache, DbPool};
+use gw_shared::db::{cache as db_cache, experiments, prompt_templates, DbPool};
+use gw_shared::experiments::spec::Running;
 use gw_shared::keys::KeyHash;
 use gw_shared::policy::engine::PolicySet;
 use gw_shared::policy::spec::OrgPolicy;
+use gw_shared::prompt_template::Content;
 use uuid::Uuid;
 
 use crate::lookup::{Lookup, LookupError, Source};
@@ -164,6 +166,79 @@ impl Source for ProviderKeySource {
     }
 }
 
+/// A live prompt template's head (latest version, labels) by (organization, template).
+pub struct TemplateSource {
+    pub db: DbPool,
+}
+
+#[async_trait]
+impl Source for TemplateSource {
+    type Key = (Uuid, Uuid);
+    type Value = prompt_templates::Head;
+
+    fn name(&self) -> &'static str {
+        "prompt_template"
+    }
+
+    fn redis_key(&self, (org_id, id): &(Uuid, Uuid)) -> String {
+        gw_shared::redis::template_cache_key(*org_id, *id)
+    }
+
+    async fn load(&self, &(org_id, id): &(Uuid, Uuid)) -> Result<Option<prompt_templates::Head>, String> {
+        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
+        prompt_templates::head(&mut conn, org_id, id).await.map_err(|e| e.to_string())
+    }
+}
+
+/// A template version's content by (organization, template, version): versions never change,
+/// so nothing invalidates these.
+pub struct TemplateVersionSource {
+    pub db: DbPool,
+}
+
+#[async_trait]
+impl Source for TemplateVersionSource {
+    type Key = (Uuid, Uuid, i32);
+    type Value = Content;
+
+    fn name(&self) -> &'static str {
+        "prompt_template_version"
+    }
+
+    fn redis_key(&self, (org_id, id, version): &(Uuid, Uuid, i32)) -> String {
+        gw_shared::redis::template_version_cache_key(*org_id, *id, *version)
+    }
+
+    async fn load(&self, &(org_id, id, version): &(Uuid, Uuid, i32)) -> Result<Option<Content>, String> {
+        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
+        prompt_templates::content(&mut conn, org_id, id, version).await.map_err(|e| e.to_string())
+    }
+}
+
+/// An organization's running experiments (always a value, possibly none).
+pub struct ExperimentSource {
+    pub db: DbPool,
+}
+
+#[async_trait]
+impl Source for ExperimentSource {
+    type Key = Uuid;
+    type Value = Running;
+
+    fn name(&self) -> &'static str {
+        "experiments"
+    }
+
+    fn redis_key(&self, org_id: &Uuid) -> String {
+        gw_shared::redis::experiments_cache_key(*org_id)
+    }
+
+    async fn load(&self, org_id: &Uuid) -> Result<Option<Running>, String> {
+        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
+        experiments::running(&mut conn, *org_id).await.map(Some).map_err(|e| e.to_string())
+    }
+}
+
 /// Compiled policy sets by organization, the newest version seen: compiling (patterns, automata)
 /// happens once per version per process, and storing a new version replaces (evicts) the old.
 pub type Compiled = moka::sync::Cache<Uuid, Arc<PolicySet>>;
@@ -197,6 +272,9 @@ pub struct Lookups {
     pub cache_settings: Lookup<CacheSettingsSource>,
     pub provider_keys: Lookup<ProviderKeySource>,
     pub org_routes: crate::org_routes::OrgRoutes,
+    pub templates: Lookup<TemplateSource>,
+    pub template_versions: Lookup<TemplateVersionSource>,
+    pub experiments: Lookup<ExperimentSource>,
 }
 
 impl Lookups {
@@ -233,5 +311,7 @@ impl Lookups {
         self.compiled.invalidate_all();
         self.cache_settings.invalidate_all();
         self.org_routes.invalidate_all();
+        self.templates.invalidate_all();
+        self.experiments.invalidate_all();
     }
 }

@@ -98,6 +98,7 @@ async fn issue_api_key_tx(conn: &mut AsyncPgConnection, spec: KeySpec<'_>) -> Re
             expires_at: spec.expires_at,
             budget: spec.budget,
             rate_limits: spec.rate_limits,
+            kind: api_keys::KIND_STANDARD,
         },
     )
     .await?;

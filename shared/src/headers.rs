@@ -19,5 +19,14 @@ pub const POLICY: &str = "x-gw-policy";
 /// Request header: seconds the answer may stay cached (overrides the configured TTL).
 pub const CACHE_TTL: &str = "x-gw-cache-ttl";
 
+/// Request header: the key experiments assign variants by when the body has no `user`.
+pub const EXPERIMENT_KEY: &str = "x-gw-experiment-key";
+/// The experiment a request took part in, and its variant.
+pub const EXPERIMENT: &str = "x-gw-experiment";
+pub const EXPERIMENT_VARIANT: &str = "x-gw-experiment-variant";
+/// The prompt template a request rendered, and its version.
+pub const PROMPT_TEMPLATE: &str = "x-gw-prompt-template";
+pub const PROMPT_TEMPLATE_VERSION: &str = "x-gw-prompt-template-version";
+
 /// Value of `x-gw-policy-action` / `-reason` when no policy acted.
 pub const POLICY_NONE: &str = "none";

@@ -211,6 +211,69 @@ impl Content {
     }
 }
 
+/// How a request names a version: a number, a label, or the latest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionRef {
+    Number(i32),
+    Label(String),
+    Latest,
+}
+
+/// A chat request's reference to a template (`"prompt": {"id", "version", "variables"}`,
+/// following OpenAI's `prompt` reference): which version to render, with what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptRef {
+    pub id: uuid::Uuid,
+    pub version: VersionRef,
+    pub variables: Map<String, Value>,
+}
+
+impl PromptRef {
+    /// Reads the `prompt` member of a request body; errors name the parameter (`prompt.id`).
+    /// `version` is a number (or a string of digits: OpenAI's is a string), else a label;
+    /// absent or null: the latest version.
+    pub fn parse(v: &Value) -> Result<Self, TemplateError> {
+        let Some(obj) = v.as_object() else { return Err(problem("prompt", "must be an object")) };
+        for k in obj.keys() {
+            if !["id", "version", "variables"].contains(&k.as_str()) {
+                return Err(problem(format!("prompt.{}", bounded(k)), "is not a known parameter"));
+            }
+        }
+        let id = match obj.get("id") {
+            None | Some(Value::Null) => return Err(problem("prompt.id", "is required")),
+            Some(Value::String(s)) => {
+                s.parse::<uuid::Uuid>().map_err(|_| problem("prompt.id", "must be a prompt template's id (a UUID)"))?
+            }
+            Some(_) => return Err(problem("prompt.id", "must be a string")),
+        };
+        let version = match obj.get("version") {
+            None | Some(Value::Null) => VersionRef::Latest,
+            Some(Value::Number(n)) => match n.as_i64().and_then(|n| i32::try_from(n).ok()).filter(|n| *n >= 1) {
+                Some(n) => VersionRef::Number(n),
+                None => return Err(problem("prompt.version", "must be a version number (1 or more) or a label")),
+            },
+            Some(Value::String(s)) if !s.is_empty() && s.len() <= 64 => match s.parse::<i32>() {
+                Ok(n) if n >= 1 => VersionRef::Number(n),
+                Ok(_) => return Err(problem("prompt.version", "must be a version number (1 or more) or a label")),
+                Err(_) => VersionRef::Label(s.clone()),
+            },
+            Some(Value::String(_)) => return Err(problem("prompt.version", "must be 1 to 64 characters")),
+            Some(_) => return Err(problem("prompt.version", "must be a string or an integer")),
+        };
+        let variables = match obj.get("variables") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Err(problem("prompt.variables", "must be an object")),
+        };
+        Ok(Self { id, version, variables })
+    }
+}
+
+/// A client-given name, cut short for an error message.
+fn bounded(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
 /// MiniJinja's message without the template's source echoed back at length.
 fn syntax(e: &minijinja::Error) -> String {
     let mut text = e.to_string();
@@ -243,6 +306,27 @@ mod tests {
             json!({"language": {"type": "string"}, "questions": {"type": "array"},
                    "tone": {"type": "string", "required": false}}),
         )
+    }
+
+    #[test]
+    fn a_prompt_reference_reads_numbers_labels_and_the_latest() {
+        let id = uuid::Uuid::nil();
+        let p = PromptRef::parse(&json!({"id": id.to_string(), "version": "3", "variables": {"a": 1}})).unwrap();
+        assert_eq!((p.version, p.variables["a"].clone()), (VersionRef::Number(3), json!(1)));
+        let p = PromptRef::parse(&json!({"id": id.to_string(), "version": 4})).unwrap();
+        assert_eq!(p.version, VersionRef::Number(4));
+        let p = PromptRef::parse(&json!({"id": id.to_string(), "version": "production"})).unwrap();
+        assert_eq!(p.version, VersionRef::Label("production".into()));
+        assert_eq!(PromptRef::parse(&json!({"id": id.to_string()})).unwrap().version, VersionRef::Latest);
+        let field = |v: Value| PromptRef::parse(&v).unwrap_err().field;
+        assert_eq!(field(json!("x")), "prompt");
+        assert_eq!(field(json!({})), "prompt.id");
+        assert_eq!(field(json!({"id": "nope"})), "prompt.id");
+        assert_eq!(field(json!({"id": id.to_string(), "version": 0})), "prompt.version");
+        assert_eq!(field(json!({"id": id.to_string(), "version": "-2"})), "prompt.version");
+        assert_eq!(field(json!({"id": id.to_string(), "version": true})), "prompt.version");
+        assert_eq!(field(json!({"id": id.to_string(), "variables": []})), "prompt.variables");
+        assert_eq!(field(json!({"id": id.to_string(), "extra": 1})), "prompt.extra");
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub enum Invalidation {
     Routes { version: i64 },
     /// An organization's own routes.
     OrgRoutes { org_id: Uuid },
+    /// One prompt template's head (its latest version and labels; versions never change).
+    Template { org_id: Uuid, template_id: Uuid },
+    /// An organization's running experiments.
+    Experiments { org_id: Uuid },
     /// Everything cached from Postgres.
     All,
 }
@@ -57,6 +61,8 @@ impl Invalidation {
             Invalidation::CachePurge { org_id, model: Some(m) } => format!("cache_purge:{org_id}:{}", hex::encode(m)),
             Invalidation::Routes { version } => format!("routes:{version}"),
             Invalidation::OrgRoutes { org_id } => format!("org_routes:{org_id}"),
+            Invalidation::Template { org_id, template_id } => format!("template:{org_id}:{template_id}"),
+            Invalidation::Experiments { org_id } => format!("experiments:{org_id}"),
             Invalidation::All => "all".into(),
         }
     }
@@ -64,6 +70,13 @@ impl Invalidation {
     pub fn decode(msg: &str) -> Option<Self> {
         if msg == "all" {
             return Some(Invalidation::All);
+        }
+        if let Some(rest) = msg.strip_prefix("template:") {
+            let (org, id) = rest.split_once(':')?;
+            return Some(Invalidation::Template { org_id: org.parse().ok()?, template_id: id.parse().ok()? });
+        }
+        if let Some(org) = msg.strip_prefix("experiments:") {
+            return Some(Invalidation::Experiments { org_id: org.parse().ok()? });
         }
         if let Some(org) = msg.strip_prefix("org_routes:") {
             return Some(Invalidation::OrgRoutes { org_id: org.parse().ok()? });
@@ -109,6 +122,8 @@ impl Invalidation {
             Invalidation::Policy { org_id } => Some(policy_cache_key(*org_id)),
             Invalidation::CacheSettings { org_id } => Some(cache_settings_key(*org_id)),
             Invalidation::OrgRoutes { org_id } => Some(org_routes_cache_key(*org_id)),
+            Invalidation::Template { org_id, template_id } => Some(template_cache_key(*org_id, *template_id)),
+            Invalidation::Experiments { org_id } => Some(experiments_cache_key(*org_id)),
             Invalidation::CachePurge { .. } | Invalidation::Routes { .. } | Invalidation::All => None,
         }
     }
@@ -134,6 +149,21 @@ pub fn org_cache_key(org_id: Uuid) -> String {
 
 pub fn policy_cache_key(org_id: Uuid) -> String {
     format!("gw:cache:policy:{org_id}")
+}
+
+/// Redis key of the shared copy of a prompt template's head.
+pub fn template_cache_key(org_id: Uuid, template_id: Uuid) -> String {
+    format!("gw:cache:template:{org_id}:{template_id}")
+}
+
+/// Redis key of the shared copy of a template version's content (immutable).
+pub fn template_version_cache_key(org_id: Uuid, template_id: Uuid, version: i32) -> String {
+    format!("gw:cache:template_version:{org_id}:{template_id}:{version}")
+}
+
+/// Redis key of the shared copy of an organization's running experiments.
+pub fn experiments_cache_key(org_id: Uuid) -> String {
+    format!("gw:cache:experiments:{org_id}")
 }
 
 /// Redis key of the shared copy of an organization's own routes.
@@ -228,7 +258,12 @@ mod tests {
         let policy = Invalidation::Policy { org_id: Uuid::now_v7() };
         assert_eq!(Invalidation::decode(&policy.encode()), Some(policy.clone()));
         assert!(policy.cache_key().unwrap().starts_with("gw:cache:policy:"));
-        for inv in [Invalidation::Routes { version: 7 }, Invalidation::OrgRoutes { org_id: Uuid::now_v7() }] {
+        for inv in [
+            Invalidation::Routes { version: 7 },
+            Invalidation::OrgRoutes { org_id: Uuid::now_v7() },
+            Invalidation::Template { org_id: Uuid::now_v7(), template_id: Uuid::now_v7() },
+            Invalidation::Experiments { org_id: Uuid::now_v7() },
+        ] {
             assert_eq!(Invalidation::decode(&inv.encode()), Some(inv.clone()));
         }
         let pk = Invalidation::ProviderKeys { org_id: Uuid::now_v7() };

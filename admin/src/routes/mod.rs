@@ -14,6 +14,7 @@ pub mod audit_events;
 pub mod auth;
 pub mod billing;
 pub mod cache;
+pub mod experiments;
 pub mod gateway;
 pub mod health;
 pub mod invites;
@@ -21,6 +22,7 @@ pub mod limits;
 pub mod me;
 pub mod org_routes;
 pub mod organizations;
+pub mod playground;
 pub mod policy;
 pub mod prompt_templates;
 pub mod provider_keys;
@@ -59,7 +61,9 @@ pub fn api(cfg: &mut ServiceConfig) {
             .configure(billing::routes)
             .configure(webhook_deliveries::routes)
             .configure(webhooks::routes)
-            .configure(prompt_templates::routes),
+            .configure(prompt_templates::routes)
+            .configure(experiments::routes)
+            .configure(playground::routes),
     );
 }
 

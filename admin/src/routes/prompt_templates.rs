@@ -9,6 +9,7 @@ use diesel_async::AsyncConnection;
 use gw_shared::db::prompt_templates::{self as db, NewVersion, Template, Version};
 use gw_shared::ids::new_id;
 use gw_shared::prompt_template::{Content, TemplateMessage, Variable};
+use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -339,6 +340,12 @@ pub async fn remove(
         detail: json!({}),
     };
     trail::by(&mut conn, &session, &req, entry).await?;
+    state
+        .invalidate(
+            &Invalidation::Template { org_id: session.org_id, template_id: id },
+            format!("prompt template {id}"),
+        )
+        .await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -397,6 +404,12 @@ pub async fn create_version(
             Ok::<_, ApiError>(version)
         })
         .await?;
+    state
+        .invalidate(
+            &Invalidation::Template { org_id: session.org_id, template_id: id },
+            format!("prompt template {id}"),
+        )
+        .await;
     Ok(HttpResponse::Created().json(version_out(version)))
 }
 
@@ -451,6 +464,12 @@ pub async fn set_label(
     };
     trail::by(&mut conn, &session, &req, entry).await?;
     let labels = db::labels(&mut conn, session.org_id, id).await?;
+    state
+        .invalidate(
+            &Invalidation::Template { org_id: session.org_id, template_id: id },
+            format!("prompt template {id}"),
+        )
+        .await;
     Ok(HttpResponse::Ok().json(template_out(t, labels)))
 }
 
@@ -478,6 +497,12 @@ pub async fn delete_label(
         detail: json!({"label": label}),
     };
     trail::by(&mut conn, &session, &req, entry).await?;
+    state
+        .invalidate(
+            &Invalidation::Template { org_id: session.org_id, template_id: id },
+            format!("prompt template {id}"),
+        )
+        .await;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -9,6 +9,7 @@ pub mod audit;
 pub mod auth;
 pub mod cache;
 pub mod edge;
+pub mod experiment;
 pub mod limits;
 pub mod logging;
 pub mod models;
@@ -18,6 +19,7 @@ pub mod policy;
 pub mod resolve;
 pub mod route;
 pub mod team;
+pub mod template;
 
 use pingora::proxy::Session;
 
@@ -39,7 +41,9 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
         Endpoint::ChatCompletions => parse::run(gw, session, ctx).await?,
         Endpoint::Embeddings => parse::run_embeddings(gw, session, ctx).await?,
     }
+    experiment::run(gw, session, ctx).await?;
     resolve::run(gw, session, ctx).await?;
+    template::run(gw, ctx).await?;
     limits::run(gw, ctx).await?;
     policy::run(gw, ctx).await?;
     cache::run(gw, session, ctx).await?;

@@ -64,7 +64,21 @@ pub fn content(r: &AuditRecord) -> Vec<u8> {
     c.str(r.request_body.as_deref());
     c.str(r.response_body.as_deref());
     // Added after rows were first hashed: present only when set, so earlier rows hash as before.
-    if let Some(s) = &r.settled_by {
+    // The later columns follow `settled_by` (then written even when absent) only when one of
+    // them is set: a row's array length says which form it has.
+    let later = r.template_id.is_some()
+        || r.template_version.is_some()
+        || r.experiment_id.is_some()
+        || r.experiment_variant.is_some()
+        || r.origin.is_some();
+    if later {
+        c.str(r.settled_by.as_deref());
+        c.uuid(r.template_id);
+        c.int(r.template_version);
+        c.uuid(r.experiment_id);
+        c.str(r.experiment_variant.as_deref());
+        c.str(r.origin.as_deref());
+    } else if let Some(s) = &r.settled_by {
         c.str(Some(s));
     }
     c.finish()

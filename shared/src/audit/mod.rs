@@ -63,6 +63,19 @@ pub struct AuditRecord {
     /// How tokens and cost were settled: `usage` (the upstream's report) or `estimate`; `None`
     /// when nothing reached an upstream.
     pub settled_by: Option<String>,
+    /// The prompt template (and its version) the request rendered.
+    #[serde(default)]
+    pub template_id: Option<Uuid>,
+    #[serde(default)]
+    pub template_version: Option<i32>,
+    /// The experiment the request took part in, and the variant it was assigned.
+    #[serde(default)]
+    pub experiment_id: Option<Uuid>,
+    #[serde(default)]
+    pub experiment_variant: Option<String>,
+    /// `playground` for a playground comparison's call; `None` for the API.
+    #[serde(default)]
+    pub origin: Option<String>,
     /// The organization's hash chain, filled in by the writer as the row is appended.
     pub chain_seq: Option<i64>,
     pub prev_hash: Option<Vec<u8>>,

@@ -75,6 +75,14 @@ pub struct AdminConfig {
     /// accounts at all: invites admit existing accounts only, SSO creates none; the operator's
     /// `gw-admin bootstrap` still works).
     pub signup: SignupMode,
+    /// How often the leader checks running experiments for completion (a winner, or every
+    /// variant at its sample cap).
+    pub experiment_check_secs: u64,
+    /// Where the playground sends its calls: the proxy's `/v1` base (`http://host:port`); unset:
+    /// `http://<proxy.listen>` (an unspecified address as loopback).
+    pub proxy_url: Option<String>,
+    /// Longest a playground comparison waits for its models.
+    pub playground_timeout_secs: u64,
 }
 
 /// `admin.signup`.
@@ -129,6 +137,9 @@ impl Default for AdminConfig {
             password_reset_ttl_secs: 3600,
             totp_issuer: "gw".into(),
             signup: SignupMode::InviteOnly,
+            experiment_check_secs: 30,
+            proxy_url: None,
+            playground_timeout_secs: 120,
         }
     }
 }

@@ -44,7 +44,14 @@ pub struct NewApiKey<'a> {
     pub expires_at: Option<DateTime<Utc>>,
     pub budget: Option<&'a serde_json::Value>,
     pub rate_limits: Option<&'a serde_json::Value>,
+    /// [`KIND_STANDARD`], or [`KIND_PLAYGROUND`] for a playground comparison's short-lived key.
+    pub kind: &'a str,
 }
+
+/// Kinds of key: the organization's own, listed and managed through `/api/v1/api-keys`.
+pub const KIND_STANDARD: &str = "standard";
+/// A playground comparison's key: lives for one comparison, never listed, found, announced.
+pub const KIND_PLAYGROUND: &str = "playground";
 
 /// How a key is shown where it is referenced (the request log, the overview): its name and
 /// prefix. Revoked keys keep theirs.
@@ -102,7 +109,8 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<ApiKey>> {
     let now = Utc::now();
-    let mut q = api_keys::table.filter(api_keys::org_id.eq(org_id)).into_boxed();
+    let mut q =
+        api_keys::table.filter(api_keys::org_id.eq(org_id)).filter(api_keys::kind.eq(KIND_STANDARD)).into_boxed();
     if let Some(t) = f.team_id {
         q = q.filter(api_keys::team_id.eq(t));
     }
@@ -174,6 +182,7 @@ pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Resul
     Ok(api_keys::table
         .filter(api_keys::org_id.eq(org_id))
         .filter(api_keys::id.eq(id))
+        .filter(api_keys::kind.eq(KIND_STANDARD))
         .select(ApiKey::as_select())
         .first(conn)
         .await
@@ -257,6 +266,13 @@ pub struct KeyAuth {
     #[diesel(select_expression = (api_keys::budget, api_keys::rate_limits))]
     #[diesel(select_expression_type = (api_keys::budget, api_keys::rate_limits))]
     pub limits: crate::limits::settings::ScopeLimits,
+    /// [`KIND_STANDARD`] or [`KIND_PLAYGROUND`] (the audit row marks a playground call).
+    #[serde(default = "standard_kind")]
+    pub kind: String,
+}
+
+fn standard_kind() -> String {
+    KIND_STANDARD.to_string()
 }
 
 /// Authentication lookup: by digest across all tenants (the digest is the credential).
@@ -357,6 +373,7 @@ pub async fn announce_expired(conn: &mut AsyncPgConnection, now: DateTime<Utc>, 
             .filter(api_keys::expires_at.le(now))
             .filter(api_keys::expiry_announced_at.is_null())
             .filter(api_keys::revoked_at.is_null())
+            .filter(api_keys::kind.eq(KIND_STANDARD))
             .order(api_keys::expires_at.asc())
             .limit(limit)
             .select(api_keys::id)

@@ -23,9 +23,9 @@ const COLUMNS: &str = "id, org_id, team_id, api_key_id, endpoint, model, provide
     error_type, stream, prompt_tokens, completion_tokens, total_tokens, cost_usd, latency_ms, upstream_latency_ms, \
     ttft_ms, cache_status, policy_action, attempts, created_at, cached_tokens, reasoning_tokens, routing, policy, cache_creation_tokens, \
     cache_saved_usd, cache_similarity, deployment, overhead_us, client_ip, user_agent_id, request_body, response_body, \
-    chain_seq, prev_hash, row_hash, settled_by";
+    chain_seq, prev_hash, row_hash, settled_by, template_id, template_version, experiment_id, experiment_variant, origin";
 
-const TYPES: [Type; 39] = [
+const TYPES: [Type; 44] = [
     Type::UUID,
     Type::UUID,
     Type::UUID,
@@ -64,6 +64,11 @@ const TYPES: [Type; 39] = [
     Type::INT8,
     Type::BYTEA,
     Type::BYTEA,
+    Type::TEXT,
+    Type::UUID,
+    Type::INT4,
+    Type::UUID,
+    Type::TEXT,
     Type::TEXT,
 ];
 
@@ -343,7 +348,7 @@ async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[Audi
     pin_mut!(writer);
     for r in rows {
         let client_ip = r.client_ip.map(|n| n.addr());
-        let row: [&(dyn ToSql + Sync); 39] = [
+        let row: [&(dyn ToSql + Sync); 44] = [
             &r.id,
             &r.org_id,
             &r.team_id,
@@ -383,6 +388,11 @@ async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[Audi
             &r.prev_hash,
             &r.row_hash,
             &r.settled_by,
+            &r.template_id,
+            &r.template_version,
+            &r.experiment_id,
+            &r.experiment_variant,
+            &r.origin,
         ];
         writer.as_mut().write(&row).await.map_err(classify)?;
     }

@@ -8,6 +8,7 @@ pub mod audit_logs;
 pub mod billing;
 pub mod cache;
 pub mod events;
+pub mod experiments;
 pub mod invites;
 pub mod org_routes;
 pub mod orgs;

@@ -312,12 +312,45 @@ pub async fn soft_delete(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -
     Ok(n == 1)
 }
 
-/// How a request names a version: a number, a label, or the latest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reference {
-    Number(i32),
-    Label(String),
-    Latest,
+pub use crate::prompt_template::VersionRef as Reference;
+
+/// What the proxy keeps of a live template to resolve references: its latest version and labels.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Head {
+    pub latest_version: i32,
+    pub labels: BTreeMap<String, i32>,
+}
+
+impl Head {
+    /// The version number a reference names; `None` for an unknown label or number.
+    pub fn number(&self, r: &Reference) -> Option<i32> {
+        match r {
+            Reference::Number(n) => Some(*n).filter(|n| (1..=self.latest_version).contains(n)),
+            Reference::Latest => Some(self.latest_version),
+            Reference::Label(l) => self.labels.get(l).copied(),
+        }
+    }
+}
+
+/// A live template's head; `None` when there is none (or it was deleted).
+pub async fn head(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<Head>> {
+    let Some(t) = find(conn, org_id, id, false).await? else { return Ok(None) };
+    Ok(Some(Head { latest_version: t.latest_version, labels: labels(conn, org_id, id).await? }))
+}
+
+/// A version's content as rendering reads it; `None` when there is none.
+pub async fn content(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+    version_no: i32,
+) -> Result<Option<crate::prompt_template::Content>> {
+    let Some(v) = version(conn, org_id, id, version_no).await? else { return Ok(None) };
+    let messages = serde_json::from_value(v.messages)
+        .map_err(|e| crate::error::Error::Invalid(format!("stored template version: {e}")))?;
+    let variables = serde_json::from_value(v.variables)
+        .map_err(|e| crate::error::Error::Invalid(format!("stored template version: {e}")))?;
+    Ok(Some(crate::prompt_template::Content { messages, variables }))
 }
 
 /// The version a reference names, of a live template of the organization.

@@ -93,6 +93,7 @@ diesel::table! {
         previous_key_hash -> Nullable<Bytea>,
         previous_key_expires_at -> Nullable<Timestamptz>,
         expiry_announced_at -> Nullable<Timestamptz>,
+        kind -> Text,
     }
 }
 
@@ -174,6 +175,11 @@ diesel::table! {
         row_hash -> Nullable<Bytea>,
         ingested_at -> Timestamptz,
         settled_by -> Nullable<Text>,
+        template_id -> Nullable<Uuid>,
+        template_version -> Nullable<Int4>,
+        experiment_id -> Nullable<Uuid>,
+        experiment_variant -> Nullable<Text>,
+        origin -> Nullable<Text>,
     }
 }
 

@@ -22,6 +22,9 @@ pub struct ChatRequest {
     /// The OpenAI-shaped upstream body without `model`, serialized once however many
     /// OpenAI-compatible deployments the request is tried on.
     openai_tail: OnceLock<Bytes>,
+    /// A prompt template the request references (`prompt`, taken out of the body); the
+    /// template step renders it and puts its messages first.
+    pub prompt: Option<crate::prompt_template::PromptRef>,
 }
 
 impl ChatRequest {
@@ -37,8 +40,15 @@ impl ChatRequest {
         Self::from_map(body)
     }
 
-    pub fn from_map(body: Map<String, Value>) -> Result<Self, RequestProblem> {
-        validate::chat_request(&body)?;
+    pub fn from_map(mut body: Map<String, Value>) -> Result<Self, RequestProblem> {
+        let prompt = match body.remove("prompt") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(crate::prompt_template::PromptRef::parse(&v).map_err(|e| RequestProblem {
+                message: format!("Invalid '{}': {}.", e.field, e.message),
+                param: Some(e.field),
+            })?),
+        };
+        validate::chat_request_with(&body, prompt.is_some())?;
         let model = body.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         let include_usage = stream
@@ -47,7 +57,25 @@ impl ChatRequest {
                 .and_then(|o| o.get("include_usage"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-        Ok(Self { body, model, stream, include_usage, openai_tail: OnceLock::new() })
+        Ok(Self { body, model, stream, include_usage, openai_tail: OnceLock::new(), prompt })
+    }
+
+    /// Puts a rendered template's messages before the request's own.
+    pub fn prepend_messages(&mut self, first: Vec<Value>) {
+        self.openai_tail = OnceLock::new();
+        let own = match self.body.remove("messages") {
+            Some(Value::Array(m)) => m,
+            _ => Vec::new(),
+        };
+        let mut all = first;
+        all.extend(own);
+        self.body.insert("messages".into(), Value::Array(all));
+    }
+
+    /// Sends the request to another model (an experiment's variant).
+    pub fn set_model(&mut self, model: &str) {
+        self.model = model.to_string();
+        self.body.insert("model".into(), Value::String(model.to_string()));
     }
 
     pub fn body(&self) -> &Map<String, Value> {

@@ -275,6 +275,12 @@ fn too_long(param: &str, max: usize, got: usize) -> RequestProblem {
 
 /// Checks a parsed chat-completion body.
 pub fn chat_request(body: &Map<String, Value>) -> Result<(), RequestProblem> {
+    chat_request_with(body, false)
+}
+
+/// [`chat_request`]; with `prompt`, the request references a template whose messages come
+/// first, so `messages` may be absent or empty.
+pub fn chat_request_with(body: &Map<String, Value>, prompt: bool) -> Result<(), RequestProblem> {
     match body.get("model") {
         None | Some(Value::Null) => return Err(RequestProblem::new("Missing required parameter: 'model'.", "model")),
         Some(Value::String(s)) if s.trim().is_empty() => {
@@ -283,14 +289,16 @@ pub fn chat_request(body: &Map<String, Value>) -> Result<(), RequestProblem> {
         Some(Value::String(_)) => {}
         Some(v) => return Err(wrong_type("model", "a string", v)),
     }
+    let none = Vec::new();
     let messages = match body.get("messages") {
+        None | Some(Value::Null) if prompt => &none,
         None | Some(Value::Null) => {
             return Err(RequestProblem::new("Missing required parameter: 'messages'.", "messages"))
         }
         Some(Value::Array(m)) => m,
         Some(v) => return Err(wrong_type("messages", "an array", v)),
     };
-    if messages.is_empty() {
+    if messages.is_empty() && !prompt {
         return Err(RequestProblem::new(
             "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
             "messages",

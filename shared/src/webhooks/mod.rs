@@ -25,6 +25,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "audit.chain_broken",
     "billing.subscription_updated",
     "usage.sync_failed",
+    "experiment.completed",
     "webhook.test",
 ];
 

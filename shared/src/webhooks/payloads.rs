@@ -179,3 +179,22 @@ pub fn usage_sync_failed(org_id: Uuid, f: &SyncFailure<'_>) -> NewEvent {
                    "quantity": f.quantity, "attempts": f.attempts, "identifier": f.identifier, "error": f.error});
     event(org_id, "usage.sync_failed", format!("usage.sync_failed:{}", f.identifier), p)
 }
+
+/// `experiment.completed`: an experiment ended, with a winner the sequential test declared, at
+/// its sample cap without one, or stopped by an operator (`docs/experiments.md`).
+pub struct ExperimentEnd<'a> {
+    pub id: Uuid,
+    pub name: &'a str,
+    pub metric: &'a str,
+    pub reason: &'a str,
+    pub winner: Option<&'a str>,
+    /// Each variant's name and sample size.
+    pub samples: &'a [(String, u64)],
+}
+
+pub fn experiment_completed(org_id: Uuid, e: &ExperimentEnd<'_>) -> NewEvent {
+    let samples: serde_json::Map<String, Value> = e.samples.iter().map(|(n, c)| (n.clone(), json!(c))).collect();
+    let p = json!({"experiment_id": e.id, "name": e.name, "metric": e.metric, "reason": e.reason,
+                   "winner": e.winner, "samples": samples});
+    event(org_id, "experiment.completed", format!("experiment.completed:{}", e.id), p)
+}

@@ -26,6 +26,10 @@ const CACHE: HeaderName = HeaderName::from_static(headers::CACHE);
 const CACHE_SIMILARITY: HeaderName = HeaderName::from_static(headers::CACHE_SIMILARITY);
 const POLICY_ACTION: HeaderName = HeaderName::from_static(headers::POLICY_ACTION);
 const POLICY_REASON: HeaderName = HeaderName::from_static(headers::POLICY_REASON);
+const EXPERIMENT: HeaderName = HeaderName::from_static(headers::EXPERIMENT);
+const EXPERIMENT_VARIANT: HeaderName = HeaderName::from_static(headers::EXPERIMENT_VARIANT);
+const PROMPT_TEMPLATE: HeaderName = HeaderName::from_static(headers::PROMPT_TEMPLATE);
+const PROMPT_TEMPLATE_VERSION: HeaderName = HeaderName::from_static(headers::PROMPT_TEMPLATE_VERSION);
 const LIMIT_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
 const REMAINING_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
 const RESET_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
@@ -86,6 +90,14 @@ pub fn header(ctx: &mut RequestCtx, status: u16, content_type: HeaderValue) -> R
     }
     h.insert(POLICY_ACTION, action);
     h.insert(POLICY_REASON, reason);
+    if let Some((template, version)) = ctx.template {
+        h.insert(PROMPT_TEMPLATE, text(template.hyphenated().encode_lower(&mut id)));
+        h.insert(PROMPT_TEMPLATE_VERSION, HeaderValue::from(version));
+    }
+    if let Some((experiment, variant)) = &ctx.experiment {
+        h.insert(EXPERIMENT, text(experiment.hyphenated().encode_lower(&mut id)));
+        h.insert(EXPERIMENT_VARIANT, text(variant));
+    }
     if let Some(limits) = ctx.limits {
         let windows = [
             (limits.requests, [LIMIT_REQUESTS, REMAINING_REQUESTS, RESET_REQUESTS]),

@@ -45,6 +45,11 @@ fn row(n: u32) -> AuditRecord {
         request_body: None,
         response_body: None,
         settled_by: None,
+        template_id: None,
+        template_version: None,
+        experiment_id: None,
+        experiment_variant: None,
+        origin: None,
         chain_seq: None,
         prev_hash: None,
         row_hash: None,
@@ -136,6 +141,32 @@ fn every_column_is_covered() {
     let mut c = a.clone();
     c.response_body = Some("{}".into());
     assert_ne!(content(&a), content(&c));
+}
+
+#[test]
+fn templates_experiments_and_the_playground_are_covered_and_unambiguous() {
+    let a = row(1);
+    let mut with = a.clone();
+    with.template_id = Some(Uuid::from_u128(7));
+    with.template_version = Some(3);
+    assert_ne!(content(&a), content(&with));
+    let mut other = with.clone();
+    other.template_version = Some(4);
+    assert_ne!(content(&with), content(&other));
+    let mut exp = a.clone();
+    exp.experiment_id = Some(Uuid::from_u128(9));
+    exp.experiment_variant = Some("b".into());
+    assert_ne!(content(&a), content(&exp));
+    let mut playground = a.clone();
+    playground.origin = Some("playground".into());
+    assert_ne!(content(&a), content(&playground));
+    // settled_by written alone, and written before later columns, never read alike.
+    let mut settled = a.clone();
+    settled.settled_by = Some("usage".into());
+    let mut settled_with = settled.clone();
+    settled_with.origin = Some("playground".into());
+    assert_ne!(content(&settled), content(&settled_with));
+    assert_ne!(content(&playground), content(&settled_with));
 }
 
 #[test]
