@@ -167,7 +167,11 @@ class Fixtures:
             put = http.put(f"/api/v1/prompt-templates/{template_id}/labels/production", json={"version": 1},
                            headers=auth)
             assert put.status_code == 200, put.text
-            return {"team_id": team_id, "api_key_id": api_key_id, "provider_key_id": provider_key_id,
+            experiment_id = post("/api/v1/experiments", {
+                "name": f"schema experiment {tag}", "metric": "latency",
+                "traffic": {"template_id": template_id, "team_id": team_id},
+                "variants": [{"name": "control"}, {"name": "other", "model": "mock-model"}]})["id"]
+            return {"experiment_id": experiment_id,"team_id": team_id, "api_key_id": api_key_id, "provider_key_id": provider_key_id,
                     "connection_id": connection_id, "invite_id": invite_id, "account_id": account_id,
                     "domain": domain, "webhook_id": webhook_id, "delivery_id": delivery_id,
                     "template_id": template_id}
@@ -222,6 +226,11 @@ class Fixtures:
                 "path.template_id": d["template_id"], "path.label": "production"},
             "POST /api/v1/prompt-templates/{template_id}/render": {"path.template_id": k["template_id"]},
             "DELETE /api/v1/prompt-templates/{template_id}": {"path.template_id": d["template_id"]},
+            "GET /api/v1/experiments/{experiment_id}": {"path.experiment_id": k["experiment_id"]},
+            "POST /api/v1/experiments/{experiment_id}/start": {"path.experiment_id": k["experiment_id"]},
+            "POST /api/v1/experiments/{experiment_id}/pause": {"path.experiment_id": k["experiment_id"]},
+            "GET /api/v1/experiments/{experiment_id}/results": {"path.experiment_id": k["experiment_id"]},
+            "POST /api/v1/experiments/{experiment_id}/stop": {"path.experiment_id": d["experiment_id"]},
         }
 
     def config(self):

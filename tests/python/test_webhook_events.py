@@ -120,6 +120,13 @@ def test_every_catalog_event_is_delivered_by_the_action_that_causes_it(stack, sm
         export = org.http.get("/api/v1/analytics/compliance/export", headers=org.auth(), params={"from": today})
         assert export.status_code == 200 and '"verified":false' in export.text, export.text[-500:]
 
+        # experiment.completed: an experiment an admin stops.
+        exp = ok(org.http.post("/api/v1/experiments", headers=org.auth(), json={
+            "name": "events", "metric": "latency", "traffic": {"model": "mock-model"},
+            "variants": [{"name": "control"}, {"name": "other", "model": "gpt-4o-mini"}]}), 201)
+        ok(org.http.post(f"/api/v1/experiments/{exp['id']}/start", headers=org.auth()), 200)
+        ok(org.http.post(f"/api/v1/experiments/{exp['id']}/stop", headers=org.auth()), 200)
+
         # billing.subscription_updated: the billing provider's signed event puts it on Growth.
         sub = {"id": "sub_events", "customer": f"cus_{uuid.uuid4().hex[:12]}", "status": "active",
                "metadata": {"gw_org_id": org.org_id}, "items": {"data": [{"price": {"id": "price_growth"}}]}}

@@ -127,7 +127,7 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
 
 /// The test binary's shared stack. Statics are never dropped: its processes run under the guard
 /// wrapper and stop when the binary exits and the pipes held here close.
-struct SharedStack {
+pub struct SharedStack {
     proxy: String,
     admin: String,
     mock: String,
@@ -140,11 +140,18 @@ static SHARED: OnceLock<Result<SharedStack, String>> = OnceLock::new();
 /// Starts the shared stack on a thread and runtime of its own, so it depends on no test's
 /// runtime. A failure is kept, so every test reports it instead of each starting another stack.
 fn start_shared() -> Result<SharedStack, String> {
+    start_shared_with(StackOptions::default())
+}
+
+/// A stack shared by one test binary's tests, with `opts`: for tests that need a configuration of
+/// their own (models with fixed latencies, say) and may share it. Keep it in a
+/// `static OnceLock<Result<SharedStack, String>>` and view it with [`Stack::view`].
+pub fn start_shared_with(opts: StackOptions) -> Result<SharedStack, String> {
     let thread = std::thread::Builder::new()
         .name("gw-shared-stack".into())
-        .spawn(|| {
+        .spawn(move || {
             migrate_once();
-            let launched = launch(&StackOptions::default(), true);
+            let launched = launch(&opts, true);
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
             rt.block_on(async {
                 let http = http_client();
@@ -200,7 +207,12 @@ impl Stack {
     /// A handle to the test binary's shared stack (default configuration), started by the first
     /// caller. Dropping the handle leaves the stack running for the other tests.
     pub async fn shared() -> Stack {
-        let s = match SHARED.get_or_init(start_shared) {
+        Self::view(SHARED.get_or_init(start_shared))
+    }
+
+    /// A handle on a stack started by [`start_shared_with`], for this test's runtime.
+    pub fn view(started: &Result<SharedStack, String>) -> Stack {
+        let s = match started {
             Ok(s) => s,
             Err(e) => panic!("the shared test stack did not start: {e}"),
         };

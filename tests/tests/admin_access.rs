@@ -179,6 +179,7 @@ struct Tenant {
     webhook: String,
     /// A prompt template with its version 1 labelled `production`.
     template: String,
+    experiment: String,
     /// A test delivery to that endpoint.
     delivery: String,
     /// A request-log entry and a reconcile run of A's, written straight to the database.
@@ -249,8 +250,14 @@ async fn tenant(stack: &Stack) -> Tenant {
     let r =
         stack.admin_put(&format!("/prompt-templates/{template}/labels/production"), t, &json!({"version": 1})).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    let body = json!({"name": "e", "metric": "latency", "traffic": {"template_id": template, "team_id": team},
+                      "variants": [{"name": "a"}, {"name": "b", "model": "gpt-4o-mini"}]});
+    let r = stack.admin_post("/experiments", t, &body).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let experiment = id(&r.json().await.unwrap());
     let (log, run) = seed_log_and_run(owner.org_id).await;
     Tenant {
+        experiment,
         owner,
         team: team.to_string(),
         user: user.to_string(),
@@ -283,6 +290,8 @@ async fn snapshot(stack: &Stack, a: &Tenant) -> Vec<Value> {
         format!("/organizations/current/webhooks/{}", a.webhook),
         format!("/prompt-templates/{}", a.template),
         format!("/prompt-templates/{}/versions", a.template),
+        format!("/experiments/{}", a.experiment),
+        format!("/experiments/{}/results", a.experiment),
         "/invites".to_string(),
         "/users".to_string(),
     ] {
@@ -463,6 +472,24 @@ fn cases(a: &Tenant) -> BTreeMap<(&'static str, &'static str), Case> {
         (("DELETE", "/api/v1/prompt-templates/{template_id}/labels/{label}"), Foreign(None)),
         (("POST", "/api/v1/prompt-templates/{template_id}/render"), Foreign(Some(json!({"variables": {"who": "B"}})))),
         (("POST", "/api/v1/organizations/current/webhooks/deliveries/{delivery_id}/retry"), Foreign(None)),
+        (("GET", "/api/v1/experiments"), List),
+        (
+            ("POST", "/api/v1/experiments"),
+            ForeignReference(json!({"name": "b's", "metric": "cost", "traffic": {"template_id": a.template},
+                "variants": [{"name": "a"}, {"name": "b", "template_version": 1}]})),
+        ),
+        (("GET", "/api/v1/experiments/{experiment_id}"), Foreign(None)),
+        (("POST", "/api/v1/experiments/{experiment_id}/start"), Foreign(None)),
+        (("POST", "/api/v1/experiments/{experiment_id}/pause"), Foreign(None)),
+        (("POST", "/api/v1/experiments/{experiment_id}/stop"), Foreign(None)),
+        (("GET", "/api/v1/experiments/{experiment_id}/results"), Foreign(None)),
+        // Feedback is kept per organization: B's score on A's request id is B's alone.
+        (("PUT", "/api/v1/requests/{request_id}/feedback"), OwnScope(Some(json!({"score": 1})))),
+        (
+            ("POST", "/api/v1/playground/compare"),
+            ForeignReference(json!({"models": ["mock-model", "gpt-4o-mini"], "team_id": a.team,
+                "messages": [{"role": "user", "content": "hi"}]})),
+        ),
         (("GET", "/api/v1/gateway/routes"), Gateway),
         (("GET", "/api/v1/gateway/routes/versions"), Gateway),
         (("GET", "/api/v1/gateway/routes/versions/{version}"), Gateway),
@@ -512,6 +539,8 @@ async fn no_operation_reaches_another_organizations_resources() {
         ("account_id", a.service_account.clone()),
         ("webhook_id", a.webhook.clone()),
         ("template_id", a.template.clone()),
+        ("experiment_id", a.experiment.clone()),
+        ("request_id", a.log.clone()),
         ("version", "1".to_string()),
         ("label", "production".to_string()),
         ("delivery_id", a.delivery.clone()),
@@ -528,6 +557,7 @@ async fn no_operation_reaches_another_organizations_resources() {
         &a.service_account,
         &a.webhook,
         &a.template,
+        &a.experiment,
         &a.delivery,
         &a.log,
         &a.run,

@@ -234,10 +234,10 @@ async fn event_types_must_be_known_and_at_least_one() {
         "fields": [
           {
             "field": "event_types",
-            "message": "unknown event type \"budget.spent\"; known: budget.threshold_crossed, budget.exceeded, policy.blocked, api_key.created, api_key.revoked, api_key.expired, provider_key.rotated, provider_key.revoked, member.added, member.removed, reconcile.discrepancy, audit.chain_broken, billing.subscription_updated, usage.sync_failed, webhook.test"
+            "message": "unknown event type \"budget.spent\"; known: budget.threshold_crossed, budget.exceeded, policy.blocked, api_key.created, api_key.revoked, api_key.expired, provider_key.rotated, provider_key.revoked, member.added, member.removed, reconcile.discrepancy, audit.chain_broken, billing.subscription_updated, usage.sync_failed, experiment.completed, webhook.test"
           }
         ],
-        "message": "event_types: unknown event type \"budget.spent\"; known: budget.threshold_crossed, budget.exceeded, policy.blocked, api_key.created, api_key.revoked, api_key.expired, provider_key.rotated, provider_key.revoked, member.added, member.removed, reconcile.discrepancy, audit.chain_broken, billing.subscription_updated, usage.sync_failed, webhook.test"
+        "message": "event_types: unknown event type \"budget.spent\"; known: budget.threshold_crossed, budget.exceeded, policy.blocked, api_key.created, api_key.revoked, api_key.expired, provider_key.rotated, provider_key.revoked, member.added, member.removed, reconcile.discrepancy, audit.chain_broken, billing.subscription_updated, usage.sync_failed, experiment.completed, webhook.test"
       }
     }
     "#);

@@ -290,8 +290,9 @@ async fn transition(
             let e = db::lock(conn, session.org_id, id).await?.ok_or(ApiError::NotFound("experiment"))?;
             if !from.contains(&e.status.as_str()) {
                 return Err(ApiError::Conflict(format!(
-                    "the experiment is {}; {action} needs it {}",
+                    "the experiment is {}; {} needs it {}",
                     e.status,
+                    action.trim_start_matches("experiment."),
                     from.join(" or ")
                 )));
             }
@@ -388,6 +389,8 @@ pub struct VariantResultOut {
     /// Requests counted for the metric.
     samples: u64,
     mean: f64,
+    /// The sample standard deviation.
+    std_dev: f64,
     /// A fixed-sample 95 % confidence interval of the mean (for display).
     interval: [f64; 2],
     /// Against the control, by the sequential test; null for the control and until both have
@@ -443,6 +446,7 @@ pub async fn results(state: web::Data<AppState>, session: Session, id: web::Path
             control: i == 0,
             samples: r.n,
             mean: r.mean,
+            std_dev: r.std_dev,
             interval: r.interval,
             comparison: r.comparison,
         })

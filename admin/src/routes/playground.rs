@@ -429,8 +429,9 @@ async fn run(
 
 /// Send one prompt to 2–8 models at once and compare their answers, speed, tokens and cost.
 #[utoipa::path(operation_id = "playground_compare", tag = "playground", request_body = CompareRequest,
-    responses((status = 200, body = CompareResponse,
-        description = "JSON; or with `stream: true`, `text/event-stream` events `{\"type\": \"result\", ...ModelResult}` as each model finishes, then `{\"type\": \"done\"}`"),
+    responses((status = 200,
+        description = "JSON; or with `stream: true`, `text/event-stream` events `{\"type\": \"result\", ...ModelResult}` as each model finishes, then `{\"type\": \"done\"}`",
+        content((CompareResponse = "application/json"), (String = "text/event-stream"))),
         Errors))]
 #[post("/playground/compare")]
 pub async fn compare(

@@ -39,6 +39,8 @@ pub struct Comparison {
 pub struct VariantResult {
     pub n: u64,
     pub mean: f64,
+    /// The sample standard deviation.
+    pub std_dev: f64,
     /// A fixed-sample 95 % interval of the mean, for display.
     pub interval: [f64; 2],
     /// Against the control; `None` for the control itself and until both have two samples
@@ -82,7 +84,13 @@ pub fn judge(figures: &[Figures], metric: Metric, s: &Settings, max_samples: u64
                 },
             })
         };
-        variants.push(VariantResult { n: f.n, mean: f.mean, interval: [lo, hi], comparison });
+        variants.push(VariantResult {
+            n: f.n,
+            mean: f.mean,
+            std_dev: m.variance().sqrt(),
+            interval: [lo, hi],
+            comparison,
+        });
     }
     let better: Vec<usize> = (1..variants.len())
         .filter(|&i| variants[i].comparison.as_ref().is_some_and(|c| c.verdict == "better"))

@@ -155,6 +155,24 @@ pub struct LogEntry {
     /// upstream was reached.
     settled_by: Option<String>,
     latency: LogLatency,
+    /// The prompt template and version the request rendered.
+    template: Option<LogTemplate>,
+    /// The experiment the request took part in, and its variant.
+    experiment: Option<LogExperiment>,
+    /// `playground` for a playground comparison's call; null for the API.
+    origin: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LogTemplate {
+    id: Uuid,
+    version: Option<i32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LogExperiment {
+    id: Uuid,
+    variant: Option<String>,
 }
 
 impl LogEntry {
@@ -192,6 +210,9 @@ impl LogEntry {
                 ttft_ms: r.ttft_ms,
                 overhead_us: r.overhead_us,
             },
+            template: r.template_id.map(|id| LogTemplate { id, version: r.template_version }),
+            experiment: r.experiment_id.map(|id| LogExperiment { id, variant: r.experiment_variant.clone() }),
+            origin: r.origin.clone(),
         }
     }
 }
