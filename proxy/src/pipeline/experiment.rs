@@ -26,8 +26,9 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
         return Ok(());
     }
     let Some(req) = ctx.request.as_ref() else { return Ok(()) };
-    let running = gw.lookups.experiments.get(&key.org_id, &|| true).await.map_err(|_| ProxyError::StoreUnavailable)?;
-    let Some(running) = running else { return Ok(()) };
+    // Experiments are optional: with the store unreachable and nothing cached, the request goes
+    // as sent rather than failing.
+    let Ok(Some(running)) = gw.lookups.experiments.get(&key.org_id, &|| true).await else { return Ok(()) };
     let template = req.prompt.as_ref().map(|p| p.id);
     let Some(exp) = running.matching(&req.model, template, ctx.team_id) else { return Ok(()) };
     let user = req.body().get("user").and_then(Value::as_str).filter(|s| !s.is_empty());
