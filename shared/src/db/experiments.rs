@@ -123,20 +123,14 @@ pub async fn list(
     .await?)
 }
 
-#[derive(QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
 /// Experiments not completed (what the per-organization cap counts).
 pub async fn count_open(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<i64> {
-    let c: Count =
-        diesel::sql_query("SELECT count(*) AS n FROM experiments WHERE org_id = $1 AND status <> 'completed'")
-            .bind::<SqlUuid, _>(org_id)
-            .get_result(conn)
-            .await?;
-    Ok(c.n)
+    super::count_of_org(
+        conn,
+        "SELECT count(*) AS n FROM experiments WHERE org_id = $1 AND status <> 'completed'",
+        org_id,
+    )
+    .await
 }
 
 pub async fn find(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<Option<Experiment>> {
@@ -262,7 +256,7 @@ pub struct VariantFigures {
 pub async fn figures(conn: &mut AsyncPgConnection, org_id: Uuid, e: &Experiment) -> Result<Vec<VariantFigures>> {
     let (value, from) = match e.metric() {
         Metric::Latency => ("a.latency_ms::float8", "audit_logs a WHERE a.status_code < 400 AND"),
-        Metric::Cost => ("a.cost_usd::float8", "audit_logs a WHERE"),
+        Metric::Cost => ("a.cost_usd::float8", "audit_logs a WHERE a.status_code < 400 AND"),
         Metric::ErrorRate => (
             "CASE WHEN a.status_code >= 500 OR a.error_type IN ('upstream_rate_limited', 'upstream_stream_broken') \
              THEN 1.0 ELSE 0.0 END",

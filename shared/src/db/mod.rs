@@ -111,3 +111,20 @@ pub async fn try_leader_lock(conn: &mut AsyncPgConnection, key: i64) -> crate::e
         .await?;
     Ok(lock.locked)
 }
+
+/// The count one organization's rows give `sql`: a `SELECT count(*) AS n ... WHERE org_id = $1
+/// ...` (per-organization caps: templates, experiments).
+pub async fn count_of_org(
+    conn: &mut AsyncPgConnection,
+    sql: &'static str,
+    org_id: uuid::Uuid,
+) -> crate::error::Result<i64> {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let c: Count = diesel::sql_query(sql).bind::<diesel::sql_types::Uuid, _>(org_id).get_result(conn).await?;
+    Ok(c.n)
+}

@@ -161,20 +161,14 @@ pub async fn list(
     .await?)
 }
 
-#[derive(QueryableByName)]
-struct Live {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    n: i64,
-}
-
 /// How many live templates the organization has.
 pub async fn count_live(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<i64> {
-    let c: Live =
-        diesel::sql_query("SELECT count(*) AS n FROM prompt_templates WHERE org_id = $1 AND deleted_at IS NULL")
-            .bind::<SqlUuid, _>(org_id)
-            .get_result(conn)
-            .await?;
-    Ok(c.n)
+    super::count_of_org(
+        conn,
+        "SELECT count(*) AS n FROM prompt_templates WHERE org_id = $1 AND deleted_at IS NULL",
+        org_id,
+    )
+    .await
 }
 
 /// A template, deleted ones too when `deleted` (their versions stay readable).

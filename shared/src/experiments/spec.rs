@@ -16,7 +16,7 @@ pub const MAX_VARIANTS: usize = 8;
 pub enum Metric {
     /// Total latency in milliseconds (answered requests only): lower is better.
     Latency,
-    /// Cost in USD: lower is better.
+    /// Cost in USD of answered requests: lower is better.
     Cost,
     /// 1 when the request failed on gw's or the upstream's side (status 5xx, 429 from an
     /// upstream, a broken stream), else 0: lower is better.
