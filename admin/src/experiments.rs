@@ -49,22 +49,31 @@ pub async fn evaluate(conn: &mut AsyncPgConnection, org_id: Uuid, e: &Experiment
     Ok(Evaluated { variants, figures, judgement })
 }
 
-/// Completes a running experiment when its results say so (locked, so it completes once).
-/// Returns whether it completed.
-pub async fn conclude(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> gw_shared::Result<bool> {
+/// What [`conclude`] found: the experiment as it stands, its evaluation, and whether this call
+/// completed it.
+pub struct Concluded {
+    pub experiment: Experiment,
+    pub evaluated: Evaluated,
+    pub completed_now: bool,
+}
+
+/// Evaluates an experiment and, when it is running and its results say so, completes it (locked,
+/// so it completes once). `None`: no such experiment.
+pub async fn conclude(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> gw_shared::Result<Option<Concluded>> {
     conn.transaction(async |conn| {
-        let Some(e) = db::lock(conn, org_id, id).await? else { return Ok(false) };
-        if e.status != "running" {
-            return Ok(false);
-        }
-        let ev = evaluate(conn, org_id, &e).await?;
-        let (reason, winner) = match (ev.judgement.winner, ev.judgement.exhausted) {
-            (Some(i), _) => ("winner", ev.variants.get(i).map(|v| v.name.clone())),
-            (None, true) => ("max_samples", None),
-            (None, false) => return Ok(false),
+        let Some(e) = db::lock(conn, org_id, id).await? else { return Ok(None) };
+        let evaluated = evaluate(conn, org_id, &e).await?;
+        let decided = match (evaluated.judgement.winner, evaluated.judgement.exhausted) {
+            _ if e.status != "running" => None,
+            (Some(i), _) => Some(("winner", evaluated.variants.get(i).map(|v| v.name.clone()))),
+            (None, true) => Some(("max_samples", None)),
+            (None, false) => None,
         };
-        complete(conn, &e, &ev, reason, winner.as_deref()).await?;
-        Ok(true)
+        let Some((reason, winner)) = decided else {
+            return Ok(Some(Concluded { experiment: e, evaluated, completed_now: false }));
+        };
+        let done = complete(conn, &e, &evaluated, reason, winner.as_deref()).await?;
+        Ok(Some(Concluded { experiment: done, evaluated, completed_now: true }))
     })
     .await
 }
@@ -106,28 +115,35 @@ pub fn spawn(state: Arc<AppState>) {
     });
 }
 
-/// On the leader: every running experiment whose results say it is over completes.
+/// On the leader: every running experiment whose results say it is over completes. Pages
+/// through all of them by id, so none waits behind others.
 async fn check_once(state: &AppState) -> Result<(), String> {
     let mut conn = state.db.get().await.map_err(|e| e.to_string())?;
-    let running = conn
-        .transaction(async |conn| {
-            if !gw_shared::db::try_leader_lock(conn, CHECK_LOCK).await? {
-                return Ok::<_, gw_shared::Error>(Vec::new());
+    let mut after = None;
+    loop {
+        let page = conn
+            .transaction(async |conn| {
+                if !gw_shared::db::try_leader_lock(conn, CHECK_LOCK).await? {
+                    return Ok::<_, gw_shared::Error>(None);
+                }
+                db::all_running(conn, after, BATCH).await.map(Some)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(page) = page else { return Ok(()) };
+        for &(org_id, id) in &page {
+            match conclude(&mut conn, org_id, id).await {
+                Ok(Some(c)) if c.completed_now => {
+                    let what = format!("the completion of experiment {id}");
+                    state.invalidate(&Invalidation::Experiments { org_id }, what).await
+                }
+                Ok(_) => {}
+                Err(e) => log::warn!("experiment {id}: completion check failed: {e}"),
             }
-            db::all_running(conn, BATCH).await
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    for (org_id, id) in running {
-        match conclude(&mut conn, org_id, id).await {
-            Ok(true) => {
-                state
-                    .invalidate(&Invalidation::Experiments { org_id }, format!("the completion of experiment {id}"))
-                    .await
-            }
-            Ok(false) => {}
-            Err(e) => log::warn!("experiment {id}: completion check failed: {e}"),
+        }
+        match page.last() {
+            Some(&(_, last)) if page.len() as i64 == BATCH => after = Some(last),
+            _ => return Ok(()),
         }
     }
-    Ok(())
 }

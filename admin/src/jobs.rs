@@ -86,6 +86,9 @@ pub async fn audit_once(state: &AppState) -> Result<Option<usize>, String> {
                 metrics.partitions_dropped.inc_by(d.dropped as u64);
                 log::info!("audit retention: dropped {} monthly partition(s)", d.dropped);
             }
+            // Feedback scores (and their comments) go with the requests they were given for.
+            let cutoff = state.clock.now() - chrono::Duration::days(31 * i64::from(retention));
+            gw_shared::db::experiments::prune_feedback(conn, cutoff, 10_000).await?;
         }
         Ok(Some(gw_shared::db::rollups::run(conn, state.clock.now()).await?))
     })

@@ -119,6 +119,10 @@ async fn an_ill_formed_experiment_is_refused_naming_the_field() {
     assert_eq!(b["error"]["fields"][0]["field"], "traffic.team_id");
     let b = post(json!({"name": "x", "metric": "speed", "traffic": {"model": "m"}, "variants": []})).await;
     assert_eq!(b["error"]["code"], "validation_error");
+    let b = post(experiment("mock-model", json!([{"name": "a"}, {"name": "b", "model": "no-such-model"}]))).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "variants[1].model");
+    let b = post(experiment("no-such-model", json!([{"name": "a"}, {"name": "b", "model": "mock-model"}]))).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "traffic.model");
     let mut capped = experiment("m", json!([{"name": "a"}, {"name": "b", "model": "n"}]));
     capped["max_samples_per_variant"] = json!(10);
     assert_eq!(post(capped).await["error"]["fields"][0]["field"], "max_samples_per_variant");
@@ -161,6 +165,10 @@ async fn feedback_is_recorded_per_request_and_checked() {
     assert_eq!(stack.admin_put(&path, &s.access_token, &json!({"score": 1})).await.status(), 204);
     let b = expect_api_error(stack.admin_put(&path, &s.access_token, &json!({"score": 1e300})).await, 400).await;
     assert_eq!(b["error"]["fields"][0]["field"], "score");
+    // Only ids the proxy could have minted: UUIDv7s from the past.
+    let not_a_request = format!("/requests/{}/feedback", Uuid::new_v4());
+    let b = expect_api_error(stack.admin_put(&not_a_request, &s.access_token, &json!({"score": 1})).await, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "request_id");
     let mut conn = db::connect().await;
     use diesel_async::RunQueryDsl;
     #[derive(diesel::QueryableByName)]

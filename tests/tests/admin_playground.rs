@@ -151,10 +151,16 @@ async fn a_model_the_caller_may_not_use_is_refused_as_on_v1() {
       "type": "invalid_request_error"
     }
     "#);
-    // A member may only spend a team's budget they belong to.
+    // A member may only spend a team's budget they belong to, and must name it.
     let member = stack.join(&owner, "member", &[]).await;
     let b = expect_api_error(stack.admin_post("/playground/compare", &member.access_token, &body).await, 403).await;
     assert_eq!(b["error"]["code"], "forbidden");
+    let unscoped = prompt(&["mock-model", "gemini-slow"]);
+    let b = expect_api_error(stack.admin_post("/playground/compare", &member.access_token, &unscoped).await, 400).await;
+    assert_eq!(b["error"]["fields"][0]["field"], "team_id");
+    let own = stack.join(&owner, "member", &[team]).await;
+    let out = compare(stack, &own, &body).await;
+    check_against_audit(owner.org_id, &out["results"][0]).await;
 }
 
 #[tokio::test]

@@ -28,6 +28,7 @@ use crate::session::Session;
 use crate::state::AppState;
 use crate::trail::{self, Entry};
 use crate::validate;
+use crate::validate::models as known_models;
 
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(list)
@@ -229,6 +230,20 @@ pub async fn create(
             }
         }
     }
+    // Models must be configured ones, as for a key's allow-list.
+    let routes = state.routes().await?;
+    let named = |field: String, m: &str| {
+        known_models(&routes, vec![m.to_string()])
+            .map_err(|_| ApiError::field(field, format!("unknown model {m:?}: a configured model name or alias")))
+    };
+    if let Some(m) = &traffic.model {
+        named("traffic.model".into(), m)?;
+    }
+    for (i, v) in variants.iter().enumerate() {
+        if let Some(m) = &v.model {
+            named(format!("variants[{i}].model"), m)?;
+        }
+    }
     let id = new_id();
     let trail = trail::Trail::of(&session, &req);
     let e = conn
@@ -301,6 +316,7 @@ async fn transition(
                 complete(conn, &e, &ev, "stopped", None).await?
             } else {
                 if to == "running" {
+                    db::lock_starts(conn, session.org_id).await?;
                     if let Some(other) = db::running_over(conn, session.org_id, id, &e.traffic()).await? {
                         return Err(ApiError::Conflict(format!(
                             "experiment {other} is running over the same traffic; pause or stop it first"
@@ -371,12 +387,15 @@ pub async fn stop(
     id: web::Path<Uuid>,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
-    // A winner the test already has is declared, not lost to the stop.
+    // A winner the test already has is declared, not lost to the stop: then the experiment is
+    // answered as it completed.
     let mut conn = state.conn().await?;
-    if conclude(&mut conn, session.org_id, id).await? {
-        state.invalidate(&Invalidation::Experiments { org_id: session.org_id }, format!("experiment {id}")).await;
-    }
+    let found = conclude(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("experiment"))?;
     drop(conn);
+    if found.completed_now {
+        state.invalidate(&Invalidation::Experiments { org_id: session.org_id }, format!("experiment {id}")).await;
+        return Ok(HttpResponse::Ok().json(out(found.experiment)));
+    }
     let e =
         transition(&state, &session, &req, id, "experiment.stop", &["draft", "running", "paused"], "completed").await?;
     Ok(HttpResponse::Ok().json(out(e)))
@@ -427,14 +446,12 @@ pub struct ExperimentResults {
 pub async fn results(state: web::Data<AppState>, session: Session, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
     let mut conn = state.conn().await?;
-    let e = db::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("experiment"))?;
-    let e = if e.status == "running" && conclude(&mut conn, session.org_id, id).await? {
+    // One evaluation, which also completes a running experiment its results say is over.
+    let found = conclude(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("experiment"))?;
+    if found.completed_now {
         state.invalidate(&Invalidation::Experiments { org_id: session.org_id }, format!("experiment {id}")).await;
-        db::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("experiment"))?
-    } else {
-        e
-    };
-    let ev = evaluate(&mut conn, session.org_id, &e).await?;
+    }
+    let (e, ev) = (found.experiment, found.evaluated);
     let s = Settings::default();
     let variants = ev
         .variants
@@ -466,6 +483,17 @@ pub async fn results(state: web::Data<AppState>, session: Session, id: web::Path
     }))
 }
 
+/// A request id as the proxy mints them: a UUIDv7 from the past (a day's clock skew allowed),
+/// so feedback cannot be parked under ids no request will ever have.
+fn request_id(id: Uuid) -> ApiResult<()> {
+    let minted = id.get_timestamp().map(|t| t.to_unix().0 as i64);
+    let now = Utc::now().timestamp();
+    match minted {
+        Some(secs) if id.get_version_num() == 7 && secs <= now + 86_400 => Ok(()),
+        _ => Err(ApiError::field("request_id", "is not a request id (x-gw-request-id)")),
+    }
+}
+
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutFeedback {
@@ -493,7 +521,9 @@ pub async fn feedback(
         return Err(ApiError::field("score", "must be a finite number between -1e9 and 1e9"));
     }
     let comment = validate::optional_text("comment", b.comment.as_deref().unwrap_or_default(), MAX_COMMENT_CHARS)?;
+    let id = id.into_inner();
+    request_id(id)?;
     let mut conn = state.conn().await?;
-    db::put_feedback(&mut conn, session.org_id, id.into_inner(), b.score, &comment, Some(session.user_id)).await?;
+    db::put_feedback(&mut conn, session.org_id, id, b.score, &comment, Some(session.user_id)).await?;
     Ok(HttpResponse::NoContent().finish())
 }

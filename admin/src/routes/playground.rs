@@ -334,11 +334,18 @@ async fn plan(state: &AppState, session: &Session, b: CompareRequest) -> ApiResu
             return Err(ApiError::NotFound("prompt template version"));
         }
     }
-    if let Some(team) = b.team_id {
-        if !gw_shared::db::teams::exists_in_org(&mut conn, session.org_id, team).await? {
-            return Err(ApiError::field("team_id", "no such team in this organization"));
+    match b.team_id {
+        Some(team) => {
+            if !gw_shared::db::teams::exists_in_org(&mut conn, session.org_id, team).await? {
+                return Err(ApiError::field("team_id", "no such team in this organization"));
+            }
+            session.require_team(&mut conn, team).await?;
         }
-        session.require_team(&mut conn, team).await?;
+        // As for keys: a member spends only a team's budget, under its allow-list and limits.
+        None if !session.is_admin() => {
+            return Err(ApiError::field("team_id", "members compare on a team they belong to: name it"));
+        }
+        None => {}
     }
     let mut body = b.parameters;
     if let Some(m) = b.messages {
@@ -445,8 +452,14 @@ pub async fn compare(
     let (key_id, secret) = issue_key(&state, &session, team).await?;
     let org_id = session.org_id;
     if !stream {
-        let mut results = Vec::with_capacity(p.models.len());
-        run(state, org_id, (key_id, secret), p, |r| results.push(r)).await;
+        // On a task of its own: a client that leaves does not stop the calls or the key's
+        // revocation.
+        let task = actix_web::rt::spawn(async move {
+            let mut results = Vec::with_capacity(p.models.len());
+            run(state, org_id, (key_id, secret), p, |r| results.push(r)).await;
+            results
+        });
+        let mut results = task.await.map_err(|e| ApiError::Internal(format!("playground comparison: {e}")))?;
         results.sort_by_key(|r| r.index);
         return Ok(HttpResponse::Ok().json(CompareResponse { results }));
     }

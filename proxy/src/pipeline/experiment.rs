@@ -20,6 +20,15 @@ use crate::state::Gateway;
 /// Longest stickiness key read (a longer one is cut).
 const MAX_KEY: usize = 256;
 
+/// `k` cut to at most [`MAX_KEY`] bytes, on a character boundary.
+fn bounded(k: &str) -> &str {
+    let mut end = k.len().min(MAX_KEY);
+    while !k.is_char_boundary(end) {
+        end -= 1;
+    }
+    &k[..end]
+}
+
 pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let Some(key) = ctx.key.clone() else { return Err(ProxyError::MissingAuth) };
     if key.kind == KIND_PLAYGROUND {
@@ -35,7 +44,7 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
     let header = session.req_header().headers.get(headers::EXPERIMENT_KEY).and_then(|v| v.to_str().ok());
     let id_text;
     let sticky = match user.or(header.filter(|h| !h.is_empty())) {
-        Some(k) => &k[..k.floor_char_boundary(MAX_KEY)],
+        Some(k) => bounded(k),
         None => {
             id_text = ctx.request_id.to_string();
             &id_text
@@ -56,4 +65,19 @@ pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Resul
     }
     ctx.experiment = Some((id, Arc::from(name)));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_key_is_cut_on_a_character_boundary() {
+        assert_eq!(bounded("abc"), "abc");
+        let long = "é".repeat(200);
+        let cut = bounded(&long);
+        assert!(cut.len() <= MAX_KEY && cut.chars().all(|c| c == 'é') && cut.len() == 256);
+        let odd = format!("x{}", "é".repeat(200));
+        assert_eq!(bounded(&odd).len(), 255);
+    }
 }

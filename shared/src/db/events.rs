@@ -91,9 +91,11 @@ pub async fn keys_revoked(
     if ids.is_empty() {
         return Ok(());
     }
+    // A playground comparison's key is never announced (`docs/playground.md`).
     let keys: Vec<(Uuid, String, String, Option<Uuid>)> = api_keys::table
         .filter(api_keys::org_id.eq(org_id))
         .filter(api_keys::id.eq_any(ids))
+        .filter(api_keys::kind.eq(super::api_keys::KIND_STANDARD))
         .select((api_keys::id, api_keys::name, api_keys::key_prefix, api_keys::team_id))
         .load(conn)
         .await?;

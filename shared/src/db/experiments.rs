@@ -221,8 +221,9 @@ pub async fn running(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<Runni
     Ok(Running { experiments })
 }
 
-/// Every running experiment's organization and id, for the leader's completion check.
-pub async fn all_running(conn: &mut AsyncPgConnection, limit: i64) -> Result<Vec<(Uuid, Uuid)>> {
+/// Running experiments' organizations and ids after `after` (by id), for the leader's completion
+/// check, which pages through them all.
+pub async fn all_running(conn: &mut AsyncPgConnection, after: Option<Uuid>, limit: i64) -> Result<Vec<(Uuid, Uuid)>> {
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = SqlUuid)]
@@ -230,11 +231,14 @@ pub async fn all_running(conn: &mut AsyncPgConnection, limit: i64) -> Result<Vec
         #[diesel(sql_type = SqlUuid)]
         id: Uuid,
     }
-    let rows: Vec<Row> =
-        diesel::sql_query("SELECT org_id, id FROM experiments WHERE status = 'running' ORDER BY updated_at LIMIT $1")
-            .bind::<BigInt, _>(limit)
-            .load(conn)
-            .await?;
+    let rows: Vec<Row> = diesel::sql_query(
+        "SELECT org_id, id FROM experiments WHERE status = 'running' AND ($1::uuid IS NULL OR id > $1) \
+         ORDER BY id LIMIT $2",
+    )
+    .bind::<Nullable<SqlUuid>, _>(after)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
     Ok(rows.into_iter().map(|r| (r.org_id, r.id)).collect())
 }
 
@@ -254,11 +258,15 @@ pub struct VariantFigures {
 /// Per variant, the metric over the experiment's requests in the audit log (`docs/experiments.md`
 /// says which requests count for each metric).
 pub async fn figures(conn: &mut AsyncPgConnection, org_id: Uuid, e: &Experiment) -> Result<Vec<VariantFigures>> {
+    // Answered by a model, not the response cache: what the variant itself did.
+    const ANSWERED: &str = "audit_logs a WHERE a.status_code < 400 AND a.cache_status NOT IN ('L1', 'L2', 'L3') AND";
     let (value, from) = match e.metric() {
-        Metric::Latency => ("a.latency_ms::float8", "audit_logs a WHERE a.status_code < 400 AND"),
-        Metric::Cost => ("a.cost_usd::float8", "audit_logs a WHERE a.status_code < 400 AND"),
+        Metric::Latency => ("a.latency_ms::float8", ANSWERED),
+        Metric::Cost => ("a.cost_usd::float8", ANSWERED),
         Metric::ErrorRate => (
-            "CASE WHEN a.status_code >= 500 OR a.error_type IN ('upstream_rate_limited', 'upstream_stream_broken') \
+            "CASE WHEN a.status_code >= 500 OR a.error_type IN (\
+               'upstream_rate_limited', 'upstream_stream_broken', 'model_not_found', 'wrong_endpoint', \
+               'unsupported_parameter', 'model_not_in_region', 'prompt_not_found') \
              THEN 1.0 ELSE 0.0 END",
             "audit_logs a WHERE",
         ),
@@ -277,6 +285,27 @@ pub async fn figures(conn: &mut AsyncPgConnection, org_id: Uuid, e: &Experiment)
     .bind::<SqlUuid, _>(e.id)
     .bind::<Timestamptz, _>(e.created_at)
     .load(conn)
+    .await?)
+}
+
+/// Serializes starting experiments of one organization (the caller's transaction), so two
+/// experiments over the same traffic cannot both start.
+pub async fn lock_starts(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<()> {
+    let b = org_id.as_bytes();
+    let key = i64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]) ^ 0x0067_7765_7870_7374;
+    diesel::sql_query("SELECT pg_advisory_xact_lock($1)").bind::<BigInt, _>(key).execute(conn).await?;
+    Ok(())
+}
+
+/// Deletes feedback recorded before `cutoff` (audit retention), up to `limit` rows.
+pub async fn prune_feedback(conn: &mut AsyncPgConnection, cutoff: DateTime<Utc>, limit: i64) -> Result<usize> {
+    Ok(diesel::sql_query(
+        "DELETE FROM request_feedback WHERE ctid IN \
+           (SELECT ctid FROM request_feedback WHERE created_at < $1 LIMIT $2)",
+    )
+    .bind::<Timestamptz, _>(cutoff)
+    .bind::<BigInt, _>(limit)
+    .execute(conn)
     .await?)
 }
 
