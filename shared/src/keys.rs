@@ -80,6 +80,11 @@ pub fn looks_like_jwt(token: &str) -> bool {
     token.starts_with("eyJ") && token.split('.').count() == 3
 }
 
+/// Kinds of key: the organization's own, listed and managed through `/api/v1/api-keys`.
+pub const KIND_STANDARD: &str = "standard";
+/// A playground comparison's key: lives for one comparison, never listed, found, announced.
+pub const KIND_PLAYGROUND: &str = "playground";
+
 #[cfg(test)]
 mod tests {
     use super::*;

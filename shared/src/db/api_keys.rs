@@ -48,10 +48,7 @@ pub struct NewApiKey<'a> {
     pub kind: &'a str,
 }
 
-/// Kinds of key: the organization's own, listed and managed through `/api/v1/api-keys`.
-pub const KIND_STANDARD: &str = "standard";
-/// A playground comparison's key: lives for one comparison, never listed, found, announced.
-pub const KIND_PLAYGROUND: &str = "playground";
+pub use crate::keys::{KIND_PLAYGROUND, KIND_STANDARD};
 
 /// How a key is shown where it is referenced (the request log, the overview): its name and
 /// prefix. Revoked keys keep theirs.

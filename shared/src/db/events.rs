@@ -95,7 +95,7 @@ pub async fn keys_revoked(
     let keys: Vec<(Uuid, String, String, Option<Uuid>)> = api_keys::table
         .filter(api_keys::org_id.eq(org_id))
         .filter(api_keys::id.eq_any(ids))
-        .filter(api_keys::kind.eq(super::api_keys::KIND_STANDARD))
+        .filter(api_keys::kind.eq(crate::keys::KIND_STANDARD))
         .select((api_keys::id, api_keys::name, api_keys::key_prefix, api_keys::team_id))
         .load(conn)
         .await?;
