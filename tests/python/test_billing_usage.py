@@ -67,7 +67,10 @@ def test_usage_the_provider_keeps_refusing_is_given_up_with_usage_sync_failed(tm
         wait_until("the audit row", lambda: psql(
             f"SELECT count(*) FROM audit_logs WHERE org_id = '{org.org_id}'", database=db) == "1")
 
-        ledger = f"SELECT status, attempts FROM billing_usage_sync WHERE org_id = '{org.org_id}'"
+        # The hour with the traffic: once the clock reaches the real time, the hours after it are
+        # planned too (as `empty` rows, nothing to send).
+        ledger = (f"SELECT status, attempts FROM billing_usage_sync WHERE org_id = '{org.org_id}' "
+                  f"AND hour = to_timestamp({hour})")
         at(hour + 3600 + 60)  # the hour is complete: sent, refused, retried in 60 s
         wait_until("the first try", lambda: psql(ledger, database=db) == "pending|1")
         at(int(time.time()))
