@@ -16,6 +16,7 @@ mod billing_grace;
 mod billing_provider;
 mod body;
 mod bootstrap;
+mod console;
 mod decode;
 mod domain_proof;
 mod error;
@@ -375,6 +376,7 @@ fn serve() -> Result<(), BoxError> {
                     }
                 })
                 .configure(routes::ops)
+                .configure(console::routes)
                 .into_utoipa_app()
                 .configure(routes::api)
                 .into_app()

@@ -57,6 +57,11 @@ pub struct OrganizationOut {
     /// The subscription with the billing provider, as its newest event says; null: none
     /// (read-only).
     subscription: Option<SubscriptionOut>,
+    /// How the plan changes (read-only): `self_serve` (`POST /billing/checkout` and `/billing/portal`
+    /// work), `operator` (air-gapped: the operator sets plans) or `unconfigured` (no billing
+    /// provider on this gateway).
+    #[schema(value_type = String, example = "self_serve")]
+    billing_mode: &'static str,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -110,6 +115,13 @@ async fn out(state: &AppState, conn: &mut AsyncPgConnection, org: orgs::Organiza
         gateway_quota: quota.map(|q| serde_json::to_value(q).unwrap_or(Value::Null)),
     };
     o.subscription = subscription;
+    o.billing_mode = if state.cfg.billing.airgap {
+        "operator"
+    } else if state.billing.is_some() {
+        "self_serve"
+    } else {
+        "unconfigured"
+    };
     Ok(o)
 }
 
@@ -127,6 +139,7 @@ impl From<orgs::Organization> for OrganizationOut {
             require_totp: org.require_totp,
             plan_terms: PlanTerms { name: String::new(), seats: None, sso: false, gateway_quota: None },
             subscription: None,
+            billing_mode: "unconfigured",
             created_at: org.created_at,
             updated_at: org.updated_at,
         }
@@ -171,7 +184,7 @@ pub async fn current(state: web::Data<AppState>, session: Session) -> ApiResult<
 
 /// Update the organization's name, data-residency region, metadata, budget or rate limits
 /// (absent fields stay as they are). The body `GET` answers may be sent back: `id` and `plan`
-/// as they are, `created_at`, `updated_at`, `plan_terms` and `subscription` ignored.
+/// as they are, `created_at`, `updated_at`, `plan_terms`, `subscription` and `billing_mode` ignored.
 #[utoipa::path(operation_id = "update_organization", tag = "organizations", request_body = UpdateOrganization,
     responses((status = 200, body = OrganizationOut), Errors))]
 #[patch("/organizations/current")]
@@ -187,7 +200,7 @@ pub async fn update(
         Fixed::new("id", org.id, "it names the organization"),
         Fixed::new("plan", &org.plan, "the plan changes through billing"),
     ];
-    let ignored = ["created_at", "updated_at", "plan_terms", "subscription"];
+    let ignored = ["created_at", "updated_at", "plan_terms", "subscription", "billing_mode"];
     let b: UpdateOrganization = read_only::writable(body.into_inner(), &fixed, &ignored)?;
     let name = b.name.as_deref().map(|n| validate::text("name", n, 200)).transpose()?;
     let region = match b.data_residency {

@@ -254,6 +254,13 @@ pub async fn callback(
     req: HttpRequest,
     q: crate::body::Query<CallbackQuery>,
 ) -> ApiResult<HttpResponse> {
+    // A browser the identity provider sent here is forwarded to the console, which brings `code`
+    // and `state` back with `fetch` and keeps the tokens in its memory (docs/console.md); the
+    // state is not spent by the forward.
+    if navigated(&req) {
+        let to = format!("/console#/sso-callback?{}", req.query_string());
+        return Ok(HttpResponse::SeeOther().insert_header((actix_web::http::header::LOCATION, to)).finish());
+    }
     let q = q.into_inner();
     // The state is spent whatever happens next.
     let pending = match q.state.as_deref() {
@@ -370,6 +377,12 @@ pub async fn callback(
             }))
         }
     }
+}
+
+/// A top-level browser navigation (its `Accept` puts HTML first), not an API client.
+fn navigated(req: &HttpRequest) -> bool {
+    let accept = req.headers().get(actix_web::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    accept.split(',').next().is_some_and(|first| first.trim().starts_with("text/html"))
 }
 
 #[cfg(test)]
