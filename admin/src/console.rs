@@ -39,6 +39,7 @@ const ASSETS: &[Asset] = assets![
     ("js/pages/webhooks.js", "text/javascript; charset=utf-8"),
     ("js/pages/prompts.js", "text/javascript; charset=utf-8"),
     ("js/pages/reference.js", "text/javascript; charset=utf-8"),
+    ("js/pages/gateway.js", "text/javascript; charset=utf-8"),
 ];
 
 /// The Content-Security-Policy of every console answer: nothing inline, nothing from elsewhere.

@@ -6,7 +6,11 @@ const SVG = 'http://www.w3.org/2000/svg';
 function apply(el, props) {
   for (const [k, v] of Object.entries(props || {})) {
     if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    if (k.startsWith('on')) {
+      // Never an inline handler attribute: the CSP forbids them, and no value may become code.
+      if (typeof v !== 'function') throw new TypeError(`${k} must be a function`);
+      el.addEventListener(k.slice(2), v);
+    }
     else if (k === 'class') el.setAttribute('class', v);
     else if (k === 'text') el.textContent = String(v);
     else if (k === 'value') el.value = v;

@@ -11,6 +11,7 @@ import * as analytics from './pages/analytics.js';
 import * as webhooks from './pages/webhooks.js';
 import * as prompts from './pages/prompts.js';
 import * as reference from './pages/reference.js';
+import * as gateway from './pages/gateway.js';
 
 const PUBLIC = {
   signin: auth.signIn,
@@ -32,6 +33,7 @@ const NAV = [
   ['Organization', [
     ['organization', 'Organization', org.organization],
     ['members', 'Members and invites', org.members],
+    ['service-accounts', 'Service accounts', gateway.serviceAccounts],
     ['teams', 'Teams', org.teams],
     ['billing', 'Billing', org.billing],
     ['sso-connections', 'Single sign-on', org.sso],
@@ -40,9 +42,11 @@ const NAV = [
   ['Gateway', [
     ['keys', 'API keys', keys.apiKeys],
     ['provider-keys', 'Provider keys', keys.providerKeys],
+    ['routes', 'Own providers and models', gateway.orgRoutes],
     ['policies', 'Policies', policy.policies],
     ['cache', 'Cache', policy.cache],
     ['webhooks', 'Webhooks', webhooks.webhooks],
+    ['gateway', 'Gateway (operators)', gateway.gateway],
   ]],
   ['Build', [
     ['playground', 'Playground', prompts.playground],
@@ -137,20 +141,20 @@ async function route() {
     render = PAGES[name] || PUBLIC[name];
   }
   const main = h('main', { id: 'main' });
-  const status = h('p', { id: 'status', class: 'status', role: 'status', 'aria-live': 'polite' });
   clear(app);
   document.body.classList.remove('nav-open');
   if (signedIn) {
     const { header, menu } = shell(id ? name : name);
-    app.append(header, h('div', { class: 'layout' }, menu, main), status);
+    app.append(header, h('div', { class: 'layout' }, menu, main));
   } else {
     app.append(h('header', { class: 'top' }, h('a', { href: '#/signin', class: 'brand' }, 'gw'), h('span', { class: 'who' }, 'console')),
-      h('div', { class: 'layout public' }, main), status);
+      h('div', { class: 'layout public' }, main));
   }
   if (!render) {
     main.append(h('h1', { id: 'page-title', tabindex: '-1' }, 'Not found'), errorBox(new Error(`no page "${name}"`)));
     return;
   }
+  if (linkToken && PUBLIC[name] && !params.get('token')) params.set('token', linkToken);
   try {
     const nodes = await render({ id, params, go });
     if (turn !== rendering) return;
@@ -168,10 +172,12 @@ onSession((s) => {
 // Mailed links (`/reset-password#token=...`, `/accept-invite#token=...`, `/verify-email#token=...`)
 // and the SSO callback's forward (`/console#/sso-callback?code=...`) carry their token in the
 // fragment, which never reaches a server log; they become console pages here.
+// The token is kept in memory and the address rewritten without it (nor in history).
 const LINKS = { '/reset-password': 'reset', '/accept-invite': 'invite', '/verify-email': 'verify-email' };
+let linkToken = null;
 if (LINKS[window.location.pathname]) {
-  const token = new URLSearchParams(window.location.hash.replace(/^#/, '')).get('token') || '';
-  window.history.replaceState(null, '', `/console#/${LINKS[window.location.pathname]}?token=${encodeURIComponent(token)}`);
+  linkToken = new URLSearchParams(window.location.hash.replace(/^#/, '')).get('token');
+  window.history.replaceState(null, '', `/console#/${LINKS[window.location.pathname]}`);
 }
 window.addEventListener('hashchange', route);
 if (!window.location.hash) window.location.hash = '#/signin';

@@ -38,11 +38,17 @@ export function announce(text) {
   const el = document.getElementById('status');
   if (!el) return;
   el.textContent = '';
-  // A fresh text node, so the same message twice is announced twice.
+  clearTimeout(announceTimer);
+  // A fresh text node, so the same message twice is announced twice; gone after a while.
   setTimeout(() => {
     el.textContent = text;
+    announceTimer = setTimeout(() => {
+      el.textContent = '';
+    }, 8000);
   }, 20);
 }
+
+let announceTimer = 0;
 
 /** A page: its heading (the document's title too) and content. */
 export function page(title, ...kids) {
@@ -95,12 +101,13 @@ export function btn(label, onclick, opts = {}) {
 }
 
 /** A button that asks once more before a destructive action. */
-export function danger(label, action) {
+export function danger(label, action, aria) {
   let armed = false;
   const b = btn(label, async () => {
     if (!armed) {
       armed = true;
       b.textContent = `Confirm: ${label.toLowerCase()}`;
+      if (aria) b.setAttribute('aria-label', `Confirm: ${aria}`);
       b.classList.add('armed');
       return;
     }
@@ -110,10 +117,11 @@ export function danger(label, action) {
     } finally {
       b.disabled = false;
     }
-  }, { kind: 'danger' });
+  }, { kind: 'danger', aria });
   b.addEventListener('blur', () => {
     armed = false;
     b.textContent = label;
+    if (aria) b.setAttribute('aria-label', aria);
     b.classList.remove('armed');
   });
   return b;
@@ -162,6 +170,8 @@ export function pager({ load, caption, columns, empty }) {
   const cursors = [null];
   let at = 0;
   async function show() {
+    // A page turn or a row's action removes the focused button: focus goes to the new table.
+    const hadFocus = box.contains(document.activeElement);
     clear(box).append(h('p', { class: 'muted' }, 'Loading…'));
     try {
       const p = await load(cursors[at]);
@@ -174,6 +184,13 @@ export function pager({ load, caption, columns, empty }) {
         nav.append(btn('Next page', () => { at += 1; show(); }));
       }
       clear(box).append(table({ caption, columns, rows: p.data, empty }), nav);
+      if (hadFocus) {
+        const target = box.querySelector('.table-wrap') || box.querySelector('p');
+        if (target) {
+          if (!target.hasAttribute('tabindex')) target.setAttribute('tabindex', '-1');
+          target.focus();
+        }
+      }
     } catch (e) {
       clear(box).append(errorBox(e));
     }
@@ -350,7 +367,8 @@ function read(f, input, local) {
     case 'list':
       return raw.trim() === '' ? f.emptyAs : raw.split(',').map((x) => x.trim()).filter(Boolean);
     case 'datetime':
-      return raw === '' ? f.emptyAs : new Date(raw).toISOString();
+      // The fields say UTC: the browser's zone must not move the time.
+      return raw === '' ? f.emptyAs : new Date(`${raw}Z`).toISOString();
     default:
       return raw === '' ? f.emptyAs : raw;
   }
@@ -363,15 +381,30 @@ export function loaded(load, render) {
     try {
       const v = await load();
       clear(box).append(...[render(v, run)].flat());
+      focusTitle();
     } catch (e) {
       clear(box);
       // A page whose content failed still has its heading (keyboard users land on it).
       if (!document.getElementById('page-title')) box.append(...page('Not available'));
       box.append(errorBox(e));
+      focusTitle();
     }
   };
   run();
   return box;
+}
+
+/** Moves the focus to the page's heading when a page rendered late and nothing has it yet. */
+function focusTitle() {
+  const title = document.getElementById('page-title');
+  if (title && (document.activeElement === document.body || document.activeElement === null)) title.focus({ preventScroll: true });
+}
+
+/** Leaves for a URL the server gave (a provider's sign-in or checkout page): only http(s). */
+export function leaveTo(url) {
+  const u = new URL(url, window.location.href);
+  if (u.protocol !== 'https:' && u.protocol !== 'http:') throw new Error('refusing to open a non-HTTP address');
+  window.location.assign(u.href);
 }
 
 /** Downloads what an authenticated GET answers, as a file. */

@@ -1,8 +1,8 @@
 // Signing up, in (password, second factor, SSO) and out, e-mailed links (reset, invite,
 // address confirmation), and the account page (password, second factor, sign out everywhere).
 import { h } from '../dom.js';
-import { ApiError, api, currentSession, get, post, setSession } from '../api.js';
-import { announce, btn, dl, errorBox, form, fmt, loaded, note, page, section, secretBox } from '../widgets.js';
+import { ApiError, api, currentSession, get, post, put, setSession } from '../api.js';
+import { announce, btn, dl, errorBox, form, fmt, leaveTo, loaded, note, page, section, secretBox } from '../widgets.js';
 
 function signedIn(tokens, go) {
   setSession(tokens);
@@ -12,31 +12,35 @@ function signedIn(tokens, go) {
 
 export function signIn({ go }) {
   const holder = h('div');
-  const render = (withCode) => {
-    holder.replaceChildren(form({
+  const render = (withCode, typed = {}) => {
+    const f = form({
       label: 'Sign in',
       submit: 'Sign in',
       fields: [
-        { name: 'email', label: 'E-mail', type: 'email', required: true, autocomplete: 'username' },
-        { name: 'password', label: 'Password', type: 'password', required: true },
+        { name: 'email', label: 'E-mail', type: 'email', required: true, autocomplete: 'username', value: typed.email },
+        { name: 'password', label: 'Password', type: 'password', required: true, value: typed.password },
         withCode && { name: 'totp_code', label: 'Code from your authenticator app', autocomplete: 'one-time-code', help: 'Or leave it empty and give a recovery code below.' },
         withCode && { name: 'recovery_code', label: 'Recovery code' },
-        { name: 'organization_id', label: 'Organization id', help: 'Only if your address belongs to several organizations.' },
+        { name: 'organization_id', label: 'Organization id', help: 'Only if your address belongs to several organizations.', value: typed.organization_id },
       ].filter(Boolean),
       onSubmit: async (v) => {
         try {
           return await api('POST', '/auth/login', v, { noRefresh: true });
         } catch (e) {
           if (e instanceof ApiError && e.code === 'second_factor_required' && !withCode) {
-            render(true);
+            // The same form with the code field, what was typed kept, the focus on the code.
+            render(true, v);
             announce('Enter the code from your authenticator app.');
+            const code = holder.querySelector('input[name="totp_code"]');
+            if (code) code.focus();
             return null;
           }
           throw e;
         }
       },
       onDone: (t) => t && signedIn(t, go),
-    }));
+    });
+    holder.replaceChildren(f);
   };
   render(false);
   const sso = form({
@@ -44,7 +48,7 @@ export function signIn({ go }) {
     submit: 'Continue with SSO',
     fields: [{ name: 'email', label: 'Work e-mail', type: 'email', required: true }],
     onSubmit: (v) => api('POST', '/auth/sso/initiate', v, { noRefresh: true }),
-    onDone: (out) => window.location.assign(out.authorization_url),
+    onDone: (out) => leaveTo(out.authorization_url),
   });
   return page(
     'Sign in',
@@ -109,6 +113,8 @@ export function acceptInvite({ params, go }) {
       { name: 'token', label: 'Invitation token', required: true, value: token },
       { name: 'name', label: 'Your name', help: 'For a new account.' },
       { name: 'password', label: 'Password', type: 'password', required: true, autocomplete: 'new-password', help: 'A new password, or your account’s if you have one.' },
+      { name: 'totp_code', label: 'Second-factor code (an existing account with one)', autocomplete: 'one-time-code' },
+      { name: 'recovery_code', label: 'Or a recovery code' },
     ],
     onSubmit: (v) => api('POST', '/auth/invites/accept', v, { noRefresh: true }),
     onDone: (t) => signedIn(t, go),
@@ -226,6 +232,19 @@ export function account({ go }) {
       },
     })),
     section('Second factor (TOTP)', totp),
+    section('Alerts by e-mail', loaded(() => get('/auth/me/alerts'), (a) => [
+      a.mail_relay_configured ? null : note('This gateway has no mail relay configured: alerts are not sent.', 'warn'),
+      form({
+        label: 'Alerts by e-mail',
+        submit: 'Save alerts',
+        fields: [
+          { name: 'budget', label: `Budget alerts to ${a.email}`, type: 'checkbox', value: a.budget },
+          { name: 'security', label: `Security alerts to ${a.email}`, type: 'checkbox', value: a.security },
+        ],
+        onSubmit: (v) => put('/auth/me/alerts', v),
+        onDone: () => announce('Alerts saved.'),
+      }),
+    ])),
     section('Sessions', h('p', {}, 'Ends every session of your account, on every device, this one included.'),
       btn('Sign out everywhere', async () => {
         await post('/auth/logout-all');

@@ -22,7 +22,7 @@ export function apiKeys() {
       { label: 'Spend', value: (k) => spendMeter(k.spend, k.budget) },
       { label: 'Models', value: (k) => (k.models && k.models.length ? k.models.join(', ') : 'all') },
       { label: 'Last used', value: (k) => fmt.time(k.last_used_at) },
-      { label: '', value: (k) => (k.status === 'revoked' ? null : danger('Revoke', async () => { await del(`/api-keys/${k.id}`); announce(`Key ${k.name} revoked.`); list.reload(); })) },
+      { label: '', value: (k) => (k.status === 'revoked' ? null : danger('Revoke', async () => { await del(`/api-keys/${k.id}`); announce(`Key ${k.name} revoked.`); list.reload(); }, `Revoke key ${k.name}`)) },
     ],
   });
   return loaded(() => get('/teams', { limit: 200 }), (teams) => page(
@@ -90,7 +90,15 @@ export function apiKey({ id, go }) {
         { name: 'expires_at', label: 'Expires (UTC)', type: 'datetime', value: k.expires_at ? k.expires_at.slice(0, 16) : '' },
         ...limitFields(k),
       ],
-      onSubmit: (v) => patch(`/api-keys/${id}`, { name: v.name, models: v.models ?? null, expires_at: v.expires_at ?? null, ...limitsOf(v) }),
+      onSubmit: (v) => {
+        const body = { name: v.name, ...limitsOf(v, k) };
+        if (JSON.stringify(v.models ?? null) !== JSON.stringify(k.models && k.models.length ? k.models : null)) body.models = v.models ?? null;
+        // Sent only when changed: an expired key can still be renamed.
+        const was = k.expires_at ? new Date(k.expires_at).toISOString().slice(0, 16) : null;
+        const now = v.expires_at ? v.expires_at.slice(0, 16) : null;
+        if (was !== now) body.expires_at = v.expires_at ?? null;
+        return patch(`/api-keys/${id}`, body);
+      },
       onDone: () => {
         announce('Key saved.');
         reload();
@@ -129,7 +137,7 @@ export function providerKeys() {
             announce(e.message);
           }
         }, { aria: `Test key ${k.name}` }),
-        danger('Revoke', async () => { await del(`/provider-keys/${k.id}`); list.reload(); }))) },
+        danger('Revoke', async () => { await del(`/provider-keys/${k.id}`); list.reload(); }, `Revoke provider key ${k.name}`))) },
     ],
   });
   return page(

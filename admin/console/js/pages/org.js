@@ -2,7 +2,7 @@
 // members, spend against budget), billing, single sign-on and the admin audit trail.
 import { h } from '../dom.js';
 import { del, get, patch, post } from '../api.js';
-import { announce, btn, danger, dl, fmt, form, loaded, note, page, pager, section, secretBox } from '../widgets.js';
+import { announce, btn, danger, dl, fmt, form, leaveTo, loaded, note, page, pager, section, secretBox } from '../widgets.js';
 
 const PERIODS = [['month', 'month'], ['week', 'week'], ['day', 'day'], ['total', 'total']];
 const ROLES = ['viewer', 'member', 'admin'];
@@ -31,13 +31,25 @@ export function limitFields(cur = {}) {
   ];
 }
 
-/** The budget and rate limits of a submitted form: absent amounts clear them (`null`). */
-export function limitsOf(v) {
+/**
+ * The budget and rate limits of a submitted form, kept over what `cur` has (alert thresholds,
+ * hard limit, concurrency and per-model limits are not on the form and stay as they are); an
+ * empty amount clears the budget (`null`). With `cur`, only what changed is answered, so a save
+ * never touches settings the form did not change.
+ */
+export function limitsOf(v, cur) {
   const n = nest(v);
   const out = {};
-  out.budget = n.budget && n.budget.amount_usd ? { amount_usd: n.budget.amount_usd, period: n.budget.period } : null;
+  const b = n.budget || {};
+  out.budget = b.amount_usd ? { ...((cur && cur.budget) || {}), amount_usd: b.amount_usd, period: b.period } : null;
   const r = n.rate_limits || {};
-  out.rate_limits = r.rpm || r.tpm ? { rpm: r.rpm ?? null, tpm: r.tpm ?? null } : null;
+  const rl = { ...((cur && cur.rate_limits) || {}), rpm: r.rpm ?? null, tpm: r.tpm ?? null };
+  out.rate_limits = Object.values(rl).some((x) => x !== null && x !== undefined) ? rl : null;
+  if (cur) {
+    for (const k of ['budget', 'rate_limits']) {
+      if (JSON.stringify(out[k]) === JSON.stringify(cur[k] ?? null)) delete out[k];
+    }
+  }
   return out;
 }
 
@@ -52,7 +64,7 @@ export function spendMeter(spend, budget) {
 }
 
 export function organization() {
-  return page('Organization', loaded(() => Promise.all([get('/organizations/current'), get('/organizations/current/limits')]), ([o, limits]) => [
+  return page('Organization', loaded(() => Promise.all([get('/organizations/current'), get('/organizations/current/limits')]), ([o, limits], reload) => [
     section('Plan', dl([
       ['Name', o.name], ['Id', h('code', {}, o.id)], ['Plan', `${o.plan} (${o.plan_terms.name})`],
       ['Seats', o.plan_terms.seats === null ? 'no limit' : String(o.plan_terms.seats)],
@@ -69,11 +81,14 @@ export function organization() {
       ],
       onSubmit: (v) => {
         const n = nest(v);
-        const body = { name: n.name, data_residency: n.data_residency, log_bodies: n.log_bodies, ...limitsOf(v) };
+        const body = { name: n.name, data_residency: n.data_residency, log_bodies: n.log_bodies, ...limitsOf(v, o) };
         if (n.require_totp !== o.require_totp) body.require_totp = n.require_totp;
         return patch('/organizations/current', body);
       },
-      onDone: () => announce('Organization saved.'),
+      onDone: () => {
+        announce('Organization saved.');
+        reload();
+      },
     })),
   ]));
 }
@@ -87,7 +102,7 @@ export function members() {
       { label: 'E-mail', value: (u) => u.email },
       { label: 'Role', value: (u) => roleControl(u) },
       { label: 'Joined', value: (u) => fmt.time(u.joined_at) },
-      { label: '', value: (u) => (u.role === 'owner' ? null : danger('Remove', async () => { await del(`/users/${u.id}`); announce('Member removed.'); users.reload(); })) },
+      { label: '', value: (u) => (u.role === 'owner' ? null : danger('Remove', async () => { await del(`/users/${u.id}`); announce('Member removed.'); users.reload(); }, `Remove ${u.email}`)) },
     ],
   });
   const invites = pager({
@@ -98,7 +113,7 @@ export function members() {
       { label: 'Role', value: (i) => i.role },
       { label: 'Status', value: (i) => i.status },
       { label: 'Expires', value: (i) => fmt.time(i.expires_at) },
-      { label: '', value: (i) => (i.status === 'pending' ? danger('Revoke', async () => { await del(`/invites/${i.id}`); invites.reload(); }) : null) },
+      { label: '', value: (i) => (i.status === 'pending' ? danger('Revoke', async () => { await del(`/invites/${i.id}`); invites.reload(); }, `Revoke the invitation of ${i.email}`) : null) },
     ],
   });
   const made = h('div');
@@ -128,8 +143,9 @@ export function members() {
 
 function roleControl(u) {
   if (u.role === 'owner') return 'owner';
+  // Changed only with the button: arrowing through a closed select must not change a role.
   const sel = h('select', { 'aria-label': `Role of ${u.email}` }, ROLES.map((r) => h('option', { value: r, selected: r === u.role }, r)));
-  sel.addEventListener('change', async () => {
+  const save = btn('Save role', async () => {
     try {
       await patch(`/users/${u.id}`, { role: sel.value });
       announce(`${u.email} is now ${sel.value}.`);
@@ -137,22 +153,22 @@ function roleControl(u) {
       sel.value = u.role;
       announce(`Not changed: ${e.message}`);
     }
-  });
-  return sel;
+  }, { aria: `Save the role of ${u.email}` });
+  return h('span', { class: 'row' }, sel, save);
 }
 
 function teamFields(t = {}) {
   return [
     { name: 'name', label: 'Name', required: true, value: t.name },
-    { name: 'description', label: 'Description', type: 'textarea', rows: 2, value: t.description },
+    { name: 'description', label: 'Description', type: 'textarea', rows: 2, value: t.description, emptyAs: '' },
     ...limitFields(t),
     { name: 'models', label: 'Allowed models (comma-separated; empty: all)', type: 'list', value: (t.models || []).join(', ') },
     { name: 'default_policies', label: 'Default policies (comma-separated)', type: 'list', value: (t.default_policies || []).join(', ') },
   ];
 }
 
-function teamBody(v) {
-  return { name: v.name, description: v.description ?? null, models: v.models ?? null, default_policies: v.default_policies ?? [], ...limitsOf(v) };
+function teamBody(v, cur) {
+  return { name: v.name, description: v.description ?? '', models: v.models ?? null, default_policies: v.default_policies ?? [], ...limitsOf(v, cur) };
 }
 
 export function teams({ go }) {
@@ -179,7 +195,7 @@ export function teams({ go }) {
         if (!body.models) delete body.models;
         if (!body.budget) delete body.budget;
         if (!body.rate_limits) delete body.rate_limits;
-        if (body.description === null) delete body.description;
+        if (body.description === '') delete body.description;
         return post('/teams', body);
       },
       onDone: (t) => {
@@ -199,7 +215,7 @@ export function team({ id, go }) {
         { label: 'Name', value: (m) => m.name },
         { label: 'E-mail', value: (m) => m.email },
         { label: 'Role in team', value: (m) => m.role },
-        { label: '', value: (m) => danger('Remove', async () => { await del(`/teams/${id}/members/${m.user_id}`); memberList.reload(); }) },
+        { label: '', value: (m) => danger('Remove', async () => { await del(`/teams/${id}/members/${m.user_id}`); memberList.reload(); }, `Remove ${m.email} from the team`) },
       ],
     });
     const add = loaded(() => get('/users', { limit: 200 }), (users) => form({
@@ -222,15 +238,24 @@ export function team({ id, go }) {
       section('Settings', form({
         label: 'Team settings',
         fields: teamFields(t),
-        onSubmit: (v) => patch(`/teams/${id}`, teamBody(v)),
+        onSubmit: (v) => patch(`/teams/${id}`, teamBody(v, t)),
         onDone: () => {
           announce('Team saved.');
           reload();
         },
       })),
       section('Members', memberList, add),
-      section('Delete', h('p', {}, 'Deleting a team keeps its keys unless you revoke them too.'),
-        danger('Delete team', async () => { await del(`/teams/${id}`); go('teams'); })),
+      section('Delete', h('p', {}, 'A team with live API keys is deleted only together with them: tick the box to revoke them too.'),
+        form({
+          label: 'Delete team',
+          submit: 'Delete team',
+          fields: [{ name: 'revoke_keys', label: 'Also revoke the team’s API keys', type: 'checkbox', value: false }],
+          onSubmit: (v) => del(`/teams/${id}${v.revoke_keys ? '?revoke_keys=true' : ''}`),
+          onDone: () => {
+            announce(`Team ${t.name} deleted.`);
+            go('teams');
+          },
+        })),
     );
   });
 }
@@ -255,11 +280,11 @@ export function billing() {
         submit: 'Go to checkout',
         fields: [{ name: 'plan', label: 'Plan', type: 'select', options: ['growth', 'enterprise'] }],
         onSubmit: (v) => post('/billing/checkout', { plan: v.plan, success_url: back, cancel_url: back }),
-        onDone: (p) => window.location.assign(p.url),
+        onDone: (p) => leaveTo(p.url),
       }), btn('Manage payment and invoices', async () => {
         try {
           const p = await post('/billing/portal', { return_url: back });
-          window.location.assign(p.url);
+          leaveTo(p.url);
         } catch (e) {
           announce(e.message);
         }
@@ -289,7 +314,7 @@ export function sso() {
           }
         }) : null))) },
       { label: 'Redirect URI', value: (c) => h('code', {}, c.redirect_uri) },
-      { label: '', value: (c) => danger('Delete', async () => { await del(`/sso/connections/${c.id}`); list.reload(); }) },
+      { label: '', value: (c) => danger('Delete', async () => { await del(`/sso/connections/${c.id}`); list.reload(); }, `Delete the connection ${c.name}`) },
     ],
   });
   return page('Single sign-on', note('Connections are managed by owners; the Growth plan or higher is needed.'), section('Connections', list),
@@ -300,8 +325,8 @@ export function sso() {
         { name: 'name', label: 'Name', required: true },
         { name: 'issuer', label: 'Issuer URL', type: 'url', required: true },
         { name: 'client_id', label: 'Client id', required: true },
-        { name: 'client_secret', label: 'Client secret', type: 'password', autocomplete: 'off' },
-        { name: 'email_domains', label: 'E-mail domains (comma-separated)', type: 'list' },
+        { name: 'client_secret', label: 'Client secret', type: 'password', autocomplete: 'off', required: true },
+        { name: 'email_domains', label: 'E-mail domains (comma-separated)', type: 'list', required: true },
         { name: 'default_role', label: 'Default role', type: 'select', options: ROLES, value: 'member' },
       ],
       onSubmit: (v) => post('/sso/connections', v),

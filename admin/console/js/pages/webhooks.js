@@ -60,7 +60,7 @@ export function webhook({ id, go }) {
       { label: 'Attempts', value: (d) => String(d.attempts) },
       { label: 'Last answer', value: (d) => lastAttempt(d) },
       { label: 'Next attempt', value: (d) => fmt.time(d.next_attempt_at) },
-      { label: '', value: (d) => (d.status === 'delivered' ? null : btn('Retry', async () => {
+      { label: '', value: (d) => (d.status === 'succeeded' ? null : btn('Retry', async () => {
         try {
           const r = await post(`/organizations/current/webhooks/deliveries/${d.id}/retry`);
           announce(`Retried: ${r.status} after ${r.attempts} attempts.`);
@@ -89,7 +89,7 @@ export function webhook({ id, go }) {
       label: 'Webhook settings',
       fields: [
         { name: 'url', label: 'URL', type: 'url', required: true, value: w.url },
-        { name: 'description', label: 'Description', value: w.description },
+        { name: 'description', label: 'Description', value: w.description, emptyAs: '' },
         { name: 'enabled', label: 'Enabled', type: 'checkbox', value: w.enabled },
         { name: 'event_types', label: 'Events', type: 'checks', options: EVENT_TYPES, value: w.event_types },
       ],
