@@ -251,7 +251,15 @@ test('first load, sign-up and the sign-in pages', async () => {
     const r = await probe.page.goto(`${stack.admin}${path}#token=abc`);
     assert.match(r.headers()['content-security-policy'], /script-src 'self'/);
     await settle(probe.page);
+    // The token is read, then kept out of the address (and the history).
+    assert.ok(!probe.page.url().includes('abc'), probe.page.url());
+    await check(probe.page, `link${path.replace('/', '-')}`);
   }
+  // The identity provider's browser forward: a sign-in that cannot complete says so.
+  await probe.page.goto(`${stack.admin}/api/v1/auth/sso/callback?code=abc&state=not-a-state`);
+  await probe.page.getByRole('heading', { name: 'Single sign-on failed', level: 1 }).waitFor();
+  assert.match(probe.page.url(), /\/console#\/sso-callback\?code=abc/);
+  await check(probe.page, 'sso-callback');
   assert.deepEqual(probe.errors, []);
   await probe.context.close();
 
