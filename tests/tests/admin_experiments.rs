@@ -299,8 +299,16 @@ async fn a_true_20_percent_latency_difference_is_found_within_the_predicted_samp
     let events = events_of(s.org_id, "experiment.completed").await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["winner"], "control");
-    let r = stack.chat(&key, json!({"model": "exp-fast", "messages": [{"role": "user", "content": "hi"}]})).await;
-    assert!(r.headers().get("x-gw-experiment").is_none());
+    // The completion reaches the proxies through an invalidation (within a second).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let r = stack.chat(&key, json!({"model": "exp-fast", "messages": [{"role": "user", "content": "hi"}]})).await;
+        if r.headers().get("x-gw-experiment").is_none() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the proxy still assigns a completed experiment");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
