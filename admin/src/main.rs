@@ -16,6 +16,7 @@ mod billing_grace;
 mod billing_provider;
 mod body;
 mod bootstrap;
+mod budget_reconcile;
 mod console;
 mod decode;
 mod domain_proof;
@@ -323,6 +324,7 @@ fn serve() -> Result<(), BoxError> {
         billing_grace::spawn(state.clone().into_inner());
         usage_sync::spawn(state.clone().into_inner());
         experiments::spawn(state.clone().into_inner());
+        budget_reconcile::spawn(state.clone().into_inner());
         match relay {
             Some(relay) => mail::spawn(state.clone().into_inner(), relay),
             None => log::info!("mail is not delivered ([mail] smtp_url unset): it waits in the outbox"),

@@ -17,7 +17,9 @@ export const fmt = {
     return v === null || v === undefined ? '—' : `${(Number(v) * 100).toFixed(1)}%`;
   },
   ms(v) {
-    return v === null || v === undefined ? '—' : `${Math.round(Number(v))} ms`;
+    if (v === null || v === undefined) return '—';
+    const n = Number(v);
+    return n < 10 ? `${Number(n.toFixed(1))} ms` : `${Math.round(n)} ms`;
   },
   num(v) {
     return v === null || v === undefined ? '—' : Number(v).toLocaleString('en-US');

@@ -49,6 +49,9 @@ pub struct AdminConfig {
     pub audit_retention_months: u32,
     /// How often the leader refreshes the hourly analytics aggregates.
     pub rollup_interval_secs: u64,
+    /// How often the leader raises each budget's Redis counter to the spend the audit log holds
+    /// (a Redis that lost data); at once, whatever this says, when Redis's epoch marker is gone.
+    pub budget_reconcile_secs: u64,
     /// Rows one compliance export holds at most.
     pub export_max_rows: u64,
     /// Networks (CIDR) that requests to tenant-chosen URLs (SSO identity providers) may reach
@@ -128,6 +131,7 @@ impl Default for AdminConfig {
             verification_ttl_secs: 24 * 3600,
             audit_retention_months: 13,
             rollup_interval_secs: 60,
+            budget_reconcile_secs: 60,
             export_max_rows: 50_000_000,
             outbound_allow: Vec::new(),
             webhooks_allow_http: false,

@@ -170,16 +170,35 @@ return {spent, reserved, redis.call('ZCARD', z)}
 "#
 );
 
-/// The three scripts, hashed once (`EVALSHA`, loaded again after a Redis restart).
+/// Raises a budget's `spent` to what the audit log says (never lowers it: Redis also counts spend
+/// the audit writer has not flushed); a counter made here gets the period's expiry. How much it
+/// raised, in nano-dollars.
+const RAISE: &str = r#"
+local h = KEYS[1]
+local want, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local spent = tonumber(redis.call('HGET', h, 'spent') or '0')
+if want <= spent then return 0 end
+redis.call('HSET', h, 'spent', ARGV[1])
+if ttl > 0 and redis.call('PTTL', h) < 0 then redis.call('PEXPIRE', h, ttl) end
+return want - spent
+"#;
+
+/// The scripts, hashed once (`EVALSHA`, loaded again after a Redis restart).
 pub struct Scripts {
     admit: Script,
     settle: Script,
     peek: Script,
+    raise: Script,
 }
 
 impl Default for Scripts {
     fn default() -> Self {
-        Self { admit: Script::new(ADMIT), settle: Script::new(SETTLE), peek: Script::new(PEEK) }
+        Self {
+            admit: Script::new(ADMIT),
+            settle: Script::new(SETTLE),
+            peek: Script::new(PEEK),
+            raise: Script::new(RAISE),
+        }
     }
 }
 
@@ -275,6 +294,17 @@ impl Scripts {
     }
 
     /// A budget's `(spent, reserved, reservations)` in nano-dollars.
+    /// Raises the budget counter `key` to `spent_nanos` if it holds less; by how much.
+    pub async fn raise<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        spent_nanos: i64,
+        ttl_ms: u64,
+    ) -> RedisResult<i64> {
+        self.raise.key(key).arg(spent_nanos).arg(ttl_ms).invoke_async(conn).await
+    }
+
     pub async fn peek<C: ConnectionLike>(&self, conn: &mut C, keys: &[String; 2]) -> RedisResult<(i64, i64, i64)> {
         let v: Vec<i64> = self.peek.key(&keys[0]).key(&keys[1]).invoke_async(conn).await?;
         match v[..] {
