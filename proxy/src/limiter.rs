@@ -32,12 +32,17 @@ const MAX_SETTLING: usize = 16_384;
 const SETTLE_BATCH: usize = 128;
 /// How often a degraded replica asks Redis whether it is back.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// How often each replica says it is alive, and how long a silent one still counts.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+const HEARTBEAT_TTL_MS: i64 = 5_000;
+/// The replicas' heartbeats: a sorted set of instance ids by their last beat (ms).
+pub const REPLICAS_KEY: &str = "gw:lim:replicas";
 
 pub struct LimiterConfig {
     pub redis_url: String,
     /// Longest wait for Redis on the request path before the replica decides it is down.
     pub timeout: Duration,
-    /// Replicas expected to share the limits while each limits on its own.
+    /// Replicas assumed to share the limits until the first heartbeat says how many do.
     pub replicas: u64,
 }
 
@@ -56,6 +61,8 @@ pub struct Limiter {
     scripts: Scripts,
     local: Mutex<LocalLimiter>,
     degraded: AtomicBool,
+    /// This replica's name among the heartbeats.
+    instance: String,
     outbox: Arc<Outbox>,
     metrics: Arc<Metrics>,
     log: RateLimitedLog,
@@ -73,6 +80,7 @@ pub struct Admitted {
 impl Limiter {
     pub fn new(cfg: LimiterConfig, outbox: Arc<Outbox>, metrics: Arc<Metrics>) -> Self {
         let replicas = cfg.replicas;
+        metrics.limits_replicas.set(i64::try_from(replicas).unwrap_or(i64::MAX));
         Self {
             cfg,
             hot: OnceLock::new(),
@@ -82,6 +90,7 @@ impl Limiter {
             scripts: Scripts::default(),
             local: Mutex::new(LocalLimiter::new(replicas)),
             degraded: AtomicBool::new(false),
+            instance: Uuid::now_v7().to_string(),
             outbox,
             metrics,
             log: RateLimitedLog::new(module_path!(), Duration::from_secs(5)),
@@ -132,7 +141,7 @@ impl Limiter {
             log::error!(
                 "Redis is unreachable for rate limits and budgets ({why}): limiting on this replica alone, \
                  each limit divided by {} replicas, until it answers again",
-                self.cfg.replicas
+                self.local().replicas()
             );
         }
     }
@@ -275,6 +284,33 @@ impl Limiter {
         ok
     }
 
+    /// Says this replica is alive and learns how many are (the divisor if Redis goes away).
+    async fn heartbeat(&self, conn: &mut ConnectionManager) {
+        if self.degraded.load(Ordering::Acquire) {
+            return;
+        }
+        let now = Self::now_ms();
+        let mut pipe = redis::pipe();
+        pipe.zadd(REPLICAS_KEY, &self.instance, now)
+            .ignore()
+            .zrembyscore(REPLICAS_KEY, "-inf", now - HEARTBEAT_TTL_MS)
+            .ignore()
+            .zcard(REPLICAS_KEY)
+            .pexpire(REPLICAS_KEY, HEARTBEAT_TTL_MS * 2)
+            .ignore();
+        let beat = pipe.query_async::<(u64,)>(conn);
+        match tokio::time::timeout(self.cfg.timeout * 4, beat).await {
+            Ok(Ok((live,))) => {
+                let live = live.max(1);
+                self.local().set_replicas(live);
+                self.metrics.limits_replicas.set(i64::try_from(live).unwrap_or(i64::MAX));
+            }
+            // The admission path notices an unreachable Redis; the last number seen stays.
+            Ok(Err(e)) => self.log.warn(|| format!("limiter heartbeat failed: {e}")),
+            Err(_) => self.log.warn(|| "limiter heartbeat: no answer in time".to_string()),
+        }
+    }
+
     async fn probe(&self, conn: &mut ConnectionManager) {
         let degraded = self.degraded.load(Ordering::Acquire);
         if degraded {
@@ -318,9 +354,11 @@ impl BackgroundService for LimiterService {
             }
         };
         let mut tick = tokio::time::interval(PROBE_EVERY);
+        let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
         loop {
             tokio::select! {
                 _ = tick.tick() => limiter.probe(&mut conn).await,
+                _ = beat.tick() => limiter.heartbeat(&mut conn).await,
                 changed = shutdown.changed() => {
                     if changed.is_err() || *shutdown.borrow() {
                         break;
@@ -336,6 +374,10 @@ impl BackgroundService for LimiterService {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         limiter.sync(&mut conn).await;
+        // A replica that stops no longer counts (the others' shares grow at their next beat).
+        let mut leave = redis::cmd("ZREM");
+        leave.arg(REPLICAS_KEY).arg(&limiter.instance);
+        let _ = tokio::time::timeout(limiter.cfg.timeout * 4, leave.query_async::<i64>(&mut conn)).await;
     }
 }
 

@@ -45,6 +45,7 @@ pub struct Metrics {
     pub limit_admit_duration: prometheus::Histogram,
     /// 1 while Redis is unreachable and the replica limits on its own.
     pub limits_degraded: IntGauge,
+    pub limits_replicas: IntGauge,
     pub events_written: IntCounter,
     pub events_dropped: IntCounter,
     /// Streams read on after the client left or a guardrail stopped them, by how they were
@@ -170,12 +171,17 @@ impl Metrics {
         )?;
         let limits_degraded =
             IntGauge::new("gw_limits_degraded", "1 while Redis is unreachable and this replica limits on its own")?;
+        let limits_replicas = IntGauge::new(
+            "gw_limits_replicas",
+            "Proxy replicas sharing the limits, by their heartbeats: each one's share while Redis is away",
+        )?;
         let events_written = IntCounter::new("gw_events_written_total", "Events written to the outbox")?;
         let events_dropped = IntCounter::new("gw_events_dropped_total", "Events dropped because their queue was full")?;
         registry.register(Box::new(limit_decisions.clone()))?;
         registry.register(Box::new(limit_redis_errors.clone()))?;
         registry.register(Box::new(limit_admit_duration.clone()))?;
         registry.register(Box::new(limits_degraded.clone()))?;
+        registry.register(Box::new(limits_replicas.clone()))?;
         registry.register(Box::new(events_written.clone()))?;
         registry.register(Box::new(events_dropped.clone()))?;
         let stream_drains = IntCounterVec::new(
@@ -274,6 +280,7 @@ impl Metrics {
             limit_redis_errors,
             limit_admit_duration,
             limits_degraded,
+            limits_replicas,
             events_written,
             events_dropped,
             stream_drains,

@@ -461,3 +461,54 @@ async fn until_status(stack: &Stack, key: &str, status: u16) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// `gw_limits_replicas` on the main proxy equals `n` (within ten seconds: heartbeats are every
+/// second and a silent replica counts for five).
+async fn until_replicas(stack: &Stack, n: u64) {
+    let want = format!("gw_limits_replicas {n}\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = stack.http.get(format!("{}/metrics", stack.proxy_metrics)).send().await.unwrap().text().await.unwrap();
+        if m.contains(&want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {want:?}: {}",
+            m.lines().find(|l| l.starts_with("gw_limits_replicas")).unwrap_or("")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn without_redis_each_replica_takes_its_share_by_the_replicas_alive() {
+    let mut redis = PrivateRedis::start();
+    let (stack, mut replicas) = stack_with_replicas(StackOptions {
+        redis_url: Some(redis.url()),
+        // What the replicas' heartbeats replace: never the divisor here.
+        proxy_config: "limits_replicas = 7".into(),
+        ..Default::default()
+    })
+    .await;
+    until_replicas(&stack, 3).await;
+    // A replica that stops no longer counts.
+    drop(replicas.pop());
+    until_replicas(&stack, 2).await;
+    let s = stack.register().await;
+    let (key, _) = stack.key_with(&s, json!({"rate_limits": {"rpm": 30}})).await;
+    room_in_minute(20).await;
+    redis.stop_server();
+    let b = body("shared out");
+    let mut admitted = 0;
+    for _ in 0..20 {
+        let r = stack.chat(&key, b.clone()).await;
+        match r.status().as_u16() {
+            200 => admitted += 1,
+            429 => {}
+            other => panic!("{other} while Redis was away"),
+        }
+    }
+    // Two replicas alive when Redis went away: this one's share of 30 is 15.
+    assert_eq!(admitted, 15);
+}

@@ -90,8 +90,9 @@ pub struct ProxyConfig {
     /// Longest wait for Redis when admitting a request against rate limits and budgets; past it
     /// the replica limits on its own until Redis answers again.
     pub limits_timeout_ms: u64,
-    /// Proxy replicas expected to share the limits: while Redis is unreachable each replica
-    /// enforces this share of every limit.
+    /// Proxy replicas assumed to share the limits until the first heartbeat: the replicas' live
+    /// number (their heartbeats in Redis, every second) replaces it, and while Redis is
+    /// unreachable each replica enforces its share of every limit by the last number seen.
     pub limits_replicas: u64,
     /// Completion tokens a request without `max_tokens` (or `max_completion_tokens`) is assumed
     /// to use at most, for tokens-per-minute limits and budget reservations.

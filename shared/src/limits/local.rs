@@ -54,6 +54,16 @@ impl LocalLimiter {
         }
     }
 
+    /// The replicas sharing the limits (from their heartbeats): each one's share while Redis is
+    /// away.
+    pub fn set_replicas(&mut self, replicas: u64) {
+        self.replicas = replicas.max(1);
+    }
+
+    pub fn replicas(&self) -> u64 {
+        self.replicas
+    }
+
     /// This replica's share of a limit shared by all.
     fn share(&self, limit: u64) -> u64 {
         limit.div_ceil(self.replicas).max(1)
