@@ -428,6 +428,16 @@ test('every other page: reachable, accessible, photographed', async () => {
     await open(page, route);
     await check(page, route);
   }
+  // The API reference sends an operation; a public one refusing (a wrong password) leaves the
+  // console's own session alone.
+  await open(page, 'api-reference');
+  const login = page.locator('details.op', { has: page.locator('summary code', { hasText: /^\/api\/v1\/auth\/login$/ }) });
+  await login.locator('summary').click();
+  await login.getByLabel('Body (JSON)').fill('{"email": "nobody@console.example", "password": "not the password"}');
+  await login.getByRole('button', { name: 'Send' }).click();
+  await login.getByText(/^401 unauthorized: /).waitFor();
+  await open(page, 'teams');
+  assert.ok(await page.getByRole('button', { name: 'Sign out' }).isVisible(), 'still signed in');
   // A template and an experiment, so their own pages have something to show.
   await open(page, 'templates');
   await submit(page, 'Create template', { 'Name (required)': 'summary' }, 'Create template');

@@ -79,6 +79,27 @@ async function refresh() {
   return refreshing;
 }
 
+const bodies = new WeakMap();
+
+/** An error answer's body, read once however often it is asked for. */
+async function bodyOf(res) {
+  if (!bodies.has(res)) {
+    let data = null;
+    try {
+      data = await res.json();
+    } catch {
+      data = null;
+    }
+    bodies.set(res, data);
+  }
+  return bodies.get(res);
+}
+
+async function errorOf(res) {
+  const data = await bodyOf(res);
+  return (data && data.error) || {};
+}
+
 async function answer(res) {
   if (res.status === 204) return null;
   const type = res.headers.get('content-type') || '';
@@ -89,20 +110,16 @@ async function answer(res) {
 /** Calls `/api/v1`; resolves to the decoded body, rejects with an `ApiError`. */
 export async function api(method, path, body, opts = {}) {
   let res = await send(method, path, body, session && session.access, opts.accept);
-  if (res.status === 401 && session && !opts.noRefresh && (await refresh())) {
+  // A 401 that asks for the second factor is about the form, not the session.
+  const expired = async (r) => r.status === 401 && session && !opts.noRefresh && (await errorOf(r)).code !== 'second_factor_required';
+  if ((await expired(res)) && (await refresh())) {
     res = await send(method, path, body, session.access, opts.accept);
   }
-  if (res.status === 401 && session && !opts.noRefresh) {
+  if (await expired(res)) {
     setSession(null);
   }
   if (!res.ok) {
-    let data = null;
-    try {
-      data = await res.json();
-    } catch {
-      data = null;
-    }
-    throw new ApiError(res.status, data);
+    throw new ApiError(res.status, await bodyOf(res));
   }
   if (opts.raw) return res;
   return answer(res);

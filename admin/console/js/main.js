@@ -154,7 +154,10 @@ async function route() {
     main.append(h('h1', { id: 'page-title', tabindex: '-1' }, 'Not found'), errorBox(new Error(`no page "${name}"`)));
     return;
   }
-  if (linkToken && PUBLIC[name] && !params.get('token')) params.set('token', linkToken);
+  if (linkToken && name === linkToken.page && !params.get('token')) {
+    params.set('token', linkToken.token);
+    linkToken = null;
+  }
   try {
     const nodes = await render({ id, params, go });
     if (turn !== rendering) return;
@@ -176,7 +179,8 @@ onSession((s) => {
 const LINKS = { '/reset-password': 'reset', '/accept-invite': 'invite', '/verify-email': 'verify-email' };
 let linkToken = null;
 if (LINKS[window.location.pathname]) {
-  linkToken = new URLSearchParams(window.location.hash.replace(/^#/, '')).get('token');
+  const token = new URLSearchParams(window.location.hash.replace(/^#/, '')).get('token');
+  if (token) linkToken = { page: LINKS[window.location.pathname], token };
   window.history.replaceState(null, '', `/console#/${LINKS[window.location.pathname]}`);
 }
 window.addEventListener('hashchange', route);

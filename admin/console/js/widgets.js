@@ -116,6 +116,8 @@ export function danger(label, action, aria) {
     b.disabled = true;
     try {
       await action();
+    } catch (e) {
+      announce(`Not done: ${e.message}`);
     } finally {
       b.disabled = false;
     }
@@ -382,7 +384,7 @@ export function loaded(load, render) {
   const run = async () => {
     try {
       const v = await load();
-      clear(box).append(...[render(v, run)].flat());
+      clear(box).append(...[render(v, run)].flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false));
       focusTitle();
     } catch (e) {
       clear(box);

@@ -8,6 +8,13 @@ import { barChart, lineChart } from '../charts.js';
 const PERIODS = [['7d', 'Last 7 days'], ['24h', 'Last 24 hours'], ['month', 'This month'], ['week', 'This week'], ['day', 'Today']];
 const GROUPS = [['team', 'Team'], ['model', 'Model'], ['key', 'API key'], ['provider', 'Provider']];
 
+/** An RFC 3339 time as a `datetime-local` field's value (UTC, to the minute). */
+function local(iso) {
+  if (!iso) return '';
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? '' : d.toISOString().slice(0, 16);
+}
+
 export function overview({ params, go }) {
   const period = params.get('period') || '7d';
   const by = params.get('group_by') || 'model';
@@ -81,8 +88,8 @@ export function logs({ params, go }) {
         { name: 'status', label: 'Status', type: 'select', options: [['', 'Any'], 'success', 'error', '4xx', '429'], value: filters.status },
         { name: 'cache', label: 'Cache', type: 'select', options: [['', 'Any'], 'hit', 'miss', 'bypass', 'L1', 'L2', 'L3'], value: filters.cache },
         { name: 'policy_action', label: 'Policy action', type: 'select', options: [['', 'Any'], 'flagged', 'redacted', 'blocked', 'none'], value: filters.policy_action },
-        { name: 'from', label: 'From (UTC)', type: 'datetime' },
-        { name: 'to', label: 'To (UTC)', type: 'datetime' },
+        { name: 'from', label: 'From (UTC)', type: 'datetime', value: local(filters.from) },
+        { name: 'to', label: 'To (UTC)', type: 'datetime', value: local(filters.to) },
       ],
       onSubmit: async (v) => go(`logs${query(v)}`),
     })),
@@ -160,8 +167,8 @@ export function policyAnalytics({ params, go }) {
         { name: 'policy', label: 'Policy', value: filters.policy },
         { name: 'action', label: 'Action', type: 'select', options: [['', 'Any'], 'flagged', 'redacted', 'blocked'], value: filters.action },
         { name: 'guardrail', label: 'Guardrail', value: filters.guardrail },
-        { name: 'from', label: 'From (UTC)', type: 'datetime' },
-        { name: 'to', label: 'To (UTC)', type: 'datetime' },
+        { name: 'from', label: 'From (UTC)', type: 'datetime', value: local(filters.from) },
+        { name: 'to', label: 'To (UTC)', type: 'datetime', value: local(filters.to) },
       ],
       onSubmit: async (v) => go(`policy-analytics${query(v)}`),
     })),
@@ -195,7 +202,7 @@ export function reconciliation() {
     columns: [
       { label: 'When', value: (r) => fmt.time(r.created_at) },
       { label: 'Provider', value: (r) => r.provider },
-      { label: 'Days', value: (r) => `${r.from} to ${r.to}` },
+      { label: 'Days', value: (r) => `${r.from} up to ${r.to} (exclusive)` },
       { label: 'Matched', value: (r) => (r.matched ? 'yes' : 'no') },
       { label: 'Differences', value: (r) => String(r.discrepancy_count) },
       { label: '', value: (r) => btn('Details', async () => {
@@ -215,7 +222,7 @@ export function reconciliation() {
       label: 'Run reconciliation',
       submit: 'Reconcile',
       fields: [
-        { name: 'provider', label: 'Provider', type: 'select', options: ['openai', 'anthropic'] },
+        { name: 'provider', label: 'Provider (its name in the route catalog)', required: true, placeholder: 'openai' },
         { name: 'from', label: 'First day', type: 'date', required: true },
         { name: 'to', label: 'Day after the last', type: 'date' },
         { name: 'admin_key', label: 'Provider admin key (else the configured one)', type: 'password', autocomplete: 'off' },
@@ -233,7 +240,7 @@ export function reconciliation() {
 
 function runDetail(run) {
   return section(`Run of ${fmt.time(run.created_at)}`,
-    dl([['Provider', run.provider], ['Days', `${run.from} to ${run.to}`], ['Matched', run.matched ? 'yes' : 'no'], ['Differences', String((run.discrepancies || []).length)]]),
+    dl([['Provider', run.provider], ['Days', `${run.from} up to ${run.to} (exclusive)`], ['Matched', run.matched ? 'yes' : 'no'], ['Differences', String((run.discrepancies || []).length)]]),
     h('h3', {}, 'Differences'), pre(run.discrepancies || []),
     h('h3', {}, 'Logged by gw'), pre(run.logged || []),
     h('h3', {}, 'Reported by the provider'), pre(run.reported || []));

@@ -150,6 +150,7 @@ export async function ssoCallback({ params, go }) {
           fields: [
             { name: 'password', label: 'Your password', type: 'password', required: true },
             { name: 'totp_code', label: 'Second-factor code (if on)', autocomplete: 'one-time-code' },
+            { name: 'recovery_code', label: 'Or a recovery code' },
           ],
           onSubmit: (v) => api('POST', '/auth/sso/link', { ...v, link_token: t.link_token }, { noRefresh: true }),
           onDone: (tokens) => signedIn(tokens, go),
@@ -203,6 +204,7 @@ export function account({ go }) {
         fields: [
           { name: 'password', label: 'Your password', type: 'password', required: true },
           { name: 'totp_code', label: 'Current code', autocomplete: 'one-time-code' },
+          { name: 'recovery_code', label: 'Or a recovery code' },
         ],
         onSubmit: (v) => post('/auth/totp/disable', v),
         onDone: () => {
@@ -224,6 +226,7 @@ export function account({ go }) {
         { name: 'current_password', label: 'Current password', type: 'password', required: true },
         { name: 'new_password', label: 'New password', type: 'password', required: true, autocomplete: 'new-password' },
         { name: 'totp_code', label: 'Second-factor code (if on)', autocomplete: 'one-time-code' },
+        { name: 'recovery_code', label: 'Or a recovery code' },
       ],
       onSubmit: (v) => post('/auth/password', v),
       onDone: (_, el) => {

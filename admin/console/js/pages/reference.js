@@ -51,14 +51,14 @@ function operation(doc, path, method, op) {
       reqSchema ? [h('h4', {}, 'Body'), pre(outline(doc, reqSchema.schema))] : null,
       h('h4', {}, 'Answers'),
       h('ul', {}, answers.map(([code, r]) => h('li', {}, h('code', {}, code), ` ${r.description || ''}`))),
-      tryIt(path, method, params, Boolean(reqSchema)),
+      tryIt(path, method, params, Boolean(reqSchema), op['x-gw-role'] === 'public'),
     );
     item.append(body);
   });
   return item;
 }
 
-function tryIt(path, method, params, hasBody) {
+function tryIt(path, method, params, hasBody, publicOp) {
   const out = h('div', { 'aria-live': 'polite' });
   const inputs = new Map();
   const fields = [];
@@ -89,7 +89,8 @@ function tryIt(path, method, params, hasBody) {
       }
     }
     try {
-      const r = await api(method.toUpperCase(), p, payload);
+      // A public operation (sign-in, say) answering 401 says nothing of the console's session.
+      const r = await api(method.toUpperCase(), p, payload, { noRefresh: publicOp });
       out.replaceChildren(h('p', {}, 'Answer:'), pre(r === null ? '(no content)' : r));
     } catch (e) {
       out.replaceChildren(errorBox(e));
