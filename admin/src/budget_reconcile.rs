@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use deadpool_redis::redis::AsyncCommands;
 use diesel::sql_types::{Jsonb, Nullable, Text, Uuid as SqlUuid};
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
@@ -21,6 +20,7 @@ use gw_shared::db::rollups::{self, Owner};
 use gw_shared::limits::plan::{budget_keys, Plan, Scope};
 use gw_shared::limits::script::Scripts;
 use gw_shared::limits::settings::Budget;
+use redis::AsyncCommands;
 use uuid::Uuid;
 
 use crate::state::AppState;

@@ -23,6 +23,7 @@ mod domain_proof;
 mod error;
 mod experiments;
 mod hashing;
+mod invalidation_beat;
 mod jobs;
 mod key_check;
 mod mail;
@@ -189,15 +190,17 @@ fn plan_cmd(args: &[String]) -> Result<(), BoxError> {
                 };
                 let event = gw_shared::webhooks::payloads::subscription_updated(org_id, &change);
                 gw_shared::db::events::emit(conn, event).await?;
-                Ok::<_, gw_shared::Error>(Some(from))
+                let inv = gw_shared::redis::Invalidation::Org { org_id };
+                let logged = gw_shared::db::invalidations::record(conn, &inv).await?;
+                Ok::<_, gw_shared::Error>(Some((from, logged, inv)))
             })
             .await?;
-        let Some(from) = changed else {
+        let Some((from, logged, inv)) = changed else {
             return Err::<(), BoxError>(format!("no organization {org_id}").into());
         };
-        let redis = gw_shared::redis::pool(&cfg.redis.url, 1)?;
-        if let Err(e) = gw_shared::redis::invalidate(&redis, &gw_shared::redis::Invalidation::Org { org_id }).await {
-            eprintln!("the proxies were not told ({e}): they see the plan within their cache's lifetime");
+        let redis = gw_shared::redis::pool(&cfg.redis, 1)?;
+        if let Err(e) = gw_shared::redis::announce(&redis, logged, &inv).await {
+            eprintln!("the proxies were not told ({e}): they read the change from the invalidation log within seconds");
         }
         println!("organization {org_id}: plan {from} -> {plan}");
         Ok(())
@@ -217,10 +220,10 @@ fn reencrypt() -> Result<(), BoxError> {
 }
 
 async fn reencrypt_keys(cfg: &Config, ring: &gw_shared::crypto::Keyring) -> Result<(), BoxError> {
-    use gw_shared::redis::{invalidate, publish, Invalidation};
+    use gw_shared::redis::{announce, invalidate, publish, Invalidation};
 
     let db = gw_shared::db::pool(&cfg.database.url, 1)?;
-    let redis = gw_shared::redis::pool(&cfg.redis.url, 1)?;
+    let redis = gw_shared::redis::pool(&cfg.redis, 1)?;
     let mut conn = db.get().await?;
     let changed = match gw_shared::db::provider_keys::reencrypt(&mut conn, ring).await {
         Ok(changed) => changed,
@@ -243,7 +246,15 @@ async fn reencrypt_keys(cfg: &Config, ring: &gw_shared::crypto::Keyring) -> Resu
     let orgs: std::collections::BTreeSet<uuid::Uuid> = changed.iter().map(|(org_id, _)| *org_id).collect();
     let mut failed = 0usize;
     for org_id in &orgs {
-        if let Err(e) = invalidate(&redis, &Invalidation::ProviderKeys { org_id: *org_id }).await {
+        let inv = Invalidation::ProviderKeys { org_id: *org_id };
+        let logged = match gw_shared::db::invalidations::record(&mut conn, &inv).await {
+            Ok(id) => announce(&redis, id, &inv).await,
+            Err(e) => {
+                log::warn!("could not log the change of org {org_id}'s provider keys: {e}");
+                invalidate(&redis, &inv).await
+            }
+        };
+        if let Err(e) = logged {
             log::warn!("could not invalidate the cached provider keys of org {org_id}: {e}");
             failed += 1;
         }
@@ -300,7 +311,7 @@ fn serve() -> Result<(), BoxError> {
         return Err("GW_JWT_SECRET must be at least 32 characters".into());
     }
     let db = gw_shared::db::pool(&cfg.database.url, cfg.database.pool_size)?;
-    let redis = gw_shared::redis::pool(&cfg.redis.url, cfg.redis.pool_size)?;
+    let redis = gw_shared::redis::pool(&cfg.redis, cfg.redis.pool_size)?;
     let metrics = Arc::new(metrics::Metrics::new()?);
     let listen = cfg.admin.listen.clone();
     let workers = cfg.admin.workers.max(1);
@@ -325,6 +336,7 @@ fn serve() -> Result<(), BoxError> {
         usage_sync::spawn(state.clone().into_inner());
         experiments::spawn(state.clone().into_inner());
         budget_reconcile::spawn(state.clone().into_inner());
+        invalidation_beat::spawn(state.clone().into_inner());
         match relay {
             Some(relay) => mail::spawn(state.clone().into_inner(), relay),
             None => log::info!("mail is not delivered ([mail] smtp_url unset): it waits in the outbox"),

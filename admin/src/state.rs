@@ -13,9 +13,9 @@ use gw_shared::redis::{invalidate, Invalidation};
 pub struct AppState {
     pub cfg: Config,
     pub db: DbPool,
-    pub redis: deadpool_redis::Pool,
+    pub redis: gw_shared::redis::Pool,
     /// The Redis holding the response cache's L2 entries (`[redis] cache_url`; `redis` when unset).
-    pub cache_redis: deadpool_redis::Pool,
+    pub cache_redis: gw_shared::redis::Pool,
     pub jwt_secret: String,
     pub metrics: Arc<Metrics>,
     /// Password hashing, bounded: see `crate::hashing`.
@@ -35,7 +35,7 @@ impl AppState {
     pub fn new(
         cfg: Config,
         db: DbPool,
-        redis: deadpool_redis::Pool,
+        redis: gw_shared::redis::Pool,
         jwt_secret: String,
         metrics: Arc<Metrics>,
     ) -> Result<Self, Box<dyn std::error::Error>> {
@@ -45,7 +45,10 @@ impl AppState {
         let billing = crate::billing_provider::Stripe::from_config(&cfg.billing)?
             .map(|s| Box::new(s) as Box<dyn crate::billing_provider::BillingProvider>);
         let cache_redis = match &cfg.redis.cache_url {
-            Some(_) => gw_shared::redis::pool(cfg.redis.cache_url(), cfg.redis.pool_size.clamp(1, 4))?,
+            Some(_) => gw_shared::redis::Pool::cache_from_config(
+                &cfg.redis,
+                gw_shared::redis::ConnOptions { connections: 1, ..Default::default() },
+            )?,
             None => redis.clone(),
         };
         Ok(AppState {
@@ -82,12 +85,36 @@ impl AppState {
         crate::route_catalog::routes(self, &mut conn).await
     }
 
-    /// Tells the proxies to drop their copies of what a committed change touched. The change
-    /// stands whatever happens here: a failed publish is logged (naming `what` changed), and the
-    /// proxies' cache TTL still ends the stale copy.
+    /// Tells the proxies to drop their copies of what a committed change touched: the change is
+    /// written to the invalidation log (its own statement, right after the change's commit),
+    /// then announced. The change stands whatever happens here: a failure is logged (naming
+    /// `what` changed); an entry logged but not announced reaches the proxies at their next
+    /// read of the log (within `gw_proxy::invalidation::SILENCE` and a second), and one not even
+    /// logged at the end of their cache TTL. Changes made in a transaction record their entries
+    /// in it instead ([`gw_shared::db::invalidations::record`]) and call [`Self::announce`].
     pub async fn invalidate(&self, inv: &Invalidation, what: impl std::fmt::Display) {
-        if let Err(e) = invalidate(&self.redis, inv).await {
-            log::warn!("could not publish {what}: {e}");
+        let logged = match self.db.get().await {
+            Ok(mut conn) => gw_shared::db::invalidations::record(&mut conn, inv).await,
+            Err(e) => Err(gw_shared::Error::Pool(e.to_string())),
+        };
+        match logged {
+            Ok(id) => self.announce(&[(id, inv.clone())], what).await,
+            Err(e) => {
+                log::warn!("could not log {what} for the proxies: {e}");
+                if let Err(e) = invalidate(&self.redis, inv).await {
+                    log::warn!("could not publish {what}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Announces invalidation-log entries a committed transaction recorded.
+    pub async fn announce(&self, entries: &[(i64, Invalidation)], what: impl std::fmt::Display) {
+        for (id, inv) in entries {
+            if let Err(e) = gw_shared::redis::announce(&self.redis, *id, inv).await {
+                log::warn!("could not announce {what} (invalidation {id}): the proxies read it from the log: {e}");
+                return;
+            }
         }
     }
 

@@ -70,7 +70,7 @@ async fn count(state: &AppState, key: &str, window: u64, by: u64) -> Option<(u64
             return None;
         }
     };
-    let reply = deadpool_redis::redis::cmd("EVAL")
+    let reply = redis::cmd("EVAL")
         .arg(COUNT)
         .arg(1)
         .arg(key)
@@ -128,7 +128,7 @@ pub async fn account_attempt(state: &AppState, req: &HttpRequest, normalized_ema
 
 async fn delete(state: &AppState, key: String) {
     if let Ok(mut conn) = state.redis.get().await {
-        let _: Result<i64, _> = deadpool_redis::redis::cmd("DEL").arg(key).query_async(&mut conn).await;
+        let _: Result<i64, _> = redis::cmd("DEL").arg(key).query_async(&mut conn).await;
     }
 }
 

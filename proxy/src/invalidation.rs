@@ -1,17 +1,24 @@
-//! Listens on the Redis invalidation channel and evicts what the control plane changed, from
-//! every cache the data plane owns. On every (re)connect all of them are cleared, since messages
-//! sent while disconnected are lost.
+//! Keeps every cache the data plane owns in step with the control plane's changes. Each change
+//! is an entry of the invalidation log in Postgres ([`gw_shared::db::invalidations`]); Redis
+//! pub/sub announces each new entry, and the admin leader announces the newest id every second.
+//! A replica applies announced entries in order; when it sees a gap (an announcement it
+//! missed), hears no beat for [`SILENCE`] (Redis unreachable, or a subscription that died
+//! without a word) or subscribes again, it reads the entries after the last one it applied
+//! from Postgres. Only when its gap is older than the log's retention does it clear everything.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use gw_shared::redis::{Invalidation, INVALIDATION_CHANNEL};
+use gw_shared::db::invalidations;
+use gw_shared::db::DbPool;
+use gw_shared::redis::{Announcement, Invalidation, INVALIDATION_CHANNEL};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::sync::Notify;
 
+use crate::metrics::Metrics;
 use crate::response_cache::ResponseCache;
 use crate::sources::Lookups;
 
@@ -52,20 +59,155 @@ impl Caches {
     }
 }
 
+/// No announcement for this long: the replica reads the log from Postgres and checks its
+/// subscription (a PING that must come back within [`PING_WAIT`]).
+pub const SILENCE: Duration = Duration::from_secs(3);
+const PING_WAIT: Duration = Duration::from_secs(1);
+/// Longest wait for a subscription to be confirmed.
+const SUBSCRIBE_WAIT: Duration = Duration::from_secs(2);
+
 pub struct InvalidationListener {
-    pub redis_url: String,
+    pub redis: gw_shared::redis::Pool,
+    pub db: DbPool,
     pub caches: Caches,
+    pub metrics: Arc<Metrics>,
+    /// The newest log id applied; None until the log has been read once.
+    pub applied: tokio::sync::Mutex<Option<i64>>,
+}
+
+enum Ended {
+    /// The subscription closed or failed.
+    Lost(String),
+    /// Silent past [`SILENCE`] and no answer to a PING.
+    Dead,
 }
 
 impl InvalidationListener {
-    async fn listen(&self) -> Result<(), deadpool_redis::redis::RedisError> {
-        let client = deadpool_redis::redis::Client::open(self.redis_url.as_str())?;
-        let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe(INVALIDATION_CHANNEL).await?;
-        self.caches.clear();
+    pub fn new(redis: gw_shared::redis::Pool, db: DbPool, caches: Caches, metrics: Arc<Metrics>) -> Self {
+        Self { redis, db, caches, metrics, applied: tokio::sync::Mutex::new(None) }
+    }
+
+    /// Applies the log's entries after the last one applied (up to at least `through`, when
+    /// given). The first read only learns where the log stands: the caches start empty.
+    async fn catch_up(&self, reason: &str) {
+        let mut applied = self.applied.lock().await;
+        if let Err(e) = self.catch_up_locked(&mut applied, reason).await {
+            log::warn!("cannot read the invalidation log ({e}); will retry");
+        }
+    }
+
+    async fn catch_up_locked(&self, applied: &mut Option<i64>, reason: &str) -> Result<(), String> {
+        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
+        let (first, last) = invalidations::bounds(&mut conn).await.map_err(|e| e.to_string())?;
+        let Some(mut after) = *applied else {
+            // Whatever was cached before this read may predate entries we will never see.
+            self.caches.clear();
+            self.set_applied(applied, last);
+            return Ok(());
+        };
+        if last <= after {
+            return Ok(());
+        }
+        self.metrics.invalidation_catch_ups.with_label_values(&[reason]).inc();
+        if first > after + 1 || last - after > invalidations::CATCH_UP_MAX {
+            log::warn!("invalidations {}..{first} are past the log's retention: clearing every cache", after + 1);
+            self.metrics.invalidation_catch_ups.with_label_values(&["cleared"]).inc();
+            self.caches.clear();
+            self.set_applied(applied, last);
+            return Ok(());
+        }
+        while after < last {
+            let entries =
+                invalidations::since(&mut conn, after, invalidations::CATCH_UP_MAX).await.map_err(|e| e.to_string())?;
+            let Some(&(newest, _)) = entries.last() else { break };
+            for (_, inv) in &entries {
+                self.forget_shared(inv).await;
+                self.caches.apply(inv).await;
+            }
+            after = newest;
+            self.set_applied(applied, newest);
+        }
+        Ok(())
+    }
+
+    fn set_applied(&self, applied: &mut Option<i64>, id: i64) {
+        *applied = Some(id);
+        self.metrics.invalidation_applied.set(id);
+    }
+
+    /// The shared copy the entry makes stale: the admin deletes it before announcing, but an
+    /// entry read from the log may never have been announced (the admin could not reach Redis).
+    async fn forget_shared(&self, inv: &Invalidation) {
+        let Some(key) = inv.cache_key() else { return };
+        let del = async {
+            let mut conn = self.redis.get().await.map_err(|e| e.to_string())?;
+            redis::cmd("DEL").arg(&key).query_async::<i64>(&mut conn).await.map_err(|e| e.to_string())
+        };
+        if let Ok(Err(e)) | Err(e) =
+            tokio::time::timeout(Duration::from_secs(1), del).await.map_err(|_| "timed out".to_string())
+        {
+            log::debug!("shared copy not dropped ({e}); it ages out with its TTL");
+        }
+    }
+
+    async fn on_announcement(&self, a: Announcement) {
+        match a {
+            Announcement::Entry(id, inv) => {
+                let mut applied = self.applied.lock().await;
+                match *applied {
+                    Some(last) if id <= last => {}
+                    Some(last) if id == last + 1 => {
+                        self.caches.apply(&inv).await;
+                        self.set_applied(&mut applied, id);
+                    }
+                    // An announcement missed (or the log not read yet): read it from the log.
+                    _ => {
+                        if let Err(e) = self.catch_up_locked(&mut applied, "gap").await {
+                            log::warn!("cannot read the invalidation log ({e}); applying the announcement alone");
+                            self.caches.apply(&inv).await;
+                        }
+                    }
+                }
+            }
+            Announcement::Heartbeat(latest) => {
+                let behind = self.applied.lock().await.is_none_or(|last| latest > last);
+                if behind {
+                    self.catch_up("gap").await;
+                }
+            }
+            Announcement::Bare(inv) => self.caches.apply(&inv).await,
+        }
+    }
+
+    async fn listen(&self) -> Ended {
+        let subscribed = tokio::time::timeout(SUBSCRIBE_WAIT, async {
+            let mut pubsub = self.redis.pubsub().await?;
+            pubsub.subscribe(INVALIDATION_CHANNEL).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        })
+        .await;
+        let pubsub = match subscribed {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return Ended::Lost(e.to_string()),
+            Err(_) => return Ended::Lost("no answer to SUBSCRIBE in time".into()),
+        };
         log::info!("subscribed to {INVALIDATION_CHANNEL}");
-        let mut messages = pubsub.on_message();
-        while let Some(msg) = messages.next().await {
+        // What was announced while unsubscribed is in the log.
+        self.catch_up("reconnect").await;
+        let (mut sink, mut messages) = pubsub.split();
+        loop {
+            let msg = tokio::select! {
+                msg = messages.next() => msg,
+                _ = tokio::time::sleep(SILENCE) => {
+                    self.catch_up("silence").await;
+                    // Quiet is fine (no admin may be running) as long as the connection answers.
+                    match tokio::time::timeout(PING_WAIT, sink.ping::<redis::Value>()).await {
+                        Ok(Ok(_)) => continue,
+                        _ => return Ended::Dead,
+                    }
+                }
+            };
+            let Some(msg) = msg else { return Ended::Lost("the subscription closed".into()) };
             let payload: String = match msg.get_payload() {
                 Ok(p) => p,
                 Err(e) => {
@@ -73,15 +215,14 @@ impl InvalidationListener {
                     continue;
                 }
             };
-            match Invalidation::decode(&payload) {
-                Some(inv) => self.caches.apply(&inv).await,
+            match Announcement::decode(&payload) {
+                Some(a) => self.on_announcement(a).await,
                 None => log::warn!(
                     "unknown invalidation message {:?}",
                     gw_shared::providers::log_snippet(payload.as_bytes())
                 ),
             }
         }
-        Ok(())
     }
 }
 
@@ -92,25 +233,22 @@ impl BackgroundService for InvalidationListener {
         loop {
             let started = tokio::time::Instant::now();
             tokio::select! {
-                res = self.listen() => {
-                    match res {
-                        Ok(()) => log::warn!("invalidation subscription ended; reconnecting"),
-                        Err(e) => log::warn!("invalidation subscription failed: {e}; retrying in {backoff:?}"),
-                    }
-                    // Whatever was published while we were away is lost: forget everything.
-                    self.caches.clear();
-                }
+                ended = self.listen() => match ended {
+                    Ended::Lost(e) => log::warn!("invalidation subscription lost: {e}; retrying in {backoff:?}"),
+                    Ended::Dead => log::warn!("invalidation subscription silent and unanswering; subscribing again"),
+                },
                 _ = shutdown.changed() => return,
             }
+            // While unsubscribed, the log is read directly.
+            self.catch_up("silence").await;
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
                 _ = shutdown.changed() => return,
             }
-            // A subscription that lived a while was healthy: start the backoff over.
             backoff = if started.elapsed() > Duration::from_secs(10) {
                 Duration::from_millis(100)
             } else {
-                (backoff * 2).min(Duration::from_secs(5))
+                (backoff * 2).min(Duration::from_secs(1))
             };
         }
     }

@@ -7,7 +7,7 @@
 //! ([`crate::events`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,10 +15,10 @@ use gw_shared::limits::events::budget_events;
 use gw_shared::limits::local::LocalLimiter;
 use gw_shared::limits::plan::{Admission, BudgetSettled, Plan, SettleOp, Settlement};
 use gw_shared::limits::script::Scripts;
+use gw_shared::redis::{Conn, ConnOptions, Pool};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use pingora_timeout::fast_timeout::fast_timeout;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use uuid::Uuid;
 
 use crate::events::Outbox;
@@ -39,7 +39,7 @@ const HEARTBEAT_TTL_MS: i64 = 5_000;
 pub const REPLICAS_KEY: &str = "gw:lim:replicas";
 
 pub struct LimiterConfig {
-    pub redis_url: String,
+    pub redis: gw_shared::config::RedisConfig,
     /// Longest wait for Redis on the request path before the replica decides it is down.
     pub timeout: Duration,
     /// Replicas assumed to share the limits until the first heartbeat says how many do.
@@ -48,11 +48,12 @@ pub struct LimiterConfig {
 
 pub struct Limiter {
     cfg: LimiterConfig,
-    /// The request path's connection. Made by the first request that needs it, so that its
-    /// driver task (and every reconnection's) runs on the proxy's worker runtime: a round trip
+    /// The request path's connections. Made by the first request that needs one, so that their
+    /// driver tasks (and every reconnection's) run on the proxy's worker runtime: a round trip
     /// then costs no hop to another thread and back, which on a busy core cost more than the
-    /// script itself. The background service has a connection of its own.
-    hot: OnceLock<Option<ConnectionManager>>,
+    /// script itself. The background service has a connection of its own. None if the
+    /// configuration names no usable Redis.
+    hot: Option<Pool>,
     /// Settlements waiting for the flusher, and whether a flusher runs.
     pending: Mutex<Vec<Settlement>>,
     flushing: AtomicBool,
@@ -80,10 +81,15 @@ pub struct Admitted {
 impl Limiter {
     pub fn new(cfg: LimiterConfig, outbox: Arc<Outbox>, metrics: Arc<Metrics>) -> Self {
         let replicas = cfg.replicas;
+        let hot = connect(&cfg, 2)
+            .map_err(|e| {
+                log::error!("cannot set up the limiter's Redis connection: {e}; limiting on this replica alone")
+            })
+            .ok();
         metrics.limits_replicas.set(i64::try_from(replicas).unwrap_or(i64::MAX));
         Self {
             cfg,
-            hot: OnceLock::new(),
+            hot,
             pending: Mutex::new(Vec::new()),
             flushing: AtomicBool::new(false),
             settling: AtomicUsize::new(0),
@@ -109,9 +115,13 @@ impl Limiter {
     /// own limiter decides.
     pub async fn admit(&self, plan: Plan) -> Admitted {
         if !self.degraded.load(Ordering::Acquire) {
-            if let Some(mut conn) = self.hot() {
+            if let Some(pool) = &self.hot {
                 let started = std::time::Instant::now();
-                let result = fast_timeout(self.cfg.timeout, self.scripts.admit(&mut conn, &plan)).await;
+                let admit = async {
+                    let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+                    self.scripts.admit(&mut conn, &plan).await.map_err(|e| e.to_string())
+                };
+                let result = fast_timeout(self.cfg.timeout, admit).await;
                 self.metrics.limit_admit_duration.observe(started.elapsed().as_secs_f64());
                 match result {
                     Ok(Ok(admission)) => {
@@ -146,19 +156,6 @@ impl Limiter {
         }
     }
 
-    /// The request path's connection (see `hot`); None if the Redis URL is unusable.
-    fn hot(&self) -> Option<ConnectionManager> {
-        self.hot
-            .get_or_init(|| match connect(&self.cfg) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    log::error!("cannot set up the limiter's Redis connection: {e}; limiting on this replica alone");
-                    None
-                }
-            })
-            .clone()
-    }
-
     /// Settles an admitted request that used `tokens` and cost `cost_nanos`. Never waits: a
     /// flusher task on the caller's runtime (beside the connection's driver) sends what has
     /// gathered as one script call and, while that call is out, gathers the next batch. A lone
@@ -173,7 +170,7 @@ impl Limiter {
             self.alert(settlement.org_id, &settled);
             return;
         }
-        let Some(conn) = self.hot() else {
+        let Some(pool) = self.hot.clone() else {
             self.local().defer(&settlement);
             return;
         };
@@ -190,7 +187,7 @@ impl Limiter {
         }
         if !self.flushing.swap(true, Ordering::AcqRel) {
             let limiter = self.clone();
-            tokio::spawn(async move { limiter.flush(conn).await });
+            tokio::spawn(async move { limiter.flush(pool).await });
         }
     }
 
@@ -206,7 +203,7 @@ impl Limiter {
         batch
     }
 
-    async fn flush(&self, mut conn: ConnectionManager) {
+    async fn flush(&self, pool: Pool) {
         loop {
             let batch = self.take_pending();
             if batch.is_empty() {
@@ -219,7 +216,7 @@ impl Limiter {
                 return;
             }
             let n = batch.len();
-            self.settle_shared(&mut conn, batch).await;
+            self.settle_shared(&pool, batch).await;
             self.settling.fetch_sub(n, Ordering::AcqRel);
         }
     }
@@ -234,19 +231,47 @@ impl Limiter {
         }
     }
 
-    async fn settle_shared(&self, conn: &mut ConnectionManager, batch: Vec<Settlement>) {
-        let why = match tokio::time::timeout(self.cfg.timeout * 4, self.scripts.settle_many(conn, &batch)).await {
-            Ok(Ok(settled)) => {
-                for (s, settled) in batch.iter().zip(settled) {
-                    self.alert(s.org_id, &settled);
-                }
-                return;
-            }
-            Ok(Err(e)) => format!("{e}"),
-            Err(_) => "no answer in time".to_string(),
+    /// Settles a batch: one script call per hash slot (a script may only touch one slot's keys on
+    /// a cluster), all sent at once, so each node gets its calls pipelined on one connection.
+    async fn settle_shared(&self, pool: &Pool, batch: Vec<Settlement>) {
+        let groups = gw_shared::limits::plan::group_by_slot(batch);
+        let settle = async {
+            let conn = pool.get().await.map_err(|e| e.to_string())?;
+            let calls = groups.iter().map(|group| {
+                let mut conn = conn.clone();
+                async move { self.scripts.settle_many(&mut conn, group).await }
+            });
+            Ok::<_, String>(futures::future::join_all(calls).await)
         };
+        let (why, unsettled): (String, Vec<&Settlement>) =
+            match tokio::time::timeout(self.cfg.timeout * 4, settle).await {
+                Ok(Ok(answers)) => {
+                    let mut why = None;
+                    let mut unsettled = Vec::new();
+                    for (group, answer) in groups.iter().zip(answers) {
+                        match answer {
+                            Ok(settled) => {
+                                for (s, settled) in group.iter().zip(settled) {
+                                    self.alert(s.org_id, &settled);
+                                }
+                            }
+                            Err(e) => {
+                                why.get_or_insert_with(|| e.to_string());
+                                unsettled.extend(group.iter());
+                            }
+                        }
+                    }
+                    match why {
+                        None => return,
+                        Some(why) => (why, unsettled),
+                    }
+                }
+                Ok(Err(e)) => (e, groups.iter().flatten().collect()),
+                // Which calls landed is unknown: the lot is kept here, as when Redis is down.
+                Err(_) => ("no answer in time".to_string(), groups.iter().flatten().collect()),
+            };
         let mut local = self.local();
-        for s in &batch {
+        for s in unsettled {
             local.defer(s);
         }
         drop(local);
@@ -254,7 +279,7 @@ impl Limiter {
     }
 
     /// Adds spend recorded on this replica to the shared counters; true when all of it landed.
-    async fn sync(&self, conn: &mut ConnectionManager) -> bool {
+    async fn sync(&self, conn: &mut Conn) -> bool {
         let pending = self.local().take_unsynced();
         let mut ok = true;
         for u in pending {
@@ -285,10 +310,11 @@ impl Limiter {
     }
 
     /// Says this replica is alive and learns how many are (the divisor if Redis goes away).
-    async fn heartbeat(&self, conn: &mut ConnectionManager) {
+    async fn heartbeat(&self, pool: &Pool) {
         if self.degraded.load(Ordering::Acquire) {
             return;
         }
+        let Ok(mut conn) = pool.get().await else { return };
         let now = Self::now_ms();
         let mut pipe = redis::pipe();
         pipe.zadd(REPLICAS_KEY, &self.instance, now)
@@ -298,7 +324,7 @@ impl Limiter {
             .zcard(REPLICAS_KEY)
             .pexpire(REPLICAS_KEY, HEARTBEAT_TTL_MS * 2)
             .ignore();
-        let beat = pipe.query_async::<(u64,)>(conn);
+        let beat = pipe.query_async::<(u64,)>(&mut conn);
         match tokio::time::timeout(self.cfg.timeout * 4, beat).await {
             Ok(Ok((live,))) => {
                 let live = live.max(1);
@@ -311,16 +337,19 @@ impl Limiter {
         }
     }
 
-    async fn probe(&self, conn: &mut ConnectionManager) {
+    async fn probe(&self, pool: &Pool) {
         let degraded = self.degraded.load(Ordering::Acquire);
         if degraded {
-            let cmd = redis::cmd("PING");
-            let ping = cmd.query_async::<String>(conn);
+            let ping = async {
+                let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+                redis::cmd("PING").query_async::<String>(&mut conn).await.map_err(|e| e.to_string())
+            };
             if !matches!(tokio::time::timeout(self.cfg.timeout * 4, ping).await, Ok(Ok(_))) {
                 return;
             }
         }
-        if self.sync(conn).await && degraded {
+        let Ok(mut conn) = pool.get().await else { return };
+        if self.sync(&mut conn).await && degraded {
             self.local().forget();
             self.degraded.store(false, Ordering::Release);
             self.metrics.limits_degraded.set(0);
@@ -345,7 +374,7 @@ impl BackgroundService for LimiterService {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         crate::priority::background_thread();
         let limiter = self.0.clone();
-        let mut conn = match connect(&limiter.cfg) {
+        let pool = match connect(&limiter.cfg, 1) {
             Ok(c) => c,
             Err(e) => {
                 log::error!("cannot set up the limiter's Redis connection: {e}; limiting on this replica alone");
@@ -357,8 +386,8 @@ impl BackgroundService for LimiterService {
         let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
         loop {
             tokio::select! {
-                _ = tick.tick() => limiter.probe(&mut conn).await,
-                _ = beat.tick() => limiter.heartbeat(&mut conn).await,
+                _ = tick.tick() => limiter.probe(&pool).await,
+                _ = beat.tick() => limiter.heartbeat(&pool).await,
                 changed = shutdown.changed() => {
                     if changed.is_err() || *shutdown.borrow() {
                         break;
@@ -373,6 +402,7 @@ impl BackgroundService for LimiterService {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let Ok(mut conn) = pool.get().await else { return };
         limiter.sync(&mut conn).await;
         // A replica that stops no longer counts (the others' shares grow at their next beat).
         let mut leave = redis::cmd("ZREM");
@@ -381,15 +411,10 @@ impl BackgroundService for LimiterService {
     }
 }
 
-/// A multiplexed connection that reconnects by itself, established on first use.
-fn connect(cfg: &LimiterConfig) -> redis::RedisResult<ConnectionManager> {
-    let client = redis::Client::open(cfg.redis_url.as_str())?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(cfg.timeout * 4))
-        .set_response_timeout(Some(cfg.timeout * 4))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    ConnectionManager::new_lazy_with_config(client, config)
+/// Multiplexed connections that are remade when they fail, established on first use.
+fn connect(cfg: &LimiterConfig, connections: usize) -> gw_shared::Result<Pool> {
+    let timeout = (cfg.timeout * 4).max(Duration::from_millis(200));
+    Pool::from_config(&cfg.redis, ConnOptions { connections, connect_timeout: timeout, response_timeout: timeout })
 }
 
 #[cfg(test)]

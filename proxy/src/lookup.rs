@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use deadpool_redis::Pool as RedisPool;
+use gw_shared::redis::Pool as RedisPool;
 use gw_shared::redis::{get_stamped, put_stamped, Stamped};
 use moka::future::Cache;
 use moka::ops::compute::{CompResult, Op};

@@ -46,6 +46,11 @@ pub struct Metrics {
     /// 1 while Redis is unreachable and the replica limits on its own.
     pub limits_degraded: IntGauge,
     pub limits_replicas: IntGauge,
+    /// The newest invalidation-log id this replica has applied.
+    pub invalidation_applied: IntGauge,
+    /// Reads of the invalidation log from Postgres, by why (`gap`, `reconnect`, `silence`), and
+    /// whole-cache clears (`cleared`) when the gap was older than the log's retention.
+    pub invalidation_catch_ups: IntCounterVec,
     pub events_written: IntCounter,
     pub events_dropped: IntCounter,
     /// Streams read on after the client left or a guardrail stopped them, by how they were
@@ -182,6 +187,17 @@ impl Metrics {
         registry.register(Box::new(limit_admit_duration.clone()))?;
         registry.register(Box::new(limits_degraded.clone()))?;
         registry.register(Box::new(limits_replicas.clone()))?;
+        let invalidation_applied =
+            IntGauge::new("gw_invalidation_applied_id", "The newest invalidation-log id this replica has applied")?;
+        let invalidation_catch_ups = IntCounterVec::new(
+            Opts::new(
+                "gw_invalidation_catch_ups_total",
+                "Invalidation-log reads from Postgres by reason (gap, reconnect, silence); cleared: every cache dropped",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(invalidation_applied.clone()))?;
+        registry.register(Box::new(invalidation_catch_ups.clone()))?;
         registry.register(Box::new(events_written.clone()))?;
         registry.register(Box::new(events_dropped.clone()))?;
         let stream_drains = IntCounterVec::new(
@@ -281,6 +297,8 @@ impl Metrics {
             limit_admit_duration,
             limits_degraded,
             limits_replicas,
+            invalidation_applied,
+            invalidation_catch_ups,
             events_written,
             events_dropped,
             stream_drains,

@@ -24,7 +24,7 @@ use crate::sources::Lookups;
 pub struct OpsApp {
     pub metrics: Arc<Metrics>,
     pub db: DbPool,
-    pub redis: deadpool_redis::Pool,
+    pub redis: gw_shared::redis::Pool,
     pub lookups: Arc<Lookups>,
     pub store_timeout: Duration,
 }

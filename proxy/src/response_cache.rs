@@ -6,7 +6,7 @@
 //! background task drains, off the request path.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -16,11 +16,11 @@ use gw_shared::cache::settings::{Directives, Effective};
 use gw_shared::cache::verify;
 use gw_shared::cache::CacheStatus;
 use gw_shared::db::{cache as db_cache, DbPool};
+use gw_shared::redis::{ConnOptions, Pool};
 use moka::future::Cache;
 use moka::Expiry;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{mpsc, Semaphore};
 use uuid::Uuid;
 
@@ -89,8 +89,8 @@ struct Job {
 }
 
 pub struct CacheConfig {
-    /// The cache's Redis (`[redis] cache_url`, else the main one).
-    pub redis_url: String,
+    /// The Redis settings (L2 lives at `cache_url`, else in the main Redis).
+    pub redis: gw_shared::config::RedisConfig,
     /// Bytes of live L2 entries per organization (0: no bound).
     pub l2_org_max_bytes: u64,
     pub l1_max_bytes: u64,
@@ -103,11 +103,11 @@ pub struct ResponseCache {
     l1: Cache<[u8; 32], Arc<Cached>>,
     /// An answer heavier than the whole tier is not offered to it.
     l1_max_bytes: u64,
-    redis_url: String,
+    redis: gw_shared::config::RedisConfig,
     l2_budget: gw_shared::cache::l2_budget::L2Budget,
-    /// The request path's Redis connection, made by the first request that needs it (its driver
-    /// then runs on the worker runtime, as the limiter's does).
-    hot: OnceLock<Option<ConnectionManager>>,
+    /// The request path's Redis connections, made by the first request that needs one (their
+    /// drivers then run on the worker runtime, as the limiter's do). None: no usable Redis.
+    hot: Option<Pool>,
     /// Milliseconds since `epoch` until which L2 is skipped.
     l2_down_until: AtomicI64,
     epoch: Instant,
@@ -134,9 +134,11 @@ impl ResponseCache {
         Self {
             l1,
             l1_max_bytes: cfg.l1_max_bytes,
-            redis_url: cfg.redis_url,
+            hot: connect(&cfg.redis, cfg.l2_timeout, 2)
+                .map_err(|e| log::error!("cannot set up the response cache's Redis connection: {e}; L2 is off"))
+                .ok(),
+            redis: cfg.redis,
             l2_budget: gw_shared::cache::l2_budget::L2Budget::new(cfg.l2_org_max_bytes),
-            hot: OnceLock::new(),
             l2_down_until: AtomicI64::new(0),
             epoch: Instant::now(),
             l2_timeout: cfg.l2_timeout,
@@ -208,28 +210,20 @@ impl ResponseCache {
         i64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 
-    fn hot(&self) -> Option<ConnectionManager> {
-        self.hot
-            .get_or_init(|| match connect(&self.redis_url, self.l2_timeout) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    log::error!("cannot set up the response cache's Redis connection: {e}; L2 is off");
-                    None
-                }
-            })
-            .clone()
-    }
-
     async fn l2_get(&self, key: &CacheKey) -> Option<(Entry, Duration)> {
         if self.now_ms() < self.l2_down_until.load(Ordering::Relaxed) {
             return None;
         }
-        let mut conn = self.hot()?;
+        let pool = self.hot.as_ref()?;
         let started = Instant::now();
         let redis_key = key.redis_key();
         let mut pipe = redis::pipe();
         pipe.get(&redis_key).cmd("PTTL").arg(&redis_key);
-        let answer = tokio::time::timeout(self.l2_timeout, pipe.query_async::<(Option<Vec<u8>>, i64)>(&mut conn)).await;
+        let get = async {
+            let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+            pipe.query_async::<(Option<Vec<u8>>, i64)>(&mut conn).await.map_err(|e| e.to_string())
+        };
+        let answer = tokio::time::timeout(self.l2_timeout, get).await;
         self.observe("L2", started);
         match answer {
             Ok(Ok((Some(data), pttl))) => match Entry::decode(&data) {
@@ -366,7 +360,7 @@ impl ResponseCache {
         self.l1.invalidate_all();
     }
 
-    async fn write(&self, conn: &mut Option<ConnectionManager>, job: Job) {
+    async fn write(&self, pool: &Option<Pool>, job: Job) {
         let data = match job.entry.encode() {
             Ok(d) => d,
             Err(e) => {
@@ -376,10 +370,13 @@ impl ResponseCache {
             }
         };
         if job.l2 {
-            let outcome = match conn.as_mut() {
-                Some(c) => {
+            let outcome = match pool {
+                Some(pool) => {
                     let ms = u64::try_from(job.ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-                    let set = self.l2_budget.store(c, &job.key, &data, ms);
+                    let set = async {
+                        let mut c = pool.get().await.map_err(|e| e.to_string())?;
+                        self.l2_budget.store(&mut c, &job.key, &data, ms).await.map_err(|e| e.to_string())
+                    };
                     match tokio::time::timeout(self.l2_timeout * 4, set).await {
                         Ok(Ok(true)) => "ok",
                         // The organization's share of L2 is full: L1 and L3 still have it.
@@ -435,14 +432,9 @@ impl ResponseCache {
     }
 }
 
-fn connect(url: &str, timeout: Duration) -> redis::RedisResult<ConnectionManager> {
-    let client = redis::Client::open(url)?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(timeout * 4))
-        .set_response_timeout(Some(timeout * 4))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    ConnectionManager::new_lazy_with_config(client, config)
+fn connect(cfg: &gw_shared::config::RedisConfig, timeout: Duration, connections: usize) -> gw_shared::Result<Pool> {
+    let timeout = (timeout * 4).max(Duration::from_millis(200));
+    Pool::cache_from_config(cfg, ConnOptions { connections, connect_timeout: timeout, response_timeout: timeout })
 }
 
 /// Drains the store queue into L2 and L3.
@@ -453,11 +445,11 @@ impl BackgroundService for CacheWriter {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let cache = &self.0;
         let mut rx = cache.jobs_rx.lock().await;
-        let mut conn = connect(&cache.redis_url, cache.l2_timeout).ok();
+        let pool = connect(&cache.redis, cache.l2_timeout, 1).ok();
         loop {
             tokio::select! {
                 job = rx.recv() => match job {
-                    Some(job) => cache.write(&mut conn, job).await,
+                    Some(job) => cache.write(&pool, job).await,
                     None => return,
                 },
                 _ = shutdown.changed() => return,

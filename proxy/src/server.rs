@@ -44,7 +44,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     let p = &cfg.proxy;
     let metrics = Arc::new(Metrics::new()?);
     let db = gw_shared::db::pool(&cfg.database.url, cfg.database.pool_size)?;
-    let redis = gw_shared::redis::pool(&cfg.redis.url, cfg.redis.pool_size)?;
+    let redis = gw_shared::redis::pool(&cfg.redis, cfg.redis.pool_size)?;
     let router = Arc::new(Router::new(cfg.routing.clone(), crate::routes_watch::initial(&cfg, &registry)?));
     let builder = Arc::new(RouteBuilder { cfg: arc_swap::ArcSwap::from_pointee(cfg.clone()), registry });
     let routes_wake = Arc::new(tokio::sync::Notify::new());
@@ -79,7 +79,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     let outbox = Arc::new(Outbox::new(db.clone(), metrics.clone()));
     let limiter = Arc::new(Limiter::new(
         LimiterConfig {
-            redis_url: cfg.redis.url.clone(),
+            redis: cfg.redis.clone(),
             timeout: Duration::from_millis(p.limits_timeout_ms.max(1)),
             replicas: p.limits_replicas.max(1),
         },
@@ -88,7 +88,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     ));
     let responses = Arc::new(ResponseCache::new(
         CacheConfig {
-            redis_url: cfg.redis.cache_url().to_string(),
+            redis: cfg.redis.clone(),
             l2_org_max_bytes: p.cache_l2_org_max_bytes,
             l1_max_bytes: p.cache_l1_max_bytes,
             l2_timeout: Duration::from_millis(p.cache_l2_timeout_ms.max(1)),
@@ -201,10 +201,12 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     server.add_service(background_service("audit-flusher", flusher));
     server.add_service(background_service(
         "invalidation-listener",
-        InvalidationListener {
-            redis_url: cfg.redis.url.clone(),
-            caches: Caches { lookups: lookups.clone(), responses: responses.clone(), routes: routes_wake },
-        },
+        InvalidationListener::new(
+            redis.clone(),
+            db.clone(),
+            Caches { lookups: lookups.clone(), responses: responses.clone(), routes: routes_wake },
+            metrics.clone(),
+        ),
     ));
     server.add_service(background_service("routes-watch", routes_watch));
     server.add_service(background_service("health-checks", health));

@@ -23,7 +23,7 @@ use moka::sync::Cache;
 
 /// Where replicas add up their failures.
 pub struct SharedCounts {
-    pub redis: deadpool_redis::Pool,
+    pub redis: gw_shared::redis::Pool,
     /// Longest wait for Redis before the replica keeps to its own count.
     pub timeout: Duration,
 }
@@ -62,7 +62,7 @@ impl AuthThrottle {
         let previous = gw_shared::redis::auth_failures_key(ip, (now / secs).saturating_sub(1));
         let add = async {
             let mut conn = shared.redis.get().await.ok()?;
-            let (now, before): (u32, Option<u32>) = deadpool_redis::redis::pipe()
+            let (now, before): (u32, Option<u32>) = redis::pipe()
                 .incr(&key, 1u32)
                 .expire(&key, (2 * secs) as i64)
                 .ignore()

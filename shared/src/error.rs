@@ -22,14 +22,8 @@ pub enum Error {
     Invalid(String),
 }
 
-impl From<deadpool_redis::PoolError> for Error {
-    fn from(e: deadpool_redis::PoolError) -> Self {
-        Error::Redis(e.to_string())
-    }
-}
-
-impl From<deadpool_redis::redis::RedisError> for Error {
-    fn from(e: deadpool_redis::redis::RedisError) -> Self {
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
         Error::Redis(e.to_string())
     }
 }

@@ -6,8 +6,52 @@ pub fn database_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://gw@127.0.0.1:15432/gw".into())
 }
 
+/// The Redis a test binary's stacks use. `GW_TEST_REDIS` chooses: unset, the services' Redis
+/// (`REDIS_URL`); `tls`, a Redis of this binary's own that speaks TLS only; `cluster`, a
+/// 3-master Redis Cluster of this binary's own. Those live until the binary exits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisMode {
+    Standalone,
+    Tls,
+    Cluster,
+}
+
+pub fn redis_mode() -> RedisMode {
+    match std::env::var("GW_TEST_REDIS").as_deref() {
+        Ok("tls") => RedisMode::Tls,
+        Ok("cluster") => RedisMode::Cluster,
+        _ => RedisMode::Standalone,
+    }
+}
+
+static SHARED_TLS: std::sync::OnceLock<crate::topology::TlsRedis> = std::sync::OnceLock::new();
+static SHARED_CLUSTER: std::sync::OnceLock<crate::topology::RedisCluster> = std::sync::OnceLock::new();
+
+/// This binary's TLS Redis (started on first use, stopped when the binary exits).
+pub fn shared_tls_redis() -> &'static crate::topology::TlsRedis {
+    SHARED_TLS.get_or_init(|| crate::topology::TlsRedis::start_guarded(true))
+}
+
+/// This binary's Redis Cluster (started on first use, stopped when the binary exits).
+pub fn shared_cluster() -> &'static crate::topology::RedisCluster {
+    SHARED_CLUSTER.get_or_init(|| crate::topology::RedisCluster::start_guarded(3, 0, true))
+}
+
 pub fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".into())
+    match redis_mode() {
+        RedisMode::Standalone => std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".into()),
+        RedisMode::Tls => shared_tls_redis().url(),
+        RedisMode::Cluster => shared_cluster().seeds()[0].clone(),
+    }
+}
+
+/// The `[redis]` keys beside `url` this binary's mode needs (a cluster's seeds, a TLS CA).
+pub fn redis_topology_config() -> String {
+    match redis_mode() {
+        RedisMode::Standalone => String::new(),
+        RedisMode::Tls => shared_tls_redis().tls_config(),
+        RedisMode::Cluster => shared_cluster().config(),
+    }
 }
 
 pub fn workspace_root() -> PathBuf {
@@ -48,6 +92,7 @@ url = "{db}"
 pool_size = 4
 [redis]
 url = "{redis}"
+{redis_topology}
 pool_size = 4
 [proxy]
 listen = "127.0.0.1:{proxy_port}"
@@ -166,6 +211,7 @@ deployments = [{{ provider = "azure", model = "my-embedding" }}]
 "my-embedding" = {{ input_per_mtok = "0.02", output_per_mtok = "0" }}
 "#,
         redis = redis_url(),
+        redis_topology = redis_topology_config(),
         dead = dead_url(),
         spool = std::env::temp_dir().join(format!("gw-spool-{proxy_port}")).display(),
     )

@@ -20,6 +20,7 @@ pub mod db;
 mod private;
 mod process;
 mod stack;
+pub mod topology;
 
 pub use assert::*;
 pub use client::*;

@@ -122,14 +122,26 @@ impl PrivateRedis {
         r
     }
 
+    /// `rediss://` when the binary runs against TLS Redis (`GW_TEST_REDIS=tls`): then this one
+    /// speaks TLS too, with the same certificate authority.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match crate::config::redis_mode() {
+            crate::config::RedisMode::Tls => format!("rediss://127.0.0.1:{}", self.port),
+            _ => format!("redis://127.0.0.1:{}", self.port),
+        }
     }
 
     /// Starts the server (again) and waits until it answers.
     pub fn start_server(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--save", "", "--appendonly", "no"])
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+        match crate::config::redis_mode() {
+            crate::config::RedisMode::Tls => {
+                cmd.args(crate::topology::tls_server_args(self.port, &crate::config::shared_tls_redis().certs))
+            }
+            _ => cmd.args(["--port", &self.port.to_string()]),
+        };
+        let child = cmd
             .arg("--dir")
             .arg(&self.dir)
             .stdin(Stdio::null())

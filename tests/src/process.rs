@@ -96,7 +96,7 @@ if [ -n "${GW_TEST_REMOVE:-}" ]; then rm -f -- "$GW_TEST_REMOVE"; fi"#;
 
 /// A command running `program`: directly (stdin `/dev/null`), or, with `guard` (a file to
 /// remove at the end), under [`GUARD_SCRIPT`] with a stdin pipe from this process.
-fn command(program: &Path, guard: Option<&Path>) -> Command {
+pub(crate) fn command(program: &Path, guard: Option<&Path>) -> Command {
     match guard {
         None => {
             let mut c = Command::new(program);

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::config::{config_text_with_routing, database_url, redis_url, with_admin_keys, SHARED_ROUTING};
+use crate::config::{
+    config_text_with_routing, database_url, redis_mode, redis_topology_config, redis_url, with_admin_keys, RedisMode,
+    SHARED_ROUTING,
+};
 use crate::process::{free_port, free_ports, http_client, migrate_once, spawn_bin, spawn_mock, wait_up, Proc};
 use crate::JWT_SECRET;
 
@@ -105,6 +108,10 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
     let mut text = with_admin_keys(&text, &opts.admin_config);
     if let Some(url) = &opts.redis_url {
         text = text.replace(&format!("url = \"{}\"", redis_url()), &format!("url = \"{url}\""));
+        // A Redis of the test's own replaces the binary's cluster too.
+        if redis_mode() == RedisMode::Cluster {
+            text = text.replace(&redis_topology_config(), "");
+        }
     }
     if let Some(url) = &opts.cache_redis_url {
         text = text.replacen("[redis]\n", &format!("[redis]\ncache_url = \"{url}\"\n"), 1);

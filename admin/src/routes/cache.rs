@@ -8,12 +8,12 @@
 //! proxy to drop its in-process copies.
 
 use actix_web::{delete, get, patch, post, put, web, HttpRequest, HttpResponse};
-use deadpool_redis::redis;
 use gw_shared::cache::embed;
 use gw_shared::cache::key::{model_prefix, model_tag, org_prefix};
 use gw_shared::cache::settings::{CacheSettings, TeamCacheSettings};
 use gw_shared::db::{cache as db_cache, teams};
 use gw_shared::redis::Invalidation;
+use redis;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
@@ -334,7 +334,7 @@ pub async fn purge(
         Some(t) => format!("{}*", model_prefix(org_id, t)),
         None => format!("{}*", org_prefix(org_id)),
     };
-    let l2_deleted = purge_redis(&state, &pattern).await?;
+    let l2_deleted = purge_redis(&state, org_id, &pattern).await?;
     // Then the proxies: an L2 hit taken before the delete may have filled an L1 copy.
     state.invalidate(&Invalidation::CachePurge { org_id, model: tag }, "a cache change").await;
     let entry = Entry {
@@ -348,22 +348,19 @@ pub async fn purge(
 }
 
 /// Deletes every Redis key matching `pattern`, a SCAN step at a time (never `KEYS`, which would
-/// stall Redis for every proxy).
-async fn purge_redis(state: &AppState, pattern: &str) -> ApiResult<u64> {
+/// stall Redis for every proxy). An organization's entries share its hash tag, so on a cluster
+/// they all live on the primary owning its slot: that is the node scanned, and each step's keys
+/// go in one `UNLINK` (one slot).
+async fn purge_redis(state: &AppState, org_id: uuid::Uuid, pattern: &str) -> ApiResult<u64> {
     let mut conn = state.cache_redis.get().await.map_err(|e| ApiError::Unavailable(format!("redis: {e}")))?;
     let unavailable = |e: redis::RedisError| ApiError::Unavailable(format!("redis: {e}"));
+    let owner = org_prefix(org_id);
     let mut cursor: u64 = 0;
     let mut deleted = 0u64;
     loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT);
+        let (next, keys): (u64, Vec<String>) = conn.query_on_node_of(&owner, scan).await.map_err(unavailable)?;
         if !keys.is_empty() {
             redis::cmd("UNLINK").arg(&keys).query_async::<u64>(&mut conn).await.map_err(unavailable)?;
             // The organization's L2 ledger goes with its entries; it is not an answer.

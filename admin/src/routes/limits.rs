@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 
 use actix_web::{get, web, HttpResponse};
 use chrono::{DateTime, Utc};
-use deadpool_redis::redis::AsyncCommands;
 use gw_shared::db::rollups::Owner;
 use gw_shared::db::{api_keys, orgs, teams};
 use gw_shared::limits::period::Period;
 use gw_shared::limits::plan::{budget_keys, window_key, Measure, Plan, Scope, WINDOW_MS};
 use gw_shared::limits::script::Scripts;
 use gw_shared::limits::settings::{Budget, RateLimits, ScopeLimits};
+use redis::AsyncCommands;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_actix_web::service_config::ServiceConfig;
@@ -130,7 +130,7 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 }
 
 async fn budget_status(
-    conn: &mut deadpool_redis::Connection,
+    conn: &mut gw_shared::redis::Conn,
     prefix: &str,
     scope: Scope,
     b: Budget,
@@ -159,7 +159,7 @@ async fn budget_status(
 }
 
 async fn window(
-    conn: &mut deadpool_redis::Connection,
+    conn: &mut gw_shared::redis::Conn,
     key: &str,
     limit: Option<u32>,
     now_ms: i64,
@@ -173,7 +173,7 @@ async fn window(
 }
 
 async fn rate_status(
-    conn: &mut deadpool_redis::Connection,
+    conn: &mut gw_shared::redis::Conn,
     prefix: &str,
     scope: Scope,
     r: RateLimits,

@@ -247,6 +247,10 @@ pub async fn revoke(
             let ids: Vec<Uuid> = keys.iter().map(|(id, _)| *id).collect();
             let actor = Some(session.user_id);
             gw_shared::db::events::keys_revoked(conn, session.org_id, &ids, actor, "service_account_revoked").await?;
+            let mut logged = Vec::new();
+            for (_, hashes) in &keys {
+                logged.extend(gw_shared::db::invalidations::record_keys(conn, hashes).await?);
+            }
             let entry = Entry {
                 action: "service_account.revoke",
                 resource_type: "service_account",
@@ -254,12 +258,10 @@ pub async fn revoke(
                 detail: json!({"name": row.name}),
             };
             trail.record(conn, entry).await?;
-            Ok::<_, ApiError>((row, keys))
+            Ok::<_, ApiError>((row, logged))
         })
         .await?;
-    for (key_id, hashes) in keys {
-        state.drop_cached_key(key_id, &hashes, "revocation").await?;
-    }
+    state.announce(&keys, format_args!("the revocation of service account {id}'s keys")).await;
     log::info!("service account {id} revoked in org {}", row.org_id);
     Ok(HttpResponse::NoContent().finish())
 }

@@ -225,10 +225,8 @@ pub async fn remove_user(
     let (org_id, actor_role) = (session.org_id, session.role);
     let mut conn = state.conn().await?;
     let revoked = conn.transaction(async |conn| remove_tx(conn, &trail, org_id, actor_role, user_id).await).await?;
-    for (key_id, hashes) in &revoked {
-        state.drop_cached_key(*key_id, hashes, "revocation").await?;
-    }
-    log::info!("user {user_id} removed from org {org_id}; {} of their key(s) revoked", revoked.len());
+    state.announce(&revoked, format_args!("the revocation of user {user_id}'s keys")).await;
+    log::info!("user {user_id} removed from org {org_id}; {} of their key secret(s) revoked", revoked.len());
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -284,7 +282,7 @@ async fn remove_tx(
     org_id: Uuid,
     actor_role: Role,
     user_id: Uuid,
-) -> ApiResult<Vec<(Uuid, Vec<Vec<u8>>)>> {
+) -> ApiResult<Vec<(i64, gw_shared::redis::Invalidation)>> {
     let owners = users::lock_owners(conn, org_id).await?;
     let actor_role = actor_now(conn, org_id, trail, actor_role).await?;
     let target = users::find_member(conn, org_id, user_id).await?.ok_or(ApiError::NotFound("user"))?;
@@ -302,6 +300,10 @@ async fn remove_tx(
     let revoked = api_keys::revoke_created_by(conn, org_id, user_id).await?;
     let keys: Vec<Uuid> = revoked.iter().map(|(id, _)| *id).collect();
     events::keys_revoked(conn, org_id, &keys, trail.actor_user_id, "member_removed").await?;
+    let mut logged = Vec::new();
+    for (_, hashes) in &revoked {
+        logged.extend(gw_shared::db::invalidations::record_keys(conn, hashes).await?);
+    }
     let m = payloads::MemberFacts { user_id, email: &target.email, role: role.as_str() };
     let fate = if keys.is_empty() { "none" } else { "revoked" };
     events::emit(conn, payloads::member_removed(org_id, &m, trail.actor_user_id, fate)).await?;
@@ -312,5 +314,5 @@ async fn remove_tx(
         detail: json!({"email": target.email, "role": role.as_str(), "revoked_keys": keys}),
     };
     trail.record(conn, entry).await?;
-    Ok(revoked)
+    Ok(logged)
 }

@@ -52,6 +52,9 @@ pub struct AdminConfig {
     /// How often the leader raises each budget's Redis counter to the spend the audit log holds
     /// (a Redis that lost data); at once, whatever this says, when Redis's epoch marker is gone.
     pub budget_reconcile_secs: u64,
+    /// How long invalidation-log entries are kept: a proxy cut off for longer clears every
+    /// cache when it reconnects instead of applying what it missed.
+    pub invalidation_retention_secs: u64,
     /// Rows one compliance export holds at most.
     pub export_max_rows: u64,
     /// Networks (CIDR) that requests to tenant-chosen URLs (SSO identity providers) may reach
@@ -132,6 +135,7 @@ impl Default for AdminConfig {
             audit_retention_months: 13,
             rollup_interval_secs: 60,
             budget_reconcile_secs: 60,
+            invalidation_retention_secs: 86_400,
             export_max_rows: 50_000_000,
             outbound_allow: Vec::new(),
             webhooks_allow_http: false,

@@ -9,6 +9,7 @@ pub mod billing;
 pub mod cache;
 pub mod events;
 pub mod experiments;
+pub mod invalidations;
 pub mod invites;
 pub mod org_routes;
 pub mod orgs;

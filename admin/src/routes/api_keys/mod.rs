@@ -464,6 +464,7 @@ pub async fn revoke(
             let Some(hashes) = api_keys::revoke(conn, session.org_id, id).await? else {
                 return Ok::<_, ApiError>(None);
             };
+            let logged = gw_shared::db::invalidations::record_keys(conn, &hashes).await?;
             gw_shared::db::events::keys_revoked(conn, session.org_id, &[id], Some(session.user_id), "revoked").await?;
             let entry = Entry {
                 action: "api_key.revoke",
@@ -472,12 +473,12 @@ pub async fn revoke(
                 detail: json!({"name": key.name}),
             };
             trail.record(conn, entry).await?;
-            Ok(Some(hashes))
+            Ok(Some(logged))
         })
         .await?;
-    if let Some(hashes) = revoked {
+    if let Some(logged) = revoked {
         log::info!("api key {id} revoked in org {}", session.org_id);
-        state.drop_cached_key(id, &hashes, "revocation").await?;
+        state.announce(&logged, format_args!("the revocation of key {id}")).await;
     }
     Ok(HttpResponse::NoContent().finish())
 }

@@ -70,15 +70,17 @@ pub async fn regenerate(
                 detail: json!({"key_prefix": done.key.key_prefix, "grace_seconds": grace}),
             };
             trail.record(conn, entry).await?;
-            Ok::<_, ApiError>(done)
+            // The replaced secret's cached copies go (with a grace, proxies read it again with
+            // its end); the new one may be remembered as unknown.
+            let mut stale = done.stale_hashes.clone();
+            stale.push(fresh.hash.to_vec());
+            let logged = gw_shared::db::invalidations::record_keys(conn, &stale).await?;
+            Ok::<_, ApiError>((done, logged))
         })
         .await?;
+    let (done, logged) = done;
     log::info!("api key {id} regenerated in org {} (grace {grace} s)", session.org_id);
-    // The replaced secret's cached copies go (with a grace, proxies read it again with its end);
-    // the new one may be remembered as unknown.
-    let mut stale = done.stale_hashes;
-    stale.push(fresh.hash.to_vec());
-    state.drop_cached_key(id, &stale, "regeneration").await?;
+    state.announce(&logged, format_args!("the regeneration of key {id}")).await;
     let s = spend::of_one(&mut conn, session.org_id, Owner::Key, id, done.key.budget.as_ref()).await?;
     Ok(HttpResponse::Ok().json(CreatedApiKey {
         api_key: ApiKeyOut::new(done.key, s),

@@ -138,7 +138,7 @@ fn redis_error(e: impl Into<gw_shared::Error>) -> ApiError {
 async fn put_json<T: Serialize>(state: &AppState, key: &str, value: &T) -> ApiResult<()> {
     let text = serde_json::to_string(value).map_err(|e| ApiError::Internal(format!("encoding SSO state: {e}")))?;
     let mut rc = state.redis.get().await.map_err(redis_error)?;
-    let _: () = deadpool_redis::redis::cmd("SET")
+    let _: () = redis::cmd("SET")
         .arg(key)
         .arg(text)
         .arg("EX")
@@ -152,8 +152,7 @@ async fn put_json<T: Serialize>(state: &AppState, key: &str, value: &T) -> ApiRe
 /// Takes what [`put_json`] kept (GETDEL: it works once).
 async fn take_json<T: serde::de::DeserializeOwned>(state: &AppState, key: &str) -> ApiResult<Option<T>> {
     let mut rc = state.redis.get().await.map_err(redis_error)?;
-    let text: Option<String> =
-        deadpool_redis::redis::cmd("GETDEL").arg(key).query_async(&mut rc).await.map_err(redis_error)?;
+    let text: Option<String> = redis::cmd("GETDEL").arg(key).query_async(&mut rc).await.map_err(redis_error)?;
     Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
 }
 

@@ -1,8 +1,11 @@
 //! Redis: the pool, and the invalidation channel the control plane publishes on and every
 //! proxy replica listens to. Key layouts and channel names are defined here once.
 
-use deadpool_redis::redis::AsyncCommands;
-use deadpool_redis::{Config as PoolConfig, Pool, Runtime};
+mod client;
+
+pub use client::{key_slot, needs_new_connection, Conn, ConnOptions, Pool, Topology};
+
+use redis::AsyncCommands;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -13,10 +16,9 @@ use crate::keys::KeyHash;
 /// Channel carrying [`Invalidation`] messages.
 pub const INVALIDATION_CHANNEL: &str = "gw:invalidate";
 
-pub fn pool(url: &str, size: usize) -> Result<Pool> {
-    let mut cfg = PoolConfig::from_url(url);
-    cfg.pool = Some(deadpool_redis::PoolConfig::new(size.max(1)));
-    cfg.create_pool(Some(Runtime::Tokio1)).map_err(|e| Error::Redis(e.to_string()))
+/// The main Redis of a configuration, with `connections` multiplexed connections.
+pub fn pool(cfg: &crate::config::RedisConfig, connections: usize) -> Result<Pool> {
+    Pool::from_config(cfg, ConnOptions { connections, ..ConnOptions::default() })
 }
 
 /// What a replica must forget.
@@ -179,7 +181,9 @@ pub fn org_routes_cache_key(org_id: Uuid) -> String {
 pub fn auth_failures_key(ip: std::net::IpAddr, window: u64) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(ip.to_string().as_bytes());
-    format!("gw:authfail:{}:{window}", hex::encode(&digest[..12]))
+    // The address is a hash tag: a window and the one before it share a slot on a cluster, so
+    // one pipeline reads both.
+    format!("gw:authfail:{{{}}}:{window}", hex::encode(&digest[..12]))
 }
 
 pub fn provider_keys_cache_key(org_id: Uuid) -> String {
@@ -224,6 +228,56 @@ pub async fn invalidate(pool: &Pool, inv: &Invalidation) -> Result<()> {
     publish(pool, inv).await
 }
 
+/// Drops the shared cache copy a logged change makes stale, then announces the log entry.
+pub async fn announce(pool: &Pool, id: i64, inv: &Invalidation) -> Result<()> {
+    if let Some(key) = inv.cache_key() {
+        let mut conn = pool.get().await?;
+        let _: i64 = conn.del(key).await?;
+    }
+    let mut conn = pool.get().await?;
+    let _: i64 = conn.publish(INVALIDATION_CHANNEL, Announcement::Entry(id, inv.clone()).encode()).await?;
+    Ok(())
+}
+
+/// The admin leader's beat: the newest id in the invalidation log. A replica that hears none
+/// for a while, or hears of an id it has not applied, reads the log from Postgres.
+pub async fn heartbeat(pool: &Pool, latest: i64) -> Result<()> {
+    let mut conn = pool.get().await?;
+    let _: i64 = conn.publish(INVALIDATION_CHANNEL, Announcement::Heartbeat(latest).encode()).await?;
+    Ok(())
+}
+
+/// What travels on [`INVALIDATION_CHANNEL`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Announcement {
+    /// Invalidation-log entry `id`.
+    Entry(i64, Invalidation),
+    /// The newest id in the log.
+    Heartbeat(i64),
+    /// An invalidation not in the log (a command-line tool's `All` after a failure).
+    Bare(Invalidation),
+}
+
+impl Announcement {
+    pub fn encode(&self) -> String {
+        match self {
+            Announcement::Entry(id, inv) => format!("{id} {}", inv.encode()),
+            Announcement::Heartbeat(id) => format!("hb {id}"),
+            Announcement::Bare(inv) => inv.encode(),
+        }
+    }
+
+    pub fn decode(msg: &str) -> Option<Self> {
+        if let Some(id) = msg.strip_prefix("hb ") {
+            return Some(Announcement::Heartbeat(id.parse().ok()?));
+        }
+        match msg.split_once(' ') {
+            Some((id, inv)) => Some(Announcement::Entry(id.parse().ok()?, Invalidation::decode(inv)?)),
+            None => Some(Announcement::Bare(Invalidation::decode(msg)?)),
+        }
+    }
+}
+
 pub async fn publish(pool: &Pool, inv: &Invalidation) -> Result<()> {
     let mut conn = pool.get().await?;
     let _: i64 = conn.publish(INVALIDATION_CHANNEL, inv.encode()).await?;
@@ -232,7 +286,7 @@ pub async fn publish(pool: &Pool, inv: &Invalidation) -> Result<()> {
 
 pub async fn ping(pool: &Pool) -> Result<()> {
     let mut conn = pool.get().await?;
-    let pong: String = deadpool_redis::redis::cmd("PING").query_async(&mut conn).await?;
+    let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
     if pong == "PONG" {
         Ok(())
     } else {
@@ -271,5 +325,20 @@ mod tests {
         assert!(team.cache_key().unwrap().starts_with("gw:cache:team:"));
         assert_eq!(Invalidation::decode("team:x:y"), None);
         assert_eq!(Invalidation::decode("other"), None);
+    }
+
+    #[test]
+    fn announcements_round_trip() {
+        for a in [
+            Announcement::Entry(42, Invalidation::Org { org_id: Uuid::now_v7() }),
+            Announcement::Heartbeat(7),
+            Announcement::Bare(Invalidation::All),
+            Announcement::Entry(1, Invalidation::ApiKey([3; 32])),
+        ] {
+            assert_eq!(Announcement::decode(&a.encode()), Some(a.clone()));
+        }
+        assert_eq!(Announcement::decode("hb x"), None);
+        assert_eq!(Announcement::decode("12 nonsense"), None);
+        assert_eq!(Announcement::decode("x all"), None);
     }
 }

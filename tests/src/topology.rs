@@ -1,0 +1,444 @@
+//! The Redis topologies gw's users scale onto, started by the tests that need them with
+//! `redis-server` on loopback ports and stopped by PID: a Redis Cluster (masters, and replicas
+//! that take over when a master stops), a Redis with TLS only (certificates made here with the
+//! `openssl` command), and a TCP relay in front of a Redis that a test can cut or stall.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use uuid::Uuid;
+
+/// `count` free loopback ports below the ephemeral range, each with its cluster bus port
+/// (`port + 10000`) free too.
+fn free_ports(count: usize) -> Vec<u16> {
+    let seed = (std::process::id() as u16).wrapping_mul(13);
+    let mut out: Vec<u16> = Vec::new();
+    for i in 0..4000u16 {
+        let p = 20_000 + (seed.wrapping_add(i.wrapping_mul(37))) % 12_000;
+        if out.contains(&p) || out.iter().any(|o| o + 10_000 == p || p + 10_000 == *o) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", p)).is_ok() && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+            out.push(p);
+            if out.len() == count {
+                return out;
+            }
+        }
+    }
+    panic!("not enough free ports");
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server on {port} did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("run redis-cli (scripts/services.sh installs it)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A Redis Cluster of `masters` primaries with `replicas` replicas each, no persistence.
+pub struct RedisCluster {
+    pub ports: Vec<u16>,
+    dir: PathBuf,
+    children: Vec<Option<Child>>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        Self::start_guarded(masters, replicas, false)
+    }
+
+    /// `guarded`: each server runs under the harness's guard wrapper and stops when the test
+    /// binary exits (for a cluster kept in a static, which is never dropped).
+    pub fn start_guarded(masters: usize, replicas: usize, guarded: bool) -> RedisCluster {
+        let n = masters * (1 + replicas);
+        let dir = std::env::temp_dir().join(format!("gw-cluster-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("create the cluster directory");
+        let ports = free_ports(n);
+        let mut c = RedisCluster { ports: ports.clone(), dir, children: Vec::new() };
+        for &p in &ports {
+            let child = c.spawn(p, guarded);
+            c.children.push(Some(child));
+        }
+        for &p in &ports {
+            wait_for_port(p);
+        }
+        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&nodes)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        c.wait_until_ok(&ports);
+        c
+    }
+
+    fn spawn(&self, port: u16, guarded: bool) -> Child {
+        let conf = self.dir.join(format!("nodes-{port}.conf"));
+        let marker = self.dir.join(format!("guard-{port}"));
+        crate::process::command(std::path::Path::new("redis-server"), guarded.then_some(marker.as_path()))
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+            .arg("--cluster-config-file")
+            .arg(&conf)
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn redis-server (scripts/services.sh installs it)")
+    }
+
+    /// Waits until every node in `ports` reports the cluster healthy and all slots served.
+    pub fn wait_until_ok(&self, ports: &[u16]) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = ports.iter().all(|p| {
+                let info = cli(*p, &["cluster", "info"]);
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster did not become healthy");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Seed node URLs for `[redis] cluster`.
+    pub fn seeds(&self) -> Vec<String> {
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect()
+    }
+
+    /// The `[redis]` keys pointing gw at this cluster.
+    pub fn config(&self) -> String {
+        let seeds: Vec<String> = self.seeds().iter().map(|s| format!("\"{s}\"")).collect();
+        format!("cluster = [{}]", seeds.join(", "))
+    }
+
+    /// The port of the primary serving `key`'s slot now.
+    pub fn primary_of(&self, key: &str) -> u16 {
+        let slot: u16 = cli(self.live_port(), &["cluster", "keyslot", key]).trim().parse().expect("keyslot");
+        let nodes = cli(self.live_port(), &["cluster", "nodes"]);
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
+                continue;
+            }
+            let serves = f[8..].iter().any(|r| match r.split_once('-') {
+                Some((a, b)) => a.parse::<u16>().is_ok_and(|a| a <= slot) && b.parse::<u16>().is_ok_and(|b| slot <= b),
+                None => r.parse::<u16>().is_ok_and(|s| s == slot),
+            });
+            if serves {
+                let port = f[1].split('@').next().and_then(|a| a.rsplit(':').next()).and_then(|p| p.parse().ok());
+                return port.expect("node address");
+            }
+        }
+        panic!("no primary serves slot {slot}: {nodes}");
+    }
+
+    fn live_port(&self) -> u16 {
+        self.ports.iter().zip(&self.children).find(|(_, c)| c.is_some()).map(|(p, _)| *p).expect("a live node")
+    }
+
+    /// Every key on every live node matching `pattern`.
+    pub fn keys_matching(&self, pattern: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (p, c) in self.ports.iter().zip(&self.children) {
+            if c.is_some() {
+                out.extend(cli(*p, &["--scan", "--pattern", pattern]).lines().map(str::to_string));
+            }
+        }
+        out
+    }
+
+    /// Stops the node on `port` at once (its PID killed).
+    pub fn stop(&mut self, port: u16) {
+        let i = self.ports.iter().position(|p| *p == port).expect("a node of this cluster");
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The live nodes' ports.
+    pub fn live(&self) -> Vec<u16> {
+        self.ports.iter().zip(&self.children).filter(|(_, c)| c.is_some()).map(|(p, _)| *p).collect()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for c in self.children.iter_mut() {
+            if let Some(mut c) = c.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A certificate authority and a server certificate for 127.0.0.1, made with `openssl`.
+pub struct TestCerts {
+    pub dir: PathBuf,
+}
+
+impl TestCerts {
+    pub fn make() -> TestCerts {
+        let dir = std::env::temp_dir().join(format!("gw-certs-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("create the certificate directory");
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .output()
+                .expect("run openssl");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=gw test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ]);
+        std::fs::write(dir.join("san.cnf"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+            .expect("write openssl config");
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+        ]);
+        TestCerts { dir }
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TestCerts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis that speaks TLS only (its plain port closed).
+pub struct TlsRedis {
+    pub port: u16,
+    pub certs: TestCerts,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// `redis-server` arguments serving TLS only on `port` with `certs`.
+pub fn tls_server_args(port: u16, certs: &TestCerts) -> Vec<String> {
+    [
+        "--port",
+        "0",
+        "--tls-port",
+        &port.to_string(),
+        "--tls-cert-file",
+        &certs.path("server.crt"),
+        "--tls-key-file",
+        &certs.path("server.key"),
+        "--tls-ca-cert-file",
+        &certs.path("ca.crt"),
+        "--tls-auth-clients",
+        "no",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+impl TlsRedis {
+    pub fn start() -> TlsRedis {
+        Self::start_guarded(false)
+    }
+
+    pub fn start_guarded(guarded: bool) -> TlsRedis {
+        let certs = TestCerts::make();
+        let port = free_ports(1)[0];
+        let dir = std::env::temp_dir().join(format!("gw-tls-redis-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("create the redis directory");
+        let marker = dir.join("guard");
+        let child = crate::process::command(std::path::Path::new("redis-server"), guarded.then_some(marker.as_path()))
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(tls_server_args(port, &certs))
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn redis-server with TLS");
+        wait_for_port(port);
+        TlsRedis { port, certs, dir, child: Some(child) }
+    }
+
+    pub fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.port)
+    }
+
+    /// The `[redis]` table's `tls` key trusting this server's CA.
+    pub fn tls_config(&self) -> String {
+        format!("tls = {{ ca_file = \"{}\" }}", self.certs.path("ca.crt"))
+    }
+
+    pub fn ca_file(&self) -> String {
+        self.certs.path("ca.crt")
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+const FORWARD: u8 = 0;
+const REFUSE: u8 = 1;
+const STALL: u8 = 2;
+
+/// A TCP relay to `127.0.0.1:target`: forwarding, refusing (every connection closed, new ones
+/// too), or stalled (connections stay open and nothing goes through either way), as a test
+/// chooses. Runs on its own thread's runtime, so it outlives any one test's.
+pub struct Relay {
+    pub port: u16,
+    mode: Arc<AtomicU8>,
+    /// Bumped to close every open connection.
+    cut: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Relay {
+    pub fn start(target: u16) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
+        let port = listener.local_addr().expect("relay address").port();
+        listener.set_nonblocking(true).expect("nonblocking relay");
+        let mode = Arc::new(AtomicU8::new(FORWARD));
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let cut = Arc::new(cut);
+        let (m, c) = (mode.clone(), cut.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("relay runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("relay listener");
+                loop {
+                    let Ok((inbound, _)) = listener.accept().await else { continue };
+                    if m.load(Ordering::Acquire) == REFUSE {
+                        drop(inbound);
+                        continue;
+                    }
+                    let (m, mut cut) = (m.clone(), c.subscribe());
+                    tokio::spawn(async move {
+                        let Ok(outbound) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else { return };
+                        let (ri, wi) = inbound.into_split();
+                        let (ro, wo) = outbound.into_split();
+                        tokio::select! {
+                            _ = pump(m.clone(), ri, wo) => {}
+                            _ = pump(m, ro, wi) => {}
+                            _ = cut.changed() => {}
+                        }
+                    });
+                }
+            });
+        });
+        Relay { port, mode, cut }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Closes every connection and refuses new ones.
+    pub fn refuse(&self) {
+        self.mode.store(REFUSE, Ordering::Release);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Keeps connections open but lets nothing through (new connections are accepted and stall).
+    pub fn stall(&self) {
+        self.mode.store(STALL, Ordering::Release);
+    }
+
+    pub fn forward(&self) {
+        self.mode.store(FORWARD, Ordering::Release);
+    }
+}
+
+/// Copies one direction until either side closes; holds what it read while stalled.
+async fn pump(mode: Arc<AtomicU8>, mut r: tokio::net::tcp::OwnedReadHalf, mut w: tokio::net::tcp::OwnedWriteHalf) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while mode.load(Ordering::Acquire) == STALL {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if mode.load(Ordering::Acquire) == REFUSE || w.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
