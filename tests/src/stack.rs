@@ -37,6 +37,11 @@ pub struct StackOptions {
     pub redis_url: Option<String>,
     /// A Redis for the response cache's L2 entries (`[redis] cache_url`); unset: the main one.
     pub cache_redis_url: Option<String>,
+    /// Extra environment variables for gw-admin alone (after `env`): `REDIS_URL` here gives
+    /// the admin another way to Redis than the proxies (a [`crate::topology::Relay`]).
+    pub admin_env: Vec<(String, String)>,
+    /// Extra keys for the `[redis]` table (a cluster's seeds, TLS settings).
+    pub redis_config: String,
 }
 
 /// A handle to a running stack. From [`Stack::start`]/[`Stack::start_with`] it owns its
@@ -113,12 +118,16 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
             text = text.replace(&redis_topology_config(), "");
         }
     }
+    if !opts.redis_config.is_empty() {
+        text = text.replacen("[redis]\n", &format!("[redis]\n{}\n", opts.redis_config), 1);
+    }
     if let Some(url) = &opts.cache_redis_url {
         text = text.replacen("[redis]\n", &format!("[redis]\ncache_url = \"{url}\"\n"), 1);
     }
     std::fs::write(&config, text).expect("write test config");
     let spawn = |name: &str| spawn_bin(name, &config, guard.as_deref(), &opts.env);
-    let admin_proc = spawn("gw-admin");
+    let admin_env: Vec<(String, String)> = opts.env.iter().chain(&opts.admin_env).cloned().collect();
+    let admin_proc = spawn_bin("gw-admin", &config, guard.as_deref(), &admin_env);
     let proxy_proc = spawn("gw-proxy");
     let proxy_pid = proxy_proc.0.id();
     Launched {
@@ -240,15 +249,22 @@ impl Stack {
     /// Another gw-proxy on this private stack's config (same Postgres, Redis and mock), on ports
     /// of its own: a replica. Returns it (stopped when dropped) and its base URL, once it answers.
     pub async fn proxy_replica(&self) -> (Proc, String) {
+        let (proc, url, _) = self.proxy_replica_with_metrics().await;
+        (proc, url)
+    }
+
+    /// [`Self::proxy_replica`], with the replica's metrics address (`http://addr`) too.
+    pub async fn proxy_replica_with_metrics(&self) -> (Proc, String, String) {
         let config = self.config.as_ref().expect("replicas need a private stack (Stack::start_with)");
         let text = std::fs::read_to_string(config).expect("read the stack's config");
         let port = free_port();
+        let metrics_port = free_port();
         let mut out = String::new();
         for line in text.lines() {
             if line.starts_with("listen = ") && out.contains("[proxy]") && !out.contains("[admin]") {
                 out.push_str(&format!("listen = \"127.0.0.1:{port}\"\n"));
             } else if line.starts_with("metrics_listen = ") {
-                out.push_str(&format!("metrics_listen = \"127.0.0.1:{}\"\n", free_port()));
+                out.push_str(&format!("metrics_listen = \"127.0.0.1:{metrics_port}\"\n"));
             } else if line.starts_with("audit_spool_dir = ") {
                 // One proxy per spool folder.
                 let dir = std::env::temp_dir().join(format!("gw-spool-{port}"));
@@ -264,7 +280,7 @@ impl Stack {
         let url = format!("http://127.0.0.1:{port}");
         wait_up(&self.http, &format!("{url}/v1/models")).await;
         let _ = std::fs::remove_file(&path);
-        (proc, url)
+        (proc, url, format!("http://127.0.0.1:{metrics_port}"))
     }
 
     /// The generated config file of a private stack (rewrite it and send SIGHUP to reload).
