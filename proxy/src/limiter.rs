@@ -11,11 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use gw_shared::limits::deployment_caps::DeploymentCaps;
 use gw_shared::limits::events::budget_events;
 use gw_shared::limits::local::LocalLimiter;
 use gw_shared::limits::plan::{Admission, BudgetSettled, Plan, SettleOp, Settlement};
 use gw_shared::limits::script::Scripts;
 use gw_shared::redis::{Conn, ConnOptions, Pool};
+use gw_shared::routing::{Caps, Deployment};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use pingora_timeout::fast_timeout::fast_timeout;
@@ -60,6 +62,7 @@ pub struct Limiter {
     /// Settlements taken by the flusher and not yet answered.
     settling: AtomicUsize,
     scripts: Scripts,
+    deployment_caps: DeploymentCaps,
     local: Mutex<LocalLimiter>,
     degraded: AtomicBool,
     /// This replica's name among the heartbeats.
@@ -94,6 +97,7 @@ impl Limiter {
             flushing: AtomicBool::new(false),
             settling: AtomicUsize::new(0),
             scripts: Scripts::default(),
+            deployment_caps: DeploymentCaps::default(),
             local: Mutex::new(LocalLimiter::new(replicas)),
             degraded: AtomicBool::new(false),
             instance: Uuid::now_v7().to_string(),
@@ -137,6 +141,54 @@ impl Limiter {
         let admission = self.local().admit(&plan, Self::now_ms());
         self.count(&admission, "local");
         Admitted { plan, admission, shared: false }
+    }
+
+    /// Claims an attempt on `dep` against its per-minute caps: shared through Redis (`Shared`
+    /// when it fit), or, while Redis is away, this replica's share of them (`Local`, for
+    /// [`gw_shared::routing::Router::take`] to check); None when a shared cap is reached.
+    pub async fn take_deployment(&self, dep: &Deployment) -> Option<Caps> {
+        let local = Caps::Local { replicas: self.local().replicas() };
+        if !dep.capped() || self.degraded.load(Ordering::Acquire) {
+            return Some(local);
+        }
+        let Some(pool) = &self.hot else { return Some(local) };
+        let id = dep.caps_id();
+        let take = async {
+            let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+            self.deployment_caps.take(&mut conn, &id, dep.rpm, dep.tpm).await.map_err(|e| e.to_string())
+        };
+        match fast_timeout(self.cfg.timeout, take).await {
+            Ok(Ok(true)) => Some(Caps::Shared),
+            Ok(Ok(false)) => None,
+            Ok(Err(e)) => {
+                self.degrade(&e);
+                Some(local)
+            }
+            Err(_) => {
+                self.degrade("no answer in time");
+                Some(local)
+            }
+        }
+    }
+
+    /// Adds an answer's tokens to `dep`'s shared token window (off the request path).
+    pub fn deployment_tokens(self: &Arc<Self>, dep: &Deployment, tokens: u64) {
+        if dep.tpm.is_none() || tokens == 0 || self.degraded.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(pool) = self.hot.clone() else { return };
+        let (limiter, id) = (self.clone(), dep.caps_id());
+        tokio::spawn(async move {
+            let add = async {
+                let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+                limiter.deployment_caps.add_tokens(&mut conn, &id, tokens).await.map_err(|e| e.to_string())
+            };
+            if let Ok(Err(e)) | Err(e) =
+                tokio::time::timeout(limiter.cfg.timeout * 4, add).await.map_err(|_| "no answer in time".to_string())
+            {
+                limiter.log.warn(|| format!("deployment token count not shared: {e}"));
+            }
+        });
     }
 
     fn count(&self, a: &Admission, source: &str) {

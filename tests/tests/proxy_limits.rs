@@ -512,3 +512,23 @@ async fn without_redis_each_replica_takes_its_share_by_the_replicas_alive() {
     // Two replicas alive when Redis went away: this one's share of 30 is 15.
     assert_eq!(admitted, 15);
 }
+
+#[tokio::test]
+async fn a_deployments_rpm_cap_is_shared_by_three_replicas() {
+    let (stack, replicas) = stack_with_replicas(StackOptions {
+        extra_config: "[[models]]\nname = \"capped-model\"\ndeployments = [{ provider = \"mock\", model = \"gpt-4o-mini\", rpm = 12 }]\n"
+            .into(),
+        ..Default::default()
+    })
+    .await;
+    let proxies: Vec<String> =
+        std::iter::once(stack.proxy.clone()).chain(replicas.iter().map(|r| r.1.clone())).collect();
+    let (_, key, _) = stack.org_with_key().await;
+    room_in_minute(20).await;
+    let b = json!({"model": "capped-model", "messages": user_message("capped"), "max_tokens": 5});
+    let sends = (0..36).map(|i| stack.chat_with(&proxies[i % 3], &key, &b, &[]));
+    let statuses: Vec<u16> = join_all(sends).await.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 12, "{statuses:?}");
+    // Past the cap the model has no deployment to offer.
+    assert_eq!(statuses.iter().filter(|s| **s == 503).count(), 24, "{statuses:?}");
+}

@@ -112,10 +112,11 @@ pub struct DeploymentDoc {
     /// Share of traffic under the `weighted` strategy; default 1.
     #[serde(default = "one")]
     pub weight: u32,
-    /// Requests per minute this deployment takes per proxy; past it, it is skipped.
+    /// Requests per minute this deployment takes, shared by every proxy replica; past it, it is
+    /// skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rpm: Option<u32>,
-    /// Tokens per minute per proxy.
+    /// Tokens per minute, shared by every proxy replica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpm: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -372,10 +372,11 @@ pub struct DeploymentConfig {
     /// Share of traffic under the `weighted` strategy.
     #[serde(default = "one")]
     pub weight: u32,
-    /// Requests per minute this deployment may take (per proxy replica); past it, it is skipped.
+    /// Requests per minute this deployment may take, shared by every proxy replica through Redis
+    /// (each replica takes its share while Redis is away); past it, it is skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rpm: Option<u32>,
-    /// Tokens per minute this deployment may take (per proxy replica).
+    /// Tokens per minute this deployment may take, shared like `rpm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpm: Option<u64>,
     /// Where the deployment runs (reported in the audit row's routing detail).

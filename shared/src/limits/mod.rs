@@ -2,6 +2,7 @@
 //! checks, the shared Redis scripts and the replica's fallback limiter. Plain logic; the proxy's
 //! limits step and the management API drive it.
 
+pub mod deployment_caps;
 pub mod estimate;
 pub mod events;
 pub mod local;

@@ -95,17 +95,19 @@ impl DeploymentState {
         self.ewma_us.store(new, Ordering::Relaxed);
     }
 
-    /// Takes one request from the per-minute caps; false when either cap is reached.
-    pub fn admit(&self, now_ms: u64, rpm: Option<u32>, tpm: Option<u64>) -> bool {
+    /// Takes one request from this replica's share of the per-minute caps (each cap divided by
+    /// `share`, the replicas sharing it); false when either is reached.
+    pub fn admit(&self, now_ms: u64, rpm: Option<u32>, tpm: Option<u64>, share: u64) -> bool {
         if rpm.is_none() && tpm.is_none() {
             return true;
         }
         let Ok(mut w) = self.window.lock() else { return true };
         w.roll(now_ms);
-        if rpm.is_some_and(|cap| w.estimate_requests(now_ms) >= f64::from(cap)) {
+        let share = share.max(1) as f64;
+        if rpm.is_some_and(|cap| w.estimate_requests(now_ms) >= (f64::from(cap) / share).max(1.0)) {
             return false;
         }
-        if tpm.is_some_and(|cap| w.estimate_tokens(now_ms) >= cap as f64) {
+        if tpm.is_some_and(|cap| w.estimate_tokens(now_ms) >= (cap as f64 / share).max(1.0)) {
             return false;
         }
         w.requests += 1;
@@ -238,19 +240,25 @@ mod tests {
     #[test]
     fn caps_hold_over_a_sliding_minute() {
         let s = DeploymentState::default();
-        assert!(s.admit(0, Some(2), None));
-        assert!(s.admit(1, Some(2), None));
-        assert!(!s.admit(2, Some(2), None));
+        assert!(s.admit(0, Some(2), None, 1));
+        assert!(s.admit(1, Some(2), None, 1));
+        assert!(!s.admit(2, Some(2), None, 1));
         // Three quarters into the next minute, a quarter of the previous one still counts:
         // 0.5, then 1.5 are under the cap; 2.5 is not.
-        assert!(s.admit(105_000, Some(2), None));
-        assert!(s.admit(105_001, Some(2), None));
-        assert!(!s.admit(105_002, Some(2), None));
-        assert!(s.admit(300_000, Some(2), None), "old minutes are forgotten");
+        assert!(s.admit(105_000, Some(2), None, 1));
+        assert!(s.admit(105_001, Some(2), None, 1));
+        assert!(!s.admit(105_002, Some(2), None, 1));
+        assert!(s.admit(300_000, Some(2), None, 1), "old minutes are forgotten");
         let t = DeploymentState::default();
-        assert!(t.admit(0, None, Some(100)));
+        assert!(t.admit(0, None, Some(100), 1));
         t.add_tokens(0, 100);
-        assert!(!t.admit(1, None, Some(100)));
-        assert!(DeploymentState::default().admit(0, None, None));
+        assert!(!t.admit(1, None, Some(100), 1));
+        assert!(DeploymentState::default().admit(0, None, None, 1));
+        // Shared by four replicas, each takes a quarter (never less than one).
+        let q = DeploymentState::default();
+        assert!(q.admit(0, Some(8), None, 4));
+        assert!(q.admit(1, Some(8), None, 4));
+        assert!(!q.admit(2, Some(8), None, 4));
+        assert!(DeploymentState::default().admit(0, Some(2), None, 8));
     }
 }

@@ -227,13 +227,17 @@ impl Router {
 
     /// Claims `d` for an attempt now: `None` when its circuit is open (another request holds the
     /// trial) or it reached a per-minute cap. Every `Some` must be followed by [`Router::record`].
-    pub fn take(&self, d: &Deployment) -> Option<Gate> {
+    pub fn take(&self, d: &Deployment, caps: Caps) -> Option<Gate> {
         let now = self.now_ms();
         let gate = d.state.gate(now);
         if gate == Gate::Open {
             return None;
         }
-        if !d.state.admit(now, d.rpm, d.tpm) {
+        let within = match caps {
+            Caps::Shared => true,
+            Caps::Local { replicas } => d.state.admit(now, d.rpm, d.tpm, replicas),
+        };
+        if !within {
             if gate == Gate::Trial {
                 d.state.release_trial();
             }
@@ -269,6 +273,35 @@ impl Router {
                 }
             }
             AttemptVerdict::NoVerdict => d.state.release_trial(),
+        }
+    }
+}
+
+/// Who holds a deployment's per-minute caps for [`Router::take`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caps {
+    /// Redis counted the request against the caps all replicas share, and it fit.
+    Shared,
+    /// This replica alone, with its share: each cap divided by the replicas alive.
+    Local { replicas: u64 },
+}
+
+impl Deployment {
+    /// Whether it has a per-minute cap.
+    pub fn capped(&self) -> bool {
+        self.rpm.is_some() || self.tpm.is_some()
+    }
+
+    /// The identity its shared caps are kept under: its catalog id, or (for one the file
+    /// defines) its provider and upstream model.
+    pub fn caps_id(&self) -> String {
+        match self.id {
+            Some(id) => id.simple().to_string(),
+            None => {
+                use sha2::Digest;
+                let d = sha2::Sha256::digest(format!("{}\0{}", self.provider.name, self.upstream_model).as_bytes());
+                hex::encode(&d[..12])
+            }
         }
     }
 }
@@ -361,14 +394,14 @@ deployments = [{ provider = "up", model = "real-b" }]
         assert_eq!(names(&r.plan(&b, 10)), ["real-b", "b"]);
         r.record(&b.deployments[0], AttemptVerdict::Failure);
         assert_eq!(names(&r.plan(&b, 10)), ["b"], "open after two failures");
-        assert_eq!(r.take(&b.deployments[0]), None);
+        assert_eq!(r.take(&b.deployments[0], Caps::Local { replicas: 1 }), None);
         std::thread::sleep(Duration::from_millis(60));
         let plan = r.plan(&b, 10);
         assert_eq!(names(&plan), ["real-b", "b"]);
-        assert_eq!(r.take(&plan[0]), Some(Gate::Trial));
+        assert_eq!(r.take(&plan[0], Caps::Local { replicas: 1 }), Some(Gate::Trial));
         // While the trial is out, nobody else gets the deployment.
         assert_eq!(names(&r.plan(&b, 10)), ["b"]);
-        assert_eq!(r.take(&plan[0]), None);
+        assert_eq!(r.take(&plan[0], Caps::Local { replicas: 1 }), None);
         r.record(&b.deployments[0], AttemptVerdict::Success { header_latency: Duration::from_millis(3) });
         assert_eq!(names(&r.plan(&b, 10)), ["real-b", "b"]);
         assert_eq!(b.deployments[0].state.latency_us(), 3000);

@@ -19,6 +19,7 @@ pub fn charge(gw: &Gateway, ctx: &mut RequestCtx, dep: &Deployment, usage: Token
     ctx.usage.add(usage);
     ctx.cost += cost;
     gw.router.add_tokens(dep, u64::from(usage.total()));
+    gw.limiter.deployment_tokens(dep, u64::from(usage.total()));
     ctx.settled_by = ctx.settled_by.max(Some(by));
     cost
 }

@@ -97,7 +97,8 @@ async fn try_routes(
                 if ctx.remaining().is_zero() {
                     return Err(ctx.deadline_exceeded());
                 }
-                let Some(_gate) = gw.router.take(&dep) else { continue };
+                let Some(caps) = gw.limiter.take_deployment(&dep).await else { continue };
+                let Some(_gate) = gw.router.take(&dep, caps) else { continue };
                 match try_one(gw, session, ctx, req, &dep, &org_keys).await {
                     Ok(()) => return Ok(()),
                     Err(e) if e.retryable() && !ctx.header_sent => {
