@@ -197,6 +197,100 @@ impl Drop for RedisCluster {
     }
 }
 
+/// A primary, a replica of it and a sentinel watching them (quorum 1): the sentinel promotes
+/// the replica a second after the primary stops answering.
+pub struct RedisSentinel {
+    pub primary: u16,
+    pub replica: u16,
+    pub sentinel: u16,
+    dir: PathBuf,
+    children: Vec<(u16, Child)>,
+}
+
+impl RedisSentinel {
+    pub const MASTER: &'static str = "gw";
+
+    pub fn start() -> RedisSentinel {
+        let ports = free_ports(3);
+        let (primary, replica, sentinel) = (ports[0], ports[1], ports[2]);
+        let dir = std::env::temp_dir().join(format!("gw-sentinel-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("create the sentinel directory");
+        let server = |port: u16, extra: &[&str]| {
+            Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+                .args(extra)
+                .arg("--dir")
+                .arg(&dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn redis-server")
+        };
+        let mut children = vec![(primary, server(primary, &[]))];
+        wait_for_port(primary);
+        children.push((replica, server(replica, &["--replicaof", "127.0.0.1", &primary.to_string()])));
+        wait_for_port(replica);
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {sentinel}\nbind 127.0.0.1\nsentinel monitor {m} 127.0.0.1 {primary} 1\n\
+                 sentinel down-after-milliseconds {m} 1000\nsentinel failover-timeout {m} 3000\n",
+                m = Self::MASTER
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn redis-server --sentinel");
+        children.push((sentinel, child));
+        wait_for_port(sentinel);
+        // The replica in sync, so that a failover loses nothing acknowledged before it.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !cli(replica, &["info", "replication"]).contains("master_link_status:up") {
+            assert!(Instant::now() < deadline, "the replica never synced");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        RedisSentinel { primary, replica, sentinel, dir, children }
+    }
+
+    /// The `[redis]` keys pointing gw at the primary the sentinel names.
+    pub fn config(&self) -> String {
+        format!("sentinel = {{ master = \"{}\", nodes = [\"redis://127.0.0.1:{}\"] }}", Self::MASTER, self.sentinel)
+    }
+
+    /// The primary's port as the sentinel sees it now.
+    pub fn current_primary(&self) -> u16 {
+        let out = cli(self.sentinel, &["sentinel", "get-master-addr-by-name", Self::MASTER]);
+        out.lines().nth(1).and_then(|p| p.trim().parse().ok()).expect("the sentinel names a primary")
+    }
+
+    /// Stops the server on `port` at once.
+    pub fn stop(&mut self, port: u16) {
+        if let Some(i) = self.children.iter().position(|(p, _)| *p == port) {
+            let (_, mut c) = self.children.remove(i);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        for (_, c) in self.children.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A certificate authority and a server certificate for 127.0.0.1, made with `openssl`.
 pub struct TestCerts {
     pub dir: PathBuf,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use gw_shared::limits::plan::Plan;
-use gw_tests::topology::{RedisCluster, Relay};
+use gw_tests::topology::{RedisCluster, RedisSentinel, Relay};
 use gw_tests::*;
 use serde_json::{json, Value};
 
@@ -253,4 +253,41 @@ async fn a_revocation_lands_though_the_subscription_silently_stops_delivering() 
     // docs/limits.md: silence for 3 s, then the log is read from Postgres.
     until_refused(&stack, &stack.proxy, &key, Duration::from_secs(5)).await;
     assert!(stack.proxy_metric("gw_invalidation_catch_ups_total{reason=\"silence\"}").await >= 1.0);
+}
+
+#[tokio::test]
+async fn through_sentinel_a_primary_lost_under_load_fails_no_request_and_limits_resume() {
+    let mut sentinel = RedisSentinel::start();
+    let stack = Stack::start_with(StackOptions {
+        // The host of `url` is not used with Sentinel: the sentinel names the primary.
+        redis_url: Some("redis://127.0.0.1:1".into()),
+        redis_config: sentinel.config(),
+        ..Default::default()
+    })
+    .await;
+    let s = stack.register().await;
+    let (key, id) = stack
+        .key_with(&s, json!({"budget": {"amount_usd": 100, "period": "day"}, "rate_limits": {"rpm": 100000}}))
+        .await;
+    let b = body("through the sentinel's failover");
+    for _ in 0..5 {
+        assert_eq!(stack.chat_with(&stack.proxy, &key, &b, &[]).await.status(), 200);
+    }
+    assert_eq!(stack.proxy_metric("gw_limits_degraded").await, 0.0);
+    let primary = sentinel.primary;
+    sentinel.stop(primary);
+    let stopped = Instant::now();
+    while sentinel.current_primary() == primary {
+        assert_eq!(stack.chat_with(&stack.proxy, &key, &b, &[]).await.status(), 200);
+        assert!(stopped.elapsed() < Duration::from_secs(20), "the sentinel never promoted the replica");
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while stack.proxy_metric("gw_limits_degraded").await != 0.0 {
+        assert_eq!(stack.chat_with(&stack.proxy, &key, &b, &[]).await.status(), 200);
+        assert!(Instant::now() < deadline, "the proxy stayed degraded after the failover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The new primary counts: what the admin reads there includes the spend since.
+    let v: Value = stack.admin_get(&format!("/api-keys/{id}/limits"), &s.access_token).await.json().await.unwrap();
+    assert!(usd(&v["budget"]["spend_usd"]) > rust_decimal::Decimal::ZERO, "{v}");
 }
