@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::Utc;
 use diesel_async::AsyncConnection;
 use gw_shared::billing::FREE;
-use gw_shared::db::billing;
+use gw_shared::db::{billing, invalidations};
 use gw_shared::redis::Invalidation;
 use gw_shared::webhooks::payloads::{subscription_updated, PlanChange};
 
@@ -65,15 +65,16 @@ async fn run_once(state: &AppState) -> Result<(), String> {
                 let entry =
                     gw_shared::db::admin_audit::Event::system(org_id, None, "billing.grace_expired", resource, detail);
                 gw_shared::db::admin_audit::insert(conn, &entry).await?;
-                dropped.push(org_id);
+                let logged = invalidations::record_all(conn, [Invalidation::Org { org_id }]).await?;
+                dropped.push((org_id, logged));
             }
             Ok(dropped)
         })
         .await
         .map_err(|e| e.to_string())?;
-    for org_id in dropped {
+    for (org_id, logged) in dropped {
         log::info!("organization {org_id}: past due beyond its grace, now on the free plan");
-        state.invalidate(&Invalidation::Org { org_id }, format_args!("the plan of organization {org_id}")).await;
+        state.announce(&logged, format_args!("the plan of organization {org_id}")).await;
     }
     Ok(())
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use gw_shared::db::admin_audit;
 use gw_shared::db::experiments::{self as db, Experiment};
+use gw_shared::db::{admin_audit, invalidations};
 use gw_shared::experiments::results::{judge, Figures, Judgement};
 use gw_shared::experiments::spec::Variant;
 use gw_shared::experiments::stats::Settings;
@@ -50,11 +50,12 @@ pub async fn evaluate(conn: &mut AsyncPgConnection, org_id: Uuid, e: &Experiment
 }
 
 /// What [`conclude`] found: the experiment as it stands, its evaluation, and whether this call
-/// completed it.
+/// completed it (then with the invalidation its transaction logged, to announce).
 pub struct Concluded {
     pub experiment: Experiment,
     pub evaluated: Evaluated,
     pub completed_now: bool,
+    pub logged: Vec<(i64, Invalidation)>,
 }
 
 /// Evaluates an experiment and, when it is running and its results say so, completes it (locked,
@@ -70,10 +71,11 @@ pub async fn conclude(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> g
             (None, false) => None,
         };
         let Some((reason, winner)) = decided else {
-            return Ok(Some(Concluded { experiment: e, evaluated, completed_now: false }));
+            return Ok(Some(Concluded { experiment: e, evaluated, completed_now: false, logged: Vec::new() }));
         };
         let done = complete(conn, &e, &evaluated, reason, winner.as_deref()).await?;
-        Ok(Some(Concluded { experiment: done, evaluated, completed_now: true }))
+        let logged = invalidations::record_all(conn, [Invalidation::Experiments { org_id }]).await?;
+        Ok(Some(Concluded { experiment: done, evaluated, completed_now: true, logged }))
     })
     .await
 }
@@ -135,7 +137,7 @@ async fn check_once(state: &AppState) -> Result<(), String> {
             match conclude(&mut conn, org_id, id).await {
                 Ok(Some(c)) if c.completed_now => {
                     let what = format!("the completion of experiment {id}");
-                    state.invalidate(&Invalidation::Experiments { org_id }, what).await
+                    state.announce(&c.logged, what).await
                 }
                 Ok(_) => {}
                 Err(e) => log::warn!("experiment {id}: completion check failed: {e}"),

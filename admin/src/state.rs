@@ -8,7 +8,7 @@ use crate::hashing::Hashing;
 use crate::metrics::Metrics;
 use gw_shared::config::Config;
 use gw_shared::db::{DbConn, DbPool};
-use gw_shared::redis::{invalidate, Invalidation};
+use gw_shared::redis::Invalidation;
 
 pub struct AppState {
     pub cfg: Config,
@@ -85,30 +85,11 @@ impl AppState {
         crate::route_catalog::routes(self, &mut conn).await
     }
 
-    /// Tells the proxies to drop their copies of what a committed change touched: the change is
-    /// written to the invalidation log (its own statement, right after the change's commit),
-    /// then announced. The change stands whatever happens here: a failure is logged (naming
-    /// `what` changed); an entry logged but not announced reaches the proxies at their next
-    /// read of the log (within `gw_proxy::invalidation::SILENCE` and a second), and one not even
-    /// logged at the end of their cache TTL. Changes made in a transaction record their entries
-    /// in it instead ([`gw_shared::db::invalidations::record`]) and call [`Self::announce`].
-    pub async fn invalidate(&self, inv: &Invalidation, what: impl std::fmt::Display) {
-        let logged = match self.db.get().await {
-            Ok(mut conn) => gw_shared::db::invalidations::record(&mut conn, inv).await,
-            Err(e) => Err(gw_shared::Error::Pool(e.to_string())),
-        };
-        match logged {
-            Ok(id) => self.announce(&[(id, inv.clone())], what).await,
-            Err(e) => {
-                log::warn!("could not log {what} for the proxies: {e}");
-                if let Err(e) = invalidate(&self.redis, inv).await {
-                    log::warn!("could not publish {what}: {e}");
-                }
-            }
-        }
-    }
-
-    /// Announces invalidation-log entries a committed transaction recorded.
+    /// Announces invalidation-log entries a committed transaction recorded: a change that must
+    /// reach the proxies records its entries in its own transaction
+    /// ([`gw_shared::db::invalidations::record_all`]) and, once committed, calls this. A failure
+    /// is logged (naming `what` changed); an entry not announced reaches the proxies at their
+    /// next read of the log (within `gw_proxy::invalidation::SILENCE` and a second).
     pub async fn announce(&self, entries: &[(i64, Invalidation)], what: impl std::fmt::Display) {
         for (id, inv) in entries {
             if let Err(e) = gw_shared::redis::announce(&self.redis, *id, inv).await {
@@ -116,17 +97,6 @@ impl AppState {
                 return;
             }
         }
-    }
-
-    /// Tells the proxies to drop their copies of API keys (by their stored hashes): a change to
-    /// key `id` (`what`: update, revocation, ...) takes effect within a second.
-    pub async fn drop_cached_key(&self, id: uuid::Uuid, hashes: &[Vec<u8>], what: &str) -> ApiResult<()> {
-        for hash in hashes {
-            let hash: [u8; 32] =
-                hash.as_slice().try_into().map_err(|_| ApiError::Internal("stored key hash is not 32 bytes".into()))?;
-            self.invalidate(&Invalidation::ApiKey(hash), format!("the {what} of key {id}")).await;
-        }
-        Ok(())
     }
 
     /// Runs a password hash or verification on a hashing thread; 503 with a hint when every

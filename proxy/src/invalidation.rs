@@ -41,7 +41,11 @@ impl Caches {
             // The compiled copy carries its version: the next read compiles the new one in its place.
             Invalidation::Policy { org_id } => l.policies.invalidate(org_id).await,
             Invalidation::CacheSettings { org_id } => l.cache_settings.invalidate(org_id).await,
-            Invalidation::CachePurge { org_id, model } => self.responses.purge_local(*org_id, *model),
+            Invalidation::CachePurge { org_id, model } => {
+                // The new purge generation comes with the settings, read again.
+                l.cache_settings.invalidate(org_id).await;
+                self.responses.purge_local(*org_id, *model);
+            }
             Invalidation::Routes { .. } => self.routes.notify_one(),
             // Tables are kept by version: the next read finds the new version.
             Invalidation::OrgRoutes { org_id } => l.org_routes.lookup.invalidate(org_id).await,

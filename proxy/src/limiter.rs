@@ -133,7 +133,7 @@ impl Limiter {
                         self.count(&admission, "redis");
                         return Admitted { plan, admission, shared: true };
                     }
-                    Ok(Err(e)) => self.degrade(&format!("{e}")),
+                    Ok(Err(e)) => self.degrade(&e),
                     Err(_) => self.degrade("no answer in time"),
                 }
             }

@@ -10,7 +10,7 @@ use actix_web::HttpRequest;
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::config::{Config, RouteError, Routes, RoutesSource};
-use gw_shared::db::route_catalog;
+use gw_shared::db::{invalidations, route_catalog};
 use gw_shared::providers::Registry;
 use gw_shared::redis::Invalidation;
 use gw_shared::routing::RouteTable;
@@ -132,7 +132,7 @@ pub async fn write<T: Send>(
     let cfg = &state.cfg;
     let summary = format!("{} {}", change.action, change.resource);
     let mut conn = state.conn().await?;
-    let (out, version) = conn
+    let (out, version, logged) = conn
         .transaction::<_, ApiError, _>(async |conn| {
             route_catalog::lock(conn).await?;
             let mut number = route_catalog::latest_version(conn).await?;
@@ -170,11 +170,12 @@ pub async fn write<T: Send>(
                 detail: json!({"catalog_version": version}),
             };
             trail.record(conn, entry).await?;
-            Ok((out, version))
+            let logged = invalidations::record_all(conn, [Invalidation::Routes { version }]).await?;
+            Ok((out, version, logged))
         })
         .await?;
     log::info!("route catalog version {version}: {summary}");
-    state.invalidate(&Invalidation::Routes { version }, format!("route catalog version {version}")).await;
+    state.announce(&logged, format_args!("route catalog version {version}")).await;
     Ok((out, version))
 }
 

@@ -11,7 +11,7 @@ use actix_web::{post, web, HttpRequest, HttpResponse};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::billing::{plan_for, stripe_signature, Event, Subscription};
 use gw_shared::db::billing::{self as db, Applied};
-use gw_shared::db::users;
+use gw_shared::db::{invalidations, users};
 use gw_shared::redis::Invalidation;
 use gw_shared::webhooks::payloads::{self, PlanChange};
 use serde::{Deserialize, Serialize};
@@ -229,11 +229,20 @@ pub async fn webhook(state: web::Data<AppState>, req: HttpRequest, body: web::By
     let event = Event::parse(&body).map_err(|e| ApiError::Validation(e.to_string()))?;
     let trail = Trail::new(Uuid::nil(), Actor { user_id: None, role: None }, &req);
     let mut conn = state.conn().await?;
-    let (outcome, changed) = conn.transaction(async |conn| handle(&state, conn, trail, &event).await).await?;
+    let (outcome, changed) = conn
+        .transaction(async |conn| {
+            let (outcome, changed) = handle(&state, conn, trail, &event).await?;
+            // The proxies read the plan (its gateway-credential quota) from their caches.
+            let changed = match changed {
+                Some(org_id) => Some((org_id, invalidations::record_all(conn, [Invalidation::Org { org_id }]).await?)),
+                None => None,
+            };
+            Ok::<_, ApiError>((outcome, changed))
+        })
+        .await?;
     log::info!("billing event {} ({}): {outcome}", event.id, event.event_type);
-    if let Some(org_id) = changed {
-        // The proxies read the plan (its gateway-credential quota) from their caches.
-        state.invalidate(&Invalidation::Org { org_id }, format_args!("the plan of organization {org_id}")).await;
+    if let Some((org_id, logged)) = changed {
+        state.announce(&logged, format_args!("the plan of organization {org_id}")).await;
     }
     Ok(HttpResponse::Ok().json(Received { received: true, outcome }))
 }

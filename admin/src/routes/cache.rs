@@ -8,12 +8,12 @@
 //! proxy to drop its in-process copies.
 
 use actix_web::{delete, get, patch, post, put, web, HttpRequest, HttpResponse};
+use diesel_async::AsyncConnection;
 use gw_shared::cache::embed;
 use gw_shared::cache::key::{model_prefix, model_tag, org_prefix};
 use gw_shared::cache::settings::{CacheSettings, TeamCacheSettings};
 use gw_shared::db::{cache as db_cache, teams};
 use gw_shared::redis::Invalidation;
-use redis;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
@@ -150,13 +150,21 @@ fn merged<T: Serialize + serde::de::DeserializeOwned>(fields: Map<String, Value>
 /// Stores the organization's settings, records the change and tells the proxies.
 async fn store_org(state: &AppState, session: &Session, req: &HttpRequest, settings: &CacheSettings) -> ApiResult<()> {
     let trail = Trail::of(session, req);
-    let mut conn = state.conn().await?;
-    db_cache::put_org(&mut conn, session.org_id, settings).await?;
+    let org_id = session.org_id;
     let detail = serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.to_string()))?;
-    trail
-        .record(&mut conn, Entry { action: "cache.update", resource_type: "cache", resource_id: None, detail })
+    let mut conn = state.conn().await?;
+    let logged = conn
+        .transaction(async |conn| {
+            db_cache::put_org(conn, org_id, settings).await?;
+            trail
+                .record(conn, Entry { action: "cache.update", resource_type: "cache", resource_id: None, detail })
+                .await?;
+            Ok::<_, ApiError>(
+                gw_shared::db::invalidations::record_all(conn, [Invalidation::CacheSettings { org_id }]).await?,
+            )
+        })
         .await?;
-    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
+    state.announce(&logged, "a cache change").await;
     Ok(())
 }
 
@@ -218,13 +226,21 @@ async fn store_team(
     settings: &TeamCacheSettings,
 ) -> ApiResult<()> {
     let trail = Trail::of(session, req);
-    let mut conn = state.conn().await?;
-    db_cache::put_team(&mut conn, session.org_id, team_id, settings).await?;
+    let org_id = session.org_id;
     let detail = serde_json::to_value(settings).map_err(|e| ApiError::Internal(e.to_string()))?;
     let entry =
         Entry { action: "cache.team_update", resource_type: "team", resource_id: Some(team_id.to_string()), detail };
-    trail.record(&mut conn, entry).await?;
-    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
+    let mut conn = state.conn().await?;
+    let logged = conn
+        .transaction(async |conn| {
+            db_cache::put_team(conn, org_id, team_id, settings).await?;
+            trail.record(conn, entry).await?;
+            Ok::<_, ApiError>(
+                gw_shared::db::invalidations::record_all(conn, [Invalidation::CacheSettings { org_id }]).await?,
+            )
+        })
+        .await?;
+    state.announce(&logged, "a cache change").await;
     Ok(())
 }
 
@@ -277,18 +293,27 @@ pub async fn delete_team_cache(
 ) -> ApiResult<HttpResponse> {
     let team_id = path.into_inner();
     team_of_org(&state, session.org_id, team_id).await?;
+    let trail = Trail::of(&session, &req);
+    let org_id = session.org_id;
     let mut conn = state.conn().await?;
-    if !db_cache::delete_team(&mut conn, session.org_id, team_id).await? {
-        return Err(ApiError::NotFound("team cache settings"));
-    }
-    let entry = Entry {
-        action: "cache.team_reset",
-        resource_type: "team",
-        resource_id: Some(team_id.to_string()),
-        detail: json!({}),
-    };
-    Trail::of(&session, &req).record(&mut conn, entry).await?;
-    state.invalidate(&Invalidation::CacheSettings { org_id: session.org_id }, "a cache change").await;
+    let logged = conn
+        .transaction(async |conn| {
+            if !db_cache::delete_team(conn, org_id, team_id).await? {
+                return Err(ApiError::NotFound("team cache settings"));
+            }
+            let entry = Entry {
+                action: "cache.team_reset",
+                resource_type: "team",
+                resource_id: Some(team_id.to_string()),
+                detail: json!({}),
+            };
+            trail.record(conn, entry).await?;
+            Ok::<_, ApiError>(
+                gw_shared::db::invalidations::record_all(conn, [Invalidation::CacheSettings { org_id }]).await?,
+            )
+        })
+        .await?;
+    state.announce(&logged, "a cache change").await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -303,8 +328,10 @@ pub struct PurgeIn {
 #[derive(Serialize, ToSchema)]
 pub struct PurgeOut {
     model: Option<String>,
-    /// Entries deleted from Redis (L2).
-    l2_deleted: u64,
+    /// Entries deleted from Redis (L2). They were unreachable already (the purge starts a new
+    /// generation of the organization's keys); null when Redis could not be reached, in which
+    /// case they expire with their TTL.
+    l2_deleted: Option<u64>,
     /// Entries deleted from PostgreSQL (L3).
     l3_deleted: u64,
 }
@@ -329,21 +356,40 @@ pub async fn purge(
     let org_id = session.org_id;
     let tag = model.as_deref().map(model_tag);
     let mut conn = state.conn().await?;
-    let l3_deleted = db_cache::purge(&mut conn, org_id, model.as_deref()).await? as u64;
+    let trail = Trail::of(&session, &req);
+    // The purge itself, in one transaction: L3's rows, a new purge generation (every L2 entry
+    // under an older one is unreachable from then on, on every Redis topology) and the proxies'
+    // invalidation (their L1 copies and settings).
+    let (l3_deleted, logged) = conn
+        .transaction(async |conn| {
+            let l3_deleted = db_cache::purge(conn, org_id, model.as_deref()).await? as u64;
+            let generation = db_cache::bump_generation(conn, org_id, tag.as_ref()).await?;
+            let logged =
+                gw_shared::db::invalidations::record_all(conn, [Invalidation::CachePurge { org_id, model: tag }])
+                    .await?;
+            let entry = Entry {
+                action: "cache.purge",
+                resource_type: "cache",
+                resource_id: None,
+                detail: json!({"model": model, "generation": generation, "l3_deleted": l3_deleted}),
+            };
+            trail.record(conn, entry).await?;
+            Ok::<_, ApiError>((l3_deleted, logged))
+        })
+        .await?;
+    state.announce(&logged, "a cache purge").await;
+    // Then the memory of the entries made unreachable.
     let pattern = match &tag {
         Some(t) => format!("{}*", model_prefix(org_id, t)),
         None => format!("{}*", org_prefix(org_id)),
     };
-    let l2_deleted = purge_redis(&state, org_id, &pattern).await?;
-    // Then the proxies: an L2 hit taken before the delete may have filled an L1 copy.
-    state.invalidate(&Invalidation::CachePurge { org_id, model: tag }, "a cache change").await;
-    let entry = Entry {
-        action: "cache.purge",
-        resource_type: "cache",
-        resource_id: None,
-        detail: json!({"model": model, "l2_deleted": l2_deleted, "l3_deleted": l3_deleted}),
+    let l2_deleted = match purge_redis(&state, org_id, &pattern).await {
+        Ok(n) => Some(n),
+        Err(e) => {
+            log::warn!("cache purge of org {org_id}: old L2 entries left to expire ({e})");
+            None
+        }
     };
-    Trail::of(&session, &req).record(&mut conn, entry).await?;
     Ok(HttpResponse::Ok().json(PurgeOut { model, l2_deleted, l3_deleted }))
 }
 

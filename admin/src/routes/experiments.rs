@@ -9,7 +9,7 @@ use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncConnection;
 use gw_shared::db::experiments::{self as db, Experiment, NewExperiment};
-use gw_shared::db::{prompt_templates, teams};
+use gw_shared::db::{invalidations, prompt_templates, teams};
 use gw_shared::experiments::results::Comparison;
 use gw_shared::experiments::spec::{self, Metric, Traffic, VariantInput};
 use gw_shared::experiments::stats::Settings;
@@ -300,7 +300,7 @@ async fn transition(
 ) -> ApiResult<Experiment> {
     let trail = trail::Trail::of(session, req);
     let mut conn = state.conn().await?;
-    let e = conn
+    let (e, logged) = conn
         .transaction(async |conn| {
             let e = db::lock(conn, session.org_id, id).await?.ok_or(ApiError::NotFound("experiment"))?;
             if !from.contains(&e.status.as_str()) {
@@ -337,10 +337,12 @@ async fn transition(
                 detail: json!({"from": e.status, "to": to}),
             };
             trail.record(conn, entry).await?;
-            Ok::<_, ApiError>(done)
+            let logged =
+                invalidations::record_all(conn, [Invalidation::Experiments { org_id: session.org_id }]).await?;
+            Ok::<_, ApiError>((done, logged))
         })
         .await?;
-    state.invalidate(&Invalidation::Experiments { org_id: session.org_id }, format!("experiment {id}")).await;
+    state.announce(&logged, format_args!("experiment {id}")).await;
     Ok(e)
 }
 
@@ -393,7 +395,7 @@ pub async fn stop(
     let found = conclude(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("experiment"))?;
     drop(conn);
     if found.completed_now {
-        state.invalidate(&Invalidation::Experiments { org_id: session.org_id }, format!("experiment {id}")).await;
+        state.announce(&found.logged, format_args!("experiment {id}")).await;
         return Ok(HttpResponse::Ok().json(out(found.experiment)));
     }
     let e =
@@ -449,7 +451,7 @@ pub async fn results(state: web::Data<AppState>, session: Session, id: web::Path
     // One evaluation, which also completes a running experiment its results say is over.
     let found = conclude(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("experiment"))?;
     if found.completed_now {
-        state.invalidate(&Invalidation::Experiments { org_id: session.org_id }, format!("experiment {id}")).await;
+        state.announce(&found.logged, format_args!("experiment {id}")).await;
     }
     let (e, ev) = (found.experiment, found.evaluated);
     let s = Settings::default();

@@ -9,7 +9,7 @@ use actix_web::{get, put, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncConnection;
 use gw_shared::config::{give_id, ProviderConfig, Routes};
-use gw_shared::db::{org_routes, policies, provider_keys};
+use gw_shared::db::{invalidations, org_routes, policies, provider_keys};
 use gw_shared::providers::UpstreamUrl;
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
@@ -205,7 +205,7 @@ pub async fn put(
     }
     let expected = b.version;
     let count = (routes.providers.len(), routes.models.len());
-    let version = conn
+    let (version, logged) = conn
         .transaction::<_, ApiError, _>(async |conn| {
             policies::lock_org(conn, org_id).await?;
             let current = org_routes::current(conn, org_id).await?.map_or(0, |s| s.version);
@@ -224,11 +224,12 @@ pub async fn put(
                 detail: json!({"providers": count.0, "models": count.1}),
             };
             trail.record(conn, entry).await?;
-            Ok(version)
+            let logged = invalidations::record_all(conn, [Invalidation::OrgRoutes { org_id }]).await?;
+            Ok((version, logged))
         })
         .await?;
     log::info!("routes version {version} of org {org_id} saved");
-    state.invalidate(&Invalidation::OrgRoutes { org_id }, format!("routes version {version} of org {org_id}")).await;
+    state.announce(&logged, format_args!("routes version {version} of org {org_id}")).await;
     let stored = org_routes::current(&mut conn, org_id).await?;
     Ok(HttpResponse::Ok().json(out(stored)?))
 }

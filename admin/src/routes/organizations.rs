@@ -3,8 +3,8 @@
 
 use actix_web::{get, patch, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
-use diesel_async::AsyncPgConnection;
-use gw_shared::db::{billing, orgs};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use gw_shared::db::{billing, invalidations, orgs};
 use gw_shared::limits::settings::{Budget, RateLimits};
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
@@ -245,16 +245,27 @@ pub async fn update(
         log_bodies: b.log_bodies,
         require_totp: b.require_totp,
     };
-    let org = orgs::update(&mut conn, session.org_id, &change).await?.ok_or(ApiError::NotFound("organization"))?;
-    let entry = Entry {
-        action: "organization.update",
-        resource_type: "organization",
-        resource_id: Some(org.id.to_string()),
-        detail: json!({"changed": changed}),
-    };
-    trail::by(&mut conn, &session, &req, entry).await?;
-    if limits_changed {
-        state.invalidate(&Invalidation::Org { org_id: org.id }, format!("the change of organization {}", org.id)).await;
-    }
+    let trail = trail::Trail::of(&session, &req);
+    // The change, its trail row and (when the proxies cache what changed) their invalidation
+    // commit together.
+    let (org, logged) = conn
+        .transaction(async |conn| {
+            let org = orgs::update(conn, session.org_id, &change).await?.ok_or(ApiError::NotFound("organization"))?;
+            let entry = Entry {
+                action: "organization.update",
+                resource_type: "organization",
+                resource_id: Some(org.id.to_string()),
+                detail: json!({"changed": changed}),
+            };
+            trail.record(conn, entry).await?;
+            let logged = if limits_changed {
+                invalidations::record_all(conn, [Invalidation::Org { org_id: org.id }]).await?
+            } else {
+                Vec::new()
+            };
+            Ok::<_, ApiError>((org, logged))
+        })
+        .await?;
+    state.announce(&logged, format_args!("the change of organization {}", org.id)).await;
     Ok(HttpResponse::Ok().json(out(&state, &mut conn, org).await?))
 }

@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 use actix_web::{post, web, HttpResponse};
 use bytes::Bytes;
 use chrono::Utc;
+use diesel_async::AsyncConnection;
 use eventsource_stream2::Eventsource;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use gw_shared::accounts::PERM_CHAT;
 use gw_shared::audit::AuditRecord;
 use gw_shared::db::api_keys::{self, NewApiKey, KIND_PLAYGROUND};
-use gw_shared::db::{audit_logs, prompt_templates};
+use gw_shared::db::{audit_logs, invalidations, prompt_templates};
 use gw_shared::ids::new_id;
 use gw_shared::prompt_template::PromptRef;
 use serde::{Deserialize, Serialize};
@@ -388,16 +389,21 @@ async fn issue_key(state: &AppState, session: &Session, team_id: Option<Uuid>) -
 }
 
 async fn revoke_key(state: &AppState, org_id: Uuid, id: Uuid) {
+    // The revocation and the proxies' invalidation commit together.
     let revoked = match state.db.get().await {
-        Ok(mut conn) => api_keys::revoke(&mut conn, org_id, id).await,
+        Ok(mut conn) => {
+            conn.transaction(async |conn| {
+                let Some(hashes) = api_keys::revoke(conn, org_id, id).await? else {
+                    return Ok::<_, gw_shared::Error>(None);
+                };
+                invalidations::record_keys(conn, &hashes).await.map(Some)
+            })
+            .await
+        }
         Err(e) => Err(gw_shared::Error::Pool(e.to_string())),
     };
     match revoked {
-        Ok(Some(hashes)) => {
-            if let Err(e) = state.drop_cached_key(id, &hashes, "revocation").await {
-                log::warn!("playground key {id}: {e}");
-            }
-        }
+        Ok(Some(logged)) => state.announce(&logged, format_args!("the revocation of key {id}")).await,
         Ok(None) => {}
         // The key expires by itself shortly.
         Err(e) => log::warn!("playground key {id} not revoked: {e}"),

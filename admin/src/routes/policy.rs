@@ -6,6 +6,7 @@
 use actix_web::{get, patch, post, put, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use gw_shared::db::invalidations;
 use gw_shared::db::policies::{self, VersionRow};
 use gw_shared::policy::builtin;
 use gw_shared::policy::engine::{compiled_size, MAX_COMPILED_BYTES};
@@ -245,8 +246,14 @@ pub async fn patch_policy(
 async fn store_edit(state: &AppState, session: &Session, req: &HttpRequest, edit: Edit) -> ApiResult<HttpResponse> {
     let trail = Trail::of(session, req);
     let mut conn = state.conn().await?;
-    conn.transaction(async |c| save_edit(c, &trail, edit).await).await?;
-    state.invalidate(&Invalidation::Policy { org_id: session.org_id }, "a policy change").await;
+    let org_id = session.org_id;
+    let logged = conn
+        .transaction(async |c| {
+            save_edit(c, &trail, edit).await?;
+            Ok::<_, ApiError>(invalidations::record_all(c, [Invalidation::Policy { org_id }]).await?)
+        })
+        .await?;
+    state.announce(&logged, "a policy change").await;
     Ok(HttpResponse::Ok().json(out(&mut conn, session.org_id).await?))
 }
 
@@ -287,36 +294,43 @@ pub async fn apply_template(
     let org_id = session.org_id;
     let mut conn = state.conn().await?;
     let team = b.team_id;
-    conn.transaction(async |c| {
-        if !policies::lock_org(c, org_id).await? {
-            return Err(ApiError::NotFound("organization"));
-        }
-        let (_, mut doc) = current(c, org_id).await?;
-        for p in &template.policy.policies {
-            doc.policies.retain(|q| q.name != p.name);
-            doc.policies.push(p.clone());
-        }
-        let source = format!("template:{}", template.name);
-        match team {
-            None => {
-                doc.defaults = template.policy.defaults.clone();
-                doc.mandatory = template.policy.mandatory.clone();
+    let logged = conn
+        .transaction(async |c| {
+            if !policies::lock_org(c, org_id).await? {
+                return Err(ApiError::NotFound("organization"));
             }
-            Some(team_id) => {
-                policies::team_defaults(c, org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
-                let names: Vec<String> = template.policy.policies.iter().map(|p| p.name.clone()).collect();
-                set_team(c, &trail, team_id, &names, &source).await?;
+            let (_, mut doc) = current(c, org_id).await?;
+            for p in &template.policy.policies {
+                doc.policies.retain(|q| q.name != p.name);
+                doc.policies.push(p.clone());
             }
-        }
-        doc.validate().map_err(|p| ApiError::Internal(format!("template {}: {}", template.name, p.message)))?;
-        save(c, &trail, &doc, &source, false).await
-    })
-    .await?;
-    state.invalidate(&Invalidation::Policy { org_id }, "a policy change").await;
-    if let Some(team_id) = team {
-        state.invalidate(&Invalidation::Team { org_id, team_id }, "a policy change").await;
-    }
+            let source = format!("template:{}", template.name);
+            match team {
+                None => {
+                    doc.defaults = template.policy.defaults.clone();
+                    doc.mandatory = template.policy.mandatory.clone();
+                }
+                Some(team_id) => {
+                    policies::team_defaults(c, org_id, team_id).await?.ok_or(ApiError::NotFound("team"))?;
+                    let names: Vec<String> = template.policy.policies.iter().map(|p| p.name.clone()).collect();
+                    set_team(c, &trail, team_id, &names, &source).await?;
+                }
+            }
+            doc.validate().map_err(|p| ApiError::Internal(format!("template {}: {}", template.name, p.message)))?;
+            save(c, &trail, &doc, &source, false).await?;
+            Ok(invalidations::record_all(c, policy_invalidations(org_id, team)).await?)
+        })
+        .await?;
+    state.announce(&logged, "a policy change").await;
     Ok(HttpResponse::Ok().json(out(&mut conn, org_id).await?))
+}
+
+/// What a change to the organization's policy (and a team's defaults) invalidates: the policy,
+/// then the team.
+fn policy_invalidations(org_id: Uuid, team: Option<Uuid>) -> Vec<Invalidation> {
+    let mut invs = vec![Invalidation::Policy { org_id }];
+    invs.extend(team.map(|team_id| Invalidation::Team { org_id, team_id }));
+    invs
 }
 
 /// Sets a team's defaults and records the version (inside the caller's transaction).
@@ -416,44 +430,46 @@ pub async fn revert(
     let trail = Trail::of(&session, &req);
     let org_id = session.org_id;
     let mut conn = state.conn().await?;
-    conn.transaction(async |c| {
-        if !policies::lock_org(c, org_id).await? {
-            return Err(ApiError::NotFound("organization"));
-        }
-        let row =
-            policies::version(c, org_id, b.team_id, b.version).await?.ok_or(ApiError::NotFound("policy version"))?;
-        let source = format!("revert:{}", b.version);
-        match b.team_id {
-            None => {
-                let doc: OrgPolicy = serde_json::from_value(row.document)
-                    .map_err(|e| ApiError::Conflict(format!("version {} no longer parses: {e}", b.version)))?;
-                doc.validate().map_err(|p| {
-                    ApiError::Conflict(format!("version {} is no longer valid: {}: {}", b.version, p.field, p.message))
-                })?;
-                save(c, &trail, &doc, &source, true).await?;
+    let logged = conn
+        .transaction(async |c| {
+            if !policies::lock_org(c, org_id).await? {
+                return Err(ApiError::NotFound("organization"));
             }
-            Some(team_id) => {
-                let names: Vec<String> = row
-                    .document
-                    .get("defaults")
-                    .and_then(|d| serde_json::from_value(d.clone()).ok())
-                    .unwrap_or_default();
-                let (_, doc) = current(c, org_id).await?;
-                if let Some(gone) = names.iter().find(|n| !doc.knows(n)) {
-                    return Err(ApiError::Conflict(format!(
-                        "version {} names policy {gone:?}, which the organization no longer defines",
-                        b.version
-                    )));
+            let row = policies::version(c, org_id, b.team_id, b.version)
+                .await?
+                .ok_or(ApiError::NotFound("policy version"))?;
+            let source = format!("revert:{}", b.version);
+            match b.team_id {
+                None => {
+                    let doc: OrgPolicy = serde_json::from_value(row.document)
+                        .map_err(|e| ApiError::Conflict(format!("version {} no longer parses: {e}", b.version)))?;
+                    doc.validate().map_err(|p| {
+                        ApiError::Conflict(format!(
+                            "version {} is no longer valid: {}: {}",
+                            b.version, p.field, p.message
+                        ))
+                    })?;
+                    save(c, &trail, &doc, &source, true).await?;
                 }
-                set_team(c, &trail, team_id, &names, &source).await?;
+                Some(team_id) => {
+                    let names: Vec<String> = row
+                        .document
+                        .get("defaults")
+                        .and_then(|d| serde_json::from_value(d.clone()).ok())
+                        .unwrap_or_default();
+                    let (_, doc) = current(c, org_id).await?;
+                    if let Some(gone) = names.iter().find(|n| !doc.knows(n)) {
+                        return Err(ApiError::Conflict(format!(
+                            "version {} names policy {gone:?}, which the organization no longer defines",
+                            b.version
+                        )));
+                    }
+                    set_team(c, &trail, team_id, &names, &source).await?;
+                }
             }
-        }
-        Ok(())
-    })
-    .await?;
-    state.invalidate(&Invalidation::Policy { org_id }, "a policy change").await;
-    if let Some(team_id) = b.team_id {
-        state.invalidate(&Invalidation::Team { org_id, team_id }, "a policy change").await;
-    }
+            Ok(invalidations::record_all(c, policy_invalidations(org_id, b.team_id)).await?)
+        })
+        .await?;
+    state.announce(&logged, "a policy change").await;
     Ok(HttpResponse::Ok().json(out(&mut conn, org_id).await?))
 }

@@ -6,6 +6,7 @@
 use actix_web::{delete, get, post, put, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncConnection;
+use gw_shared::db::invalidations;
 use gw_shared::db::prompt_templates::{self as db, NewVersion, Template, Version};
 use gw_shared::ids::new_id;
 use gw_shared::prompt_template::{Content, TemplateMessage, Variable};
@@ -329,23 +330,27 @@ pub async fn remove(
     id: web::Path<Uuid>,
 ) -> ApiResult<HttpResponse> {
     let id = id.into_inner();
+    let trail = trail::Trail::of(&session, &req);
     let mut conn = state.conn().await?;
-    if !db::soft_delete(&mut conn, session.org_id, id).await? {
-        return Err(ApiError::NotFound("prompt template"));
-    }
-    let entry = Entry {
-        action: "prompt_template.delete",
-        resource_type: "prompt_template",
-        resource_id: Some(id.to_string()),
-        detail: json!({}),
-    };
-    trail::by(&mut conn, &session, &req, entry).await?;
-    state
-        .invalidate(
-            &Invalidation::Template { org_id: session.org_id, template_id: id },
-            format!("prompt template {id}"),
-        )
-        .await;
+    let logged = conn
+        .transaction(async |conn| {
+            if !db::soft_delete(conn, session.org_id, id).await? {
+                return Err(ApiError::NotFound("prompt template"));
+            }
+            let entry = Entry {
+                action: "prompt_template.delete",
+                resource_type: "prompt_template",
+                resource_id: Some(id.to_string()),
+                detail: json!({}),
+            };
+            trail.record(conn, entry).await?;
+            Ok::<_, ApiError>(
+                invalidations::record_all(conn, [Invalidation::Template { org_id: session.org_id, template_id: id }])
+                    .await?,
+            )
+        })
+        .await?;
+    state.announce(&logged, format_args!("prompt template {id}")).await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -390,7 +395,7 @@ pub async fn create_version(
     let v = saved.version(session.user_id);
     let trail = trail::Trail::of(&session, &req);
     let mut conn = state.conn().await?;
-    let version = conn
+    let (version, logged) = conn
         .transaction(async |conn| {
             let version =
                 db::add_version(conn, session.org_id, id, &v).await?.ok_or(ApiError::NotFound("prompt template"))?;
@@ -401,15 +406,13 @@ pub async fn create_version(
                 detail: json!({"version": version.version, "content_hash": version.content_hash}),
             };
             trail.record(conn, entry).await?;
-            Ok::<_, ApiError>(version)
+            let logged =
+                invalidations::record_all(conn, [Invalidation::Template { org_id: session.org_id, template_id: id }])
+                    .await?;
+            Ok::<_, ApiError>((version, logged))
         })
         .await?;
-    state
-        .invalidate(
-            &Invalidation::Template { org_id: session.org_id, template_id: id },
-            format!("prompt template {id}"),
-        )
-        .await;
+    state.announce(&logged, format_args!("prompt template {id}")).await;
     Ok(HttpResponse::Created().json(version_out(version)))
 }
 
@@ -453,23 +456,27 @@ pub async fn set_label(
     if !labels.contains_key(&label) && labels.len() >= MAX_LABELS {
         return Err(ApiError::Conflict(format!("a template has at most {MAX_LABELS} labels")));
     }
-    if !db::set_label(&mut conn, session.org_id, id, &label, version, Some(session.user_id)).await? {
-        return Err(ApiError::field("version", format!("the template has no version {version}")));
-    }
-    let entry = Entry {
-        action: "prompt_template.label",
-        resource_type: "prompt_template",
-        resource_id: Some(id.to_string()),
-        detail: json!({"label": label, "version": version, "previous": labels.get(&label)}),
-    };
-    trail::by(&mut conn, &session, &req, entry).await?;
+    let trail = trail::Trail::of(&session, &req);
+    let logged = conn
+        .transaction(async |conn| {
+            if !db::set_label(conn, session.org_id, id, &label, version, Some(session.user_id)).await? {
+                return Err(ApiError::field("version", format!("the template has no version {version}")));
+            }
+            let entry = Entry {
+                action: "prompt_template.label",
+                resource_type: "prompt_template",
+                resource_id: Some(id.to_string()),
+                detail: json!({"label": label, "version": version, "previous": labels.get(&label)}),
+            };
+            trail.record(conn, entry).await?;
+            Ok::<_, ApiError>(
+                invalidations::record_all(conn, [Invalidation::Template { org_id: session.org_id, template_id: id }])
+                    .await?,
+            )
+        })
+        .await?;
     let labels = db::labels(&mut conn, session.org_id, id).await?;
-    state
-        .invalidate(
-            &Invalidation::Template { org_id: session.org_id, template_id: id },
-            format!("prompt template {id}"),
-        )
-        .await;
+    state.announce(&logged, format_args!("prompt template {id}")).await;
     Ok(HttpResponse::Ok().json(template_out(t, labels)))
 }
 
@@ -486,23 +493,27 @@ pub async fn delete_label(
     path: web::Path<(Uuid, String)>,
 ) -> ApiResult<HttpResponse> {
     let (id, label) = path.into_inner();
+    let trail = trail::Trail::of(&session, &req);
     let mut conn = state.conn().await?;
-    if !db::delete_label(&mut conn, session.org_id, id, &label).await? {
-        return Err(ApiError::NotFound("prompt template label"));
-    }
-    let entry = Entry {
-        action: "prompt_template.unlabel",
-        resource_type: "prompt_template",
-        resource_id: Some(id.to_string()),
-        detail: json!({"label": label}),
-    };
-    trail::by(&mut conn, &session, &req, entry).await?;
-    state
-        .invalidate(
-            &Invalidation::Template { org_id: session.org_id, template_id: id },
-            format!("prompt template {id}"),
-        )
-        .await;
+    let logged = conn
+        .transaction(async |conn| {
+            if !db::delete_label(conn, session.org_id, id, &label).await? {
+                return Err(ApiError::NotFound("prompt template label"));
+            }
+            let entry = Entry {
+                action: "prompt_template.unlabel",
+                resource_type: "prompt_template",
+                resource_id: Some(id.to_string()),
+                detail: json!({"label": label}),
+            };
+            trail.record(conn, entry).await?;
+            Ok::<_, ApiError>(
+                invalidations::record_all(conn, [Invalidation::Template { org_id: session.org_id, template_id: id }])
+                    .await?,
+            )
+        })
+        .await?;
+    state.announce(&logged, format_args!("prompt template {id}")).await;
     Ok(HttpResponse::NoContent().finish())
 }
 

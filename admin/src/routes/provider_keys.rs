@@ -9,8 +9,8 @@ use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use gw_shared::config::Routes;
-use gw_shared::db::events;
 use gw_shared::db::provider_keys::{self, NewKey, ProviderKey};
+use gw_shared::db::{events, invalidations};
 use gw_shared::ids::new_id;
 use gw_shared::redis::Invalidation;
 use gw_shared::webhooks::payloads::{self, ProviderKeyFacts};
@@ -148,10 +148,15 @@ fn secret(value: &str) -> ApiResult<String> {
     validate::secret("secret", value)
 }
 
-/// Drops the proxies' copies of an organization's keys.
-async fn invalidate_org(state: &AppState, org_id: Uuid, what: &str, id: Uuid) {
-    let inv = Invalidation::ProviderKeys { org_id };
-    state.invalidate(&inv, format!("the {what} of provider key {id} in org {org_id}")).await;
+/// Records, in the change's transaction, that the proxies drop their copies of an
+/// organization's keys; the entries, for [`announce_org`] once it commits.
+async fn record_org(conn: &mut AsyncPgConnection, org_id: Uuid) -> ApiResult<Vec<(i64, Invalidation)>> {
+    Ok(invalidations::record_all(conn, [Invalidation::ProviderKeys { org_id }]).await?)
+}
+
+/// Announces what [`record_org`] recorded.
+async fn announce_org(state: &AppState, logged: &[(i64, Invalidation)], org_id: Uuid, what: &str, id: Uuid) {
+    state.announce(logged, format_args!("the {what} of provider key {id} in org {org_id}")).await;
 }
 
 /// Why a change to a key of this org found no live key: 409 when it exists but is revoked, 404
@@ -187,24 +192,32 @@ pub async fn create(
         secret: &secret,
         created_by: Some(session.user_id),
     };
-    let row = match provider_keys::insert(&mut conn, ring, &new).await {
-        Ok(row) => row,
-        Err(e) if is_unique_violation(&e) => {
-            return Err(ApiError::Conflict(format!(
-                "this organization already has a live key for provider {provider:?}: rotate or revoke it first"
-            )))
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let entry = Entry {
-        action: "provider_key.create",
-        resource_type: "provider_key",
-        resource_id: Some(row.id.to_string()),
-        detail: json!({"provider": row.provider, "name": row.name}),
-    };
-    trail::by(&mut conn, &session, &req, entry).await?;
+    let trail = Trail::of(&session, &req);
+    // The key, its trail row and the proxies' invalidation commit together.
+    let (row, logged) = conn
+        .transaction(async |conn| {
+            let row = match provider_keys::insert(conn, ring, &new).await {
+                Ok(row) => row,
+                Err(e) if is_unique_violation(&e) => {
+                    return Err(ApiError::Conflict(format!(
+                        "this organization already has a live key for provider {provider:?}: rotate or revoke it first"
+                    )))
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let entry = Entry {
+                action: "provider_key.create",
+                resource_type: "provider_key",
+                resource_id: Some(row.id.to_string()),
+                detail: json!({"provider": row.provider, "name": row.name}),
+            };
+            trail.record(conn, entry).await?;
+            let logged = record_org(conn, row.org_id).await?;
+            Ok::<_, ApiError>((row, logged))
+        })
+        .await?;
     log::info!("provider key {} for {} created in org {}", row.id, row.provider, row.org_id);
-    invalidate_org(&state, row.org_id, "creation", row.id).await;
+    announce_org(&state, &logged, row.org_id, "creation", row.id).await;
     Ok(HttpResponse::Created().json(ProviderKeyOut::from(row)))
 }
 
@@ -302,13 +315,14 @@ pub async fn rotate(
                 detail: json!({"provider": row.provider, "overlap_seconds": overlap.num_seconds()}),
             };
             trail.record(conn, entry).await?;
-            Ok(Some(row))
+            let logged = record_org(conn, row.org_id).await?;
+            Ok(Some((row, logged)))
         })
         .await?;
     match rotated {
-        Some(row) => {
+        Some((row, logged)) => {
             log::info!("provider key {id} for {} rotated in org {}", row.provider, row.org_id);
-            invalidate_org(&state, row.org_id, "rotation", id).await;
+            announce_org(&state, &logged, row.org_id, "rotation", id).await;
             Ok(HttpResponse::Ok().json(ProviderKeyOut::from(row)))
         }
         None => Err(not_live(&mut conn, session.org_id, id).await),
@@ -381,13 +395,14 @@ pub async fn revoke(
                 detail: json!({"provider": row.provider}),
             };
             trail.record(conn, entry).await?;
-            Ok(Some(row))
+            let logged = record_org(conn, row.org_id).await?;
+            Ok(Some((row, logged)))
         })
         .await?;
     match revoked {
-        Some(row) => {
+        Some((row, logged)) => {
             log::info!("provider key {id} for {} revoked in org {}", row.provider, row.org_id);
-            invalidate_org(&state, row.org_id, "revocation", id).await;
+            announce_org(&state, &logged, row.org_id, "revocation", id).await;
             Ok(HttpResponse::NoContent().finish())
         }
         // Already revoked: revoking again is a no-op, not an error.

@@ -44,7 +44,7 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
 async fn plan(gw: &Gateway, session: &Session, ctx: &RequestCtx) -> Result<Option<Plan>, ProxyError> {
     let Some(auth) = ctx.key.as_ref() else { return Ok(None) };
     let org_id = auth.org_id;
-    let settings = match gw.lookups.cache_settings.get(&org_id, &|| true).await {
+    let org_settings = match gw.lookups.cache_settings.get(&org_id, &|| true).await {
         Ok(Some(s)) => s,
         Ok(None) => return Ok(None),
         Err(LookupError::Unavailable | LookupError::NotAllowed) => {
@@ -52,7 +52,7 @@ async fn plan(gw: &Gateway, session: &Session, ctx: &RequestCtx) -> Result<Optio
             return Ok(None);
         }
     };
-    let mut settings = settings.effective(ctx.team_id);
+    let mut settings = org_settings.effective(ctx.team_id);
     if !settings.any() {
         return Ok(None);
     }
@@ -73,8 +73,10 @@ async fn plan(gw: &Gateway, session: &Session, ctx: &RequestCtx) -> Result<Optio
     };
     // Embeddings answers have no prompt to compare: exact tiers only.
     settings.l3 &= semantic.is_some();
+    let mut exact = key::exact(org_id, endpoint.path(), body);
+    exact.generation = org_settings.generations.of(&exact.model);
     Ok(Some(Plan {
-        key: key::exact(org_id, endpoint.path(), body),
+        key: exact,
         model: ctx.model.clone().unwrap_or_default(),
         settings,
         directives,

@@ -33,6 +33,9 @@ pub struct CacheKey {
     pub org_id: Uuid,
     pub model: ModelTag,
     pub digest: [u8; 32],
+    /// The purge generations it is kept under (organization, model): see
+    /// [`crate::cache::settings::Generations`].
+    pub generation: (i64, i64),
 }
 
 /// The first 8 bytes of a model name's SHA-256: names are client text and may hold anything.
@@ -46,9 +49,11 @@ pub fn model_tag(model: &str) -> ModelTag {
 }
 
 impl CacheKey {
-    /// The Redis key: organization and model first, so a purge can find them by pattern.
+    /// The Redis key: organization and model first (so a purge can still find them by pattern to
+    /// reclaim their memory), then the purge generations, which make a purged entry unreachable.
     pub fn redis_key(&self) -> String {
-        format!("{}{}", model_prefix(self.org_id, &self.model), hex::encode(self.digest))
+        let (all, model) = self.generation;
+        format!("{}g{all}.{model}:{}", model_prefix(self.org_id, &self.model), hex::encode(self.digest))
     }
 }
 
@@ -75,7 +80,7 @@ pub fn exact(org_id: Uuid, endpoint: &str, body: &Map<String, Value>) -> CacheKe
     h.update(endpoint.as_bytes());
     h.update(b"\0");
     h.update(&canon);
-    CacheKey { org_id, model: model_tag(model), digest: h.finalize().into() }
+    CacheKey { org_id, model: model_tag(model), digest: h.finalize().into(), generation: (0, 0) }
 }
 
 /// What the semantic tier compares: the last user turn's text, embedded, within a scope that

@@ -119,6 +119,25 @@ pub struct OrgCacheSettings {
     pub org: CacheSettings,
     #[serde(default)]
     pub teams: HashMap<Uuid, TeamCacheSettings>,
+    /// Purge generations (`cache_generations`), part of every L2 key.
+    #[serde(default)]
+    pub generations: Generations,
+}
+
+/// How many times the organization's cache was purged, whole and per model (by the hex of the
+/// model's tag).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Generations {
+    pub all: i64,
+    #[serde(default)]
+    pub models: HashMap<String, i64>,
+}
+
+impl Generations {
+    /// The generations an entry for `model` is kept under: the organization's, the model's.
+    pub fn of(&self, model: &crate::cache::key::ModelTag) -> (i64, i64) {
+        (self.all, self.models.get(&hex::encode(model)).copied().unwrap_or(0))
+    }
 }
 
 /// The settings a request runs under.

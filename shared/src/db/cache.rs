@@ -34,7 +34,49 @@ pub async fn load(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<OrgCache
         }
     }
     out.teams = teams;
+    #[derive(QueryableByName)]
+    struct Gen {
+        #[diesel(sql_type = Text)]
+        model_tag: String,
+        #[diesel(sql_type = BigInt)]
+        generation: i64,
+    }
+    let gens: Vec<Gen> = diesel::sql_query("SELECT model_tag, generation FROM cache_generations WHERE org_id = $1")
+        .bind::<SqlUuid, _>(org_id)
+        .load(conn)
+        .await?;
+    for g in gens {
+        if g.model_tag.is_empty() {
+            out.generations.all = g.generation;
+        } else {
+            out.generations.models.insert(g.model_tag, g.generation);
+        }
+    }
     Ok(out)
+}
+
+/// Starts a new purge generation for the organization's entries (one model's, by its tag, or
+/// all): every L2 entry kept under an older one is unreachable from then on. The new number.
+pub async fn bump_generation(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    model: Option<&crate::cache::key::ModelTag>,
+) -> Result<i64> {
+    #[derive(QueryableByName)]
+    struct Gen {
+        #[diesel(sql_type = BigInt)]
+        generation: i64,
+    }
+    let g: Gen = diesel::sql_query(
+        "INSERT INTO cache_generations (org_id, model_tag, generation) VALUES ($1, $2, 1) \
+         ON CONFLICT (org_id, model_tag) DO UPDATE \
+         SET generation = cache_generations.generation + 1, purged_at = now() RETURNING generation",
+    )
+    .bind::<SqlUuid, _>(org_id)
+    .bind::<Text, _>(model.map(hex::encode).unwrap_or_default())
+    .get_result(conn)
+    .await?;
+    Ok(g.generation)
 }
 
 pub async fn put_org(conn: &mut AsyncPgConnection, org_id: Uuid, s: &CacheSettings) -> Result<()> {

@@ -75,15 +75,28 @@ pub async fn prune(conn: &mut AsyncPgConnection, keep_secs: i64) -> Result<usize
     .await?)
 }
 
+/// Records each of `invs`; the entries, for announcing once the transaction commits.
+pub async fn record_all(
+    conn: &mut AsyncPgConnection,
+    invs: impl IntoIterator<Item = Invalidation>,
+) -> Result<Vec<(i64, Invalidation)>> {
+    let mut out = Vec::new();
+    for inv in invs {
+        out.push((record(conn, &inv).await?, inv));
+    }
+    Ok(out)
+}
+
 /// Records the invalidation of each API key by its stored SHA-256; the entries, for
-/// announcing once the transaction commits.
+/// announcing once the transaction commits. A stored hash that is not 32 bytes long names no
+/// key any proxy can hold (they are cached by their SHA-256): it is skipped.
 pub async fn record_keys(conn: &mut AsyncPgConnection, hashes: &[Vec<u8>]) -> Result<Vec<(i64, Invalidation)>> {
     let mut out = Vec::with_capacity(hashes.len());
     for hash in hashes {
-        let hash: [u8; 32] = hash
-            .as_slice()
-            .try_into()
-            .map_err(|_| crate::error::Error::Invalid("stored key hash is not 32 bytes".into()))?;
+        let Ok(hash) = <[u8; 32]>::try_from(hash.as_slice()) else {
+            log::warn!("a stored API key hash is {} bytes long, not 32: nothing to invalidate", hash.len());
+            continue;
+        };
         let inv = Invalidation::ApiKey(hash);
         out.push((record(conn, &inv).await?, inv));
     }

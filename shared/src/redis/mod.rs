@@ -123,10 +123,12 @@ impl Invalidation {
             Invalidation::Org { org_id } => Some(org_cache_key(*org_id)),
             Invalidation::Policy { org_id } => Some(policy_cache_key(*org_id)),
             Invalidation::CacheSettings { org_id } => Some(cache_settings_key(*org_id)),
+            // The purge generations travel with the cache settings.
+            Invalidation::CachePurge { org_id, .. } => Some(cache_settings_key(*org_id)),
             Invalidation::OrgRoutes { org_id } => Some(org_routes_cache_key(*org_id)),
             Invalidation::Template { org_id, template_id } => Some(template_cache_key(*org_id, *template_id)),
             Invalidation::Experiments { org_id } => Some(experiments_cache_key(*org_id)),
-            Invalidation::CachePurge { .. } | Invalidation::Routes { .. } | Invalidation::All => None,
+            Invalidation::Routes { .. } | Invalidation::All => None,
         }
     }
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use diesel_async::AsyncConnection;
 use gw_shared::accounts::{issue_api_key, KeySpec, DEFAULT_PERMISSION, KNOWN_PERMISSIONS};
 use gw_shared::db::rollups::Owner;
-use gw_shared::db::{api_keys, teams};
+use gw_shared::db::{api_keys, invalidations, teams};
 use gw_shared::limits::settings::{Budget, RateLimits};
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,7 @@ use crate::read_only::{self, Fixed};
 use crate::session::Session;
 use crate::spend::{self, PeriodSpend};
 use crate::state::AppState;
-use crate::trail::{self, Entry, Trail};
+use crate::trail::{Entry, Trail};
 use crate::validate;
 
 /// What a key's `GET` body holds that the server derives (ignored when sent back).
@@ -233,7 +233,7 @@ pub async fn create(
     let created_by = session.user_id;
     // One transaction with the team row locked: a team deleted meanwhile cannot end up with a
     // live key, and the key and its trail row commit together.
-    let (row, secret) = conn
+    let (row, secret, logged) = conn
         .transaction(async |conn| {
             match team_id {
                 // Another org's team looks exactly like a missing one.
@@ -265,13 +265,14 @@ pub async fn create(
                 detail: json!({"name": row.name, "key_prefix": row.key_prefix, "team_id": row.team_id, "permissions": row.permissions}),
             };
             trail.record(conn, entry).await?;
-            Ok::<_, ApiError>((row, secret))
+            // Proxies may remember this hash as unknown (someone tried it before it existed).
+            let hash = gw_shared::keys::hash_secret(&secret);
+            let logged = invalidations::record_all(conn, [Invalidation::ApiKey(hash)]).await?;
+            Ok::<_, ApiError>((row, secret, logged))
         })
         .await?;
     log::info!("api key {} ({}) created in org {}", row.id, row.key_prefix, row.org_id);
-    // Proxies may remember this hash as unknown (someone tried it before it existed).
-    let hash = gw_shared::keys::hash_secret(&secret);
-    state.invalidate(&Invalidation::ApiKey(hash), format_args!("the creation of key {}", row.id)).await;
+    state.announce(&logged, format_args!("the creation of key {}", row.id)).await;
     let spend = spend::none(row.budget.as_ref());
     Ok(HttpResponse::Created().json(CreatedApiKey {
         api_key: ApiKeyOut::new(row, spend),
@@ -392,17 +393,25 @@ pub async fn update(
     }
     let change =
         api_keys::Change { name, permissions: perms, expires_at: b.expires_at, allowed_models, budget, rate_limits };
-    let Some((row, hash)) = api_keys::update(&mut conn, session.org_id, id, &change).await? else {
-        return Err(ApiError::Conflict("api key is revoked".into()));
-    };
-    let entry = Entry {
-        action: "api_key.update",
-        resource_type: "api_key",
-        resource_id: Some(id.to_string()),
-        detail: json!({"changed": changed}),
-    };
-    trail::by(&mut conn, &session, &req, entry).await?;
-    state.drop_cached_key(id, &hash, "update").await?;
+    let trail = Trail::of(&session, &req);
+    // The change, its trail row and the proxies' invalidation commit together.
+    let (row, logged) = conn
+        .transaction(async |conn| {
+            let Some((row, hash)) = api_keys::update(conn, session.org_id, id, &change).await? else {
+                return Err(ApiError::Conflict("api key is revoked".into()));
+            };
+            let entry = Entry {
+                action: "api_key.update",
+                resource_type: "api_key",
+                resource_id: Some(id.to_string()),
+                detail: json!({"changed": changed}),
+            };
+            trail.record(conn, entry).await?;
+            let logged = invalidations::record_keys(conn, &hash).await?;
+            Ok::<_, ApiError>((row, logged))
+        })
+        .await?;
+    state.announce(&logged, format_args!("the update of key {id}")).await;
     let s = spend::of_one(&mut conn, session.org_id, Owner::Key, row.id, row.budget.as_ref()).await?;
     Ok(HttpResponse::Ok().json(ApiKeyOut::new(row, s)))
 }

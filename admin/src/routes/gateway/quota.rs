@@ -5,7 +5,7 @@
 //! organization's audit trail and reaches the proxies at once.
 
 use actix_web::{delete, get, put, web, HttpRequest, HttpResponse};
-use gw_shared::db::orgs;
+use gw_shared::db::{invalidations, orgs};
 use gw_shared::limits::settings::{Budget, RateLimits, ScopeLimits};
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
@@ -129,19 +129,21 @@ async fn change(
     // In the affected organization's trail: its admins see the operator's change.
     let trail = Trail::new(org_id, Actor::from(session), req);
     let mut conn = state.conn().await?;
-    conn.transaction(async |c| {
-        if !orgs::set_gateway_quota(c, org_id, quota).await? {
-            return Err(ApiError::NotFound("organization"));
-        }
-        let entry = Entry {
-            action: if quota.is_some() { "gateway_quota.set" } else { "gateway_quota.remove" },
-            resource_type: "organization",
-            resource_id: Some(org_id.to_string()),
-            detail: json!({"override": quota}),
-        };
-        trail.record(c, entry).await
-    })
-    .await?;
-    state.invalidate(&Invalidation::Org { org_id }, format!("the gateway quota of organization {org_id}")).await;
+    let logged = conn
+        .transaction(async |c| {
+            if !orgs::set_gateway_quota(c, org_id, quota).await? {
+                return Err(ApiError::NotFound("organization"));
+            }
+            let entry = Entry {
+                action: if quota.is_some() { "gateway_quota.set" } else { "gateway_quota.remove" },
+                resource_type: "organization",
+                resource_id: Some(org_id.to_string()),
+                detail: json!({"override": quota}),
+            };
+            trail.record(c, entry).await?;
+            Ok::<_, ApiError>(invalidations::record_all(c, [Invalidation::Org { org_id }]).await?)
+        })
+        .await?;
+    state.announce(&logged, format_args!("the gateway quota of organization {org_id}")).await;
     Ok(())
 }

@@ -11,11 +11,11 @@
 use actix_web::{delete, get, patch, post, web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use gw_shared::db::invalidations;
 use gw_shared::db::rollups::Owner;
 use gw_shared::db::teams::{self, NewTeam, Team, TeamChange, TeamMember, TEAM_ROLES};
 use gw_shared::db::users;
 use gw_shared::ids::new_id;
-use gw_shared::keys::KeyHash;
 use gw_shared::redis::Invalidation;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -182,18 +182,6 @@ fn name_taken() -> ApiError {
     ApiError::Conflict("a team of this organization already has this name".into())
 }
 
-/// Tells the proxies to forget a revoked key.
-async fn publish_key(state: &AppState, id: Uuid, hash: Vec<u8>) {
-    let hash: KeyHash = match hash.try_into() {
-        Ok(h) => h,
-        Err(_) => {
-            log::warn!("stored hash of key {id} is not 32 bytes; not published");
-            return;
-        }
-    };
-    state.invalidate(&Invalidation::ApiKey(hash), format!("the revocation of key {id}")).await;
-}
-
 /// List the organization's teams, newest first.
 #[utoipa::path(tag = "teams", params(ListQuery), responses((status = 200, body = Page<TeamOut>), Errors))]
 #[get("/teams")]
@@ -353,9 +341,14 @@ pub async fn update_team(
     }
     let trail = Trail::of(&session, &req);
     let org_id = session.org_id;
-    let (team, n) =
-        conn.transaction(async |conn| update_tx(conn, &trail, org_id, team_id, &change, &changed).await).await?;
-    state.invalidate(&Invalidation::Team { org_id, team_id }, format!("the change of team {team_id}")).await;
+    let (team, n, logged) = conn
+        .transaction(async |conn| {
+            let (team, n) = update_tx(conn, &trail, org_id, team_id, &change, &changed).await?;
+            let logged = invalidations::record_all(conn, [Invalidation::Team { org_id, team_id }]).await?;
+            Ok::<_, ApiError>((team, n, logged))
+        })
+        .await?;
+    state.announce(&logged, format_args!("the change of team {team_id}")).await;
     let s = spend::of_one(&mut conn, session.org_id, Owner::Team, team.id, team.budget.as_ref()).await?;
     Ok(HttpResponse::Ok().json(TeamOut::new(team, n, s)))
 }
@@ -402,12 +395,21 @@ pub async fn delete_team(
     let trail = Trail::of(&session, &req);
     let org_id = session.org_id;
     let mut conn = state.conn().await?;
-    let revoked = conn.transaction(async |conn| delete_tx(conn, &trail, org_id, team_id, revoke_keys).await).await?;
+    // The deletion, the revocations and their invalidation-log entries commit together.
+    let (revoked, keys, team) = conn
+        .transaction(async |conn| {
+            let revoked = delete_tx(conn, &trail, org_id, team_id, revoke_keys).await?;
+            let hashes: Vec<Vec<u8>> = revoked.iter().map(|(_, hash)| hash.clone()).collect();
+            let keys = invalidations::record_keys(conn, &hashes).await?;
+            let team = invalidations::record_all(conn, [Invalidation::Team { org_id, team_id }]).await?;
+            Ok::<_, ApiError>((revoked, keys, team))
+        })
+        .await?;
     log::info!("team {team_id} deleted in org {org_id}, {} key(s) revoked", revoked.len());
-    for (id, hash) in revoked {
-        publish_key(&state, id, hash).await;
+    for ((id, _), entry) in revoked.iter().zip(&keys) {
+        state.announce(std::slice::from_ref(entry), format_args!("the revocation of key {id}")).await;
     }
-    state.invalidate(&Invalidation::Team { org_id, team_id }, format!("the change of team {team_id}")).await;
+    state.announce(&team, format_args!("the change of team {team_id}")).await;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -163,3 +163,24 @@ proptest! {
         prop_assert_eq!(ca == cb, key(&a) == key(&b));
     }
 }
+
+#[test]
+fn a_purge_generation_changes_the_redis_key_and_keeps_its_prefixes() {
+    let mut a = key_of(r#"{"model":"m","messages":[{"role":"user","content":"same question"}]}"#);
+    let before = a.redis_key();
+    a.generation = (1, 0);
+    let org_purged = a.redis_key();
+    a.generation = (1, 3);
+    let model_purged = a.redis_key();
+    assert_ne!(before, org_purged);
+    assert_ne!(org_purged, model_purged);
+    for k in [&before, &org_purged, &model_purged] {
+        assert!(k.starts_with(&model_prefix(a.org_id, &a.model)), "{k}");
+    }
+    let mut gens = crate::cache::settings::Generations::default();
+    assert_eq!(gens.of(&a.model), (0, 0));
+    gens.all = 2;
+    gens.models.insert(hex::encode(a.model), 5);
+    assert_eq!(gens.of(&a.model), (2, 5));
+    assert_eq!(gens.of(&model_tag("another model")), (2, 0));
+}
