@@ -359,6 +359,23 @@ impl TestCerts {
             "-extfile",
             "san.cnf",
         ]);
+        // A client certificate, for servers that ask for one.
+        std::fs::write(dir.join("client.cnf"), "extendedKeyUsage=clientAuth\n").expect("write openssl config");
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "client.key",
+            "-out",
+            "client.csr",
+            "-subj",
+            "/CN=gw",
+        ]);
+        let client =
+            "x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2 -extfile client.cnf";
+        run(&client.split(' ').collect::<Vec<_>>());
         TestCerts { dir }
     }
 
@@ -373,7 +390,7 @@ impl Drop for TestCerts {
     }
 }
 
-/// A Redis that speaks TLS only (its plain port closed).
+/// A Redis that speaks TLS only (its plain port closed) and asks clients for a certificate.
 pub struct TlsRedis {
     pub port: u16,
     pub certs: TestCerts,
@@ -381,7 +398,8 @@ pub struct TlsRedis {
     child: Option<Child>,
 }
 
-/// `redis-server` arguments serving TLS only on `port` with `certs`.
+/// `redis-server` arguments serving TLS only on `port` with `certs`, and only to clients with a
+/// certificate the same CA signed.
 pub fn tls_server_args(port: u16, certs: &TestCerts) -> Vec<String> {
     [
         "--port",
@@ -395,7 +413,7 @@ pub fn tls_server_args(port: u16, certs: &TestCerts) -> Vec<String> {
         "--tls-ca-cert-file",
         &certs.path("ca.crt"),
         "--tls-auth-clients",
-        "no",
+        "yes",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -430,9 +448,14 @@ impl TlsRedis {
         format!("rediss://127.0.0.1:{}", self.port)
     }
 
-    /// The `[redis]` table's `tls` key trusting this server's CA.
+    /// The `[redis]` table's `tls` key: this server's CA, and the client certificate it asks for.
     pub fn tls_config(&self) -> String {
-        format!("tls = {{ ca_file = \"{}\" }}", self.certs.path("ca.crt"))
+        format!(
+            "tls = {{ ca_file = \"{}\", cert_file = \"{}\", key_file = \"{}\" }}",
+            self.certs.path("ca.crt"),
+            self.certs.path("client.crt"),
+            self.certs.path("client.key")
+        )
     }
 
     pub fn ca_file(&self) -> String {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use gw_shared::limits::plan::Plan;
-use gw_tests::topology::{RedisCluster, RedisSentinel, Relay};
+use gw_tests::topology::{RedisCluster, RedisSentinel, Relay, TlsRedis};
 use gw_tests::*;
 use serde_json::{json, Value};
 
@@ -290,4 +290,28 @@ async fn through_sentinel_a_primary_lost_under_load_fails_no_request_and_limits_
     // The new primary counts: what the admin reads there includes the spend since.
     let v: Value = stack.admin_get(&format!("/api-keys/{id}/limits"), &s.access_token).await.json().await.unwrap();
     assert!(usd(&v["budget"]["spend_usd"]) > rust_decimal::Decimal::ZERO, "{v}");
+}
+
+#[tokio::test]
+async fn a_tls_redis_asking_for_client_certificates_answers_only_with_one() {
+    use gw_shared::config::RedisTlsConfig;
+    use gw_shared::redis::{ConnOptions, Pool, Topology};
+    let redis = TlsRedis::start();
+    let ping = |tls: RedisTlsConfig| {
+        let url = redis.url();
+        async move {
+            let pool = Pool::new(Topology::Standalone(url), &tls, ConnOptions::default()).unwrap();
+            gw_shared::redis::ping(&pool).await
+        }
+    };
+    let with_cert = RedisTlsConfig {
+        ca_file: Some(redis.certs.path("ca.crt")),
+        cert_file: Some(redis.certs.path("client.crt")),
+        key_file: Some(redis.certs.path("client.key")),
+    };
+    ping(with_cert).await.unwrap();
+    let ca_only = RedisTlsConfig { ca_file: Some(redis.certs.path("ca.crt")), ..Default::default() };
+    assert!(ping(ca_only).await.is_err(), "a client without a certificate was served");
+    // The system's roots do not include the test CA.
+    assert!(ping(RedisTlsConfig::default()).await.is_err(), "an unknown CA was trusted");
 }

@@ -121,3 +121,35 @@ fn billing_reads_its_secrets_and_air_gapped_mode_from_the_environment() {
     let err = Config::parse(&text, env(&[("AIRGAP_MODE", "yes")])).unwrap_err();
     assert!(err.to_string().contains("AIRGAP_MODE must be true or false"), "{err}");
 }
+
+#[test]
+fn redis_takes_one_server_a_cluster_or_a_sentinel() {
+    use crate::redis::Topology;
+    let cfg = Config::parse(SAMPLE, env(&[("UP_KEY", "k"), ("REDIS_URL", "rediss://r:6380")])).unwrap();
+    assert_eq!(cfg.redis.topology(), Topology::Standalone("rediss://r:6380".into()));
+    assert_eq!(cfg.redis.cache_topology(), cfg.redis.topology());
+    let cfg = Config::parse(SAMPLE, env(&[("UP_KEY", "k"), ("REDIS_CLUSTER", "redis://a:1, redis://b:2,")])).unwrap();
+    assert_eq!(cfg.redis.topology(), Topology::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()]));
+    let sentinel = format!(
+        "{SAMPLE}\n[redis]\nurl = \"redis://:pw@ignored/2\"\nsentinel = {{ master = \"gw\", nodes = [\"redis://s:26379\"] }}\n"
+    );
+    let cfg = Config::parse(&sentinel, env(&[("UP_KEY", "k")])).unwrap();
+    assert_eq!(
+        cfg.redis.topology(),
+        Topology::Sentinel {
+            master: "gw".into(),
+            sentinels: vec!["redis://s:26379".into()],
+            url: "redis://:pw@ignored/2".into()
+        }
+    );
+    let both = format!(
+        "{SAMPLE}\n[redis]\ncluster = [\"redis://a:1\"]\nsentinel = {{ master = \"gw\", nodes = [\"redis://s:1\"] }}\n"
+    );
+    let err = Config::parse(&both, env(&[("UP_KEY", "k")])).unwrap_err().to_string();
+    assert!(err.contains("cluster or sentinel, not both"), "{err}");
+    let no_nodes = format!("{SAMPLE}\n[redis]\nsentinel = {{ master = \"gw\", nodes = [] }}\n");
+    assert!(Config::parse(&no_nodes, env(&[("UP_KEY", "k")])).is_err());
+    let cache = format!("{SAMPLE}\n[redis]\ncluster = [\"redis://a:1\"]\ncache_url = \"redis://c:1\"\n");
+    let cfg = Config::parse(&cache, env(&[("UP_KEY", "k")])).unwrap();
+    assert_eq!(cfg.redis.cache_topology(), Topology::Standalone("redis://c:1".into()));
+}
