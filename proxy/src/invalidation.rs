@@ -109,7 +109,16 @@ impl InvalidationListener {
             self.set_applied(applied, last);
             return Ok(());
         };
-        if last <= after {
+        if last < after {
+            // The log went back (a restored or failed-over database): what it holds now cannot
+            // be matched with what was applied.
+            log::warn!("the invalidation log ends at {last}, before {after} applied here: clearing every cache");
+            self.metrics.invalidation_catch_ups.with_label_values(&["cleared"]).inc();
+            self.caches.clear();
+            self.set_applied(applied, last);
+            return Ok(());
+        }
+        if last == after {
             return Ok(());
         }
         self.metrics.invalidation_catch_ups.with_label_values(&[reason]).inc();
@@ -120,17 +129,19 @@ impl InvalidationListener {
             self.set_applied(applied, last);
             return Ok(());
         }
+        let mut stale = Vec::new();
         while after < last {
             let entries =
                 invalidations::since(&mut conn, after, invalidations::CATCH_UP_MAX).await.map_err(|e| e.to_string())?;
             let Some(&(newest, _)) = entries.last() else { break };
             for (_, inv) in &entries {
-                self.forget_shared(inv).await;
                 self.caches.apply(inv).await;
+                stale.extend(inv.cache_key());
             }
             after = newest;
             self.set_applied(applied, newest);
         }
+        self.forget_shared(stale);
         Ok(())
     }
 
@@ -139,19 +150,29 @@ impl InvalidationListener {
         self.metrics.invalidation_applied.set(id);
     }
 
-    /// The shared copy the entry makes stale: the admin deletes it before announcing, but an
-    /// entry read from the log may never have been announced (the admin could not reach Redis).
-    async fn forget_shared(&self, inv: &Invalidation) {
-        let Some(key) = inv.cache_key() else { return };
-        let del = async {
-            let mut conn = self.redis.get().await.map_err(|e| e.to_string())?;
-            redis::cmd("DEL").arg(&key).query_async::<i64>(&mut conn).await.map_err(|e| e.to_string())
-        };
-        if let Ok(Err(e)) | Err(e) =
-            tokio::time::timeout(Duration::from_secs(1), del).await.map_err(|_| "timed out".to_string())
-        {
-            log::debug!("shared copy not dropped ({e}); it ages out with its TTL");
+    /// The shared copies the entries read from the log make stale: the admin deletes them before
+    /// announcing, but an entry read from the log may never have been announced (the admin could
+    /// not reach Redis). Off the listener's path, one key a command (they may live on different
+    /// cluster nodes), all within a few seconds.
+    fn forget_shared(&self, keys: Vec<String>) {
+        if keys.is_empty() {
+            return;
         }
+        let redis = self.redis.clone();
+        tokio::spawn(async move {
+            let del = async {
+                let mut conn = redis.get().await.map_err(|e| e.to_string())?;
+                for key in &keys {
+                    redis::cmd("DEL").arg(key).query_async::<i64>(&mut conn).await.map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
+            };
+            if let Ok(Err(e)) | Err(e) =
+                tokio::time::timeout(Duration::from_secs(5), del).await.map_err(|_| "timed out".to_string())
+            {
+                log::debug!("shared copies not dropped ({e}); they age out with their TTL");
+            }
+        });
     }
 
     async fn on_announcement(&self, a: Announcement) {
@@ -174,7 +195,8 @@ impl InvalidationListener {
                 }
             }
             Announcement::Heartbeat(latest) => {
-                let behind = self.applied.lock().await.is_none_or(|last| latest > last);
+                // Behind, or ahead of a log that went back.
+                let behind = self.applied.lock().await.is_none_or(|last| latest != last);
                 if behind {
                     self.catch_up("gap").await;
                 }

@@ -287,47 +287,55 @@ impl Limiter {
     /// a cluster), all sent at once, so each node gets its calls pipelined on one connection.
     async fn settle_shared(&self, pool: &Pool, batch: Vec<Settlement>) {
         let groups = gw_shared::limits::plan::group_by_slot(batch);
-        let settle = async {
-            let conn = pool.get().await.map_err(|e| e.to_string())?;
-            let calls = groups.iter().map(|group| {
-                let mut conn = conn.clone();
-                async move { self.scripts.settle_many(&mut conn, group).await }
-            });
-            Ok::<_, String>(futures::future::join_all(calls).await)
+        let wait = self.cfg.timeout * 4;
+        let conn = match tokio::time::timeout(wait, pool.get()).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return self.defer_all(groups.iter().flatten(), &e.to_string()),
+            Err(_) => return self.defer_all(groups.iter().flatten(), "no answer in time"),
         };
-        let (why, unsettled): (String, Vec<&Settlement>) =
-            match tokio::time::timeout(self.cfg.timeout * 4, settle).await {
-                Ok(Ok(answers)) => {
-                    let mut why = None;
-                    let mut unsettled = Vec::new();
-                    for (group, answer) in groups.iter().zip(answers) {
-                        match answer {
-                            Ok(settled) => {
-                                for (s, settled) in group.iter().zip(settled) {
-                                    self.alert(s.org_id, &settled);
-                                }
-                            }
-                            Err(e) => {
-                                why.get_or_insert_with(|| e.to_string());
-                                unsettled.extend(group.iter());
-                            }
-                        }
-                    }
-                    match why {
-                        None => return,
-                        Some(why) => (why, unsettled),
+        // Each slot's call has its own time bound: one slow node (a failover) leaves the others'
+        // settlements landed, and only its own are kept here.
+        let calls = groups.iter().map(|group| {
+            let mut conn = conn.clone();
+            async move {
+                match tokio::time::timeout(wait, self.scripts.settle_many(&mut conn, group)).await {
+                    Ok(Ok(settled)) => Ok(settled),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    // Whether it landed is unknown: kept here, as when Redis is down.
+                    Err(_) => Err("no answer in time".to_string()),
+                }
+            }
+        });
+        let answers = futures::future::join_all(calls).await;
+        let mut why = None;
+        let mut unsettled = Vec::new();
+        for (group, answer) in groups.iter().zip(answers) {
+            match answer {
+                Ok(settled) => {
+                    for (s, settled) in group.iter().zip(settled) {
+                        self.alert(s.org_id, &settled);
                     }
                 }
-                Ok(Err(e)) => (e, groups.iter().flatten().collect()),
-                // Which calls landed is unknown: the lot is kept here, as when Redis is down.
-                Err(_) => ("no answer in time".to_string(), groups.iter().flatten().collect()),
-            };
+                Err(e) => {
+                    why.get_or_insert(e);
+                    unsettled.extend(group.iter());
+                }
+            }
+        }
+        if let Some(why) = why {
+            self.defer_all(unsettled.into_iter(), &why);
+        }
+    }
+
+    /// Keeps settlements Redis did not take in this replica's limiter (synced when it answers)
+    /// and switches to it.
+    fn defer_all<'a>(&self, unsettled: impl Iterator<Item = &'a Settlement>, why: &str) {
         let mut local = self.local();
         for s in unsettled {
             local.defer(s);
         }
         drop(local);
-        self.degrade(&why);
+        self.degrade(why);
     }
 
     /// Adds spend recorded on this replica to the shared counters; true when all of it landed.

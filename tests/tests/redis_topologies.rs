@@ -315,3 +315,35 @@ async fn a_tls_redis_asking_for_client_certificates_answers_only_with_one() {
     // The system's roots do not include the test CA.
     assert!(ping(RedisTlsConfig::default()).await.is_err(), "an unknown CA was trusted");
 }
+
+#[tokio::test]
+async fn invalidation_log_writers_take_turns_so_ids_become_visible_in_order() {
+    use diesel_async::AsyncConnection;
+    use gw_shared::db::invalidations::record;
+    use gw_shared::redis::Invalidation;
+    // The log is migrated by the harness's first stack.
+    let _stack = Stack::shared().await;
+    let (mut a, mut b) = (db::connect().await, db::connect().await);
+    let inv = Invalidation::Org { org_id: uuid::Uuid::now_v7() };
+    let (recorded_tx, recorded_rx) = tokio::sync::oneshot::channel();
+    let (commit_tx, commit_rx) = tokio::sync::oneshot::channel::<()>();
+    let first_inv = inv.clone();
+    let first = tokio::spawn(async move {
+        a.transaction(async |c| {
+            let id = record(c, &first_inv).await?;
+            let _ = recorded_tx.send(id);
+            let _ = commit_rx.await;
+            Ok::<_, gw_shared::Error>(id)
+        })
+        .await
+    });
+    let first_id = recorded_rx.await.unwrap();
+    let second = tokio::spawn(async move { b.transaction(async |c| record(c, &inv).await).await });
+    // While the first writer has not committed, the second waits for its turn (an id taken now
+    // could become visible before the first's and be read past it).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!second.is_finished(), "a second writer took an id while the first was uncommitted");
+    commit_tx.send(()).unwrap();
+    assert_eq!(first.await.unwrap().unwrap(), first_id);
+    assert!(second.await.unwrap().unwrap() > first_id);
+}

@@ -10,7 +10,7 @@
 use actix_web::{delete, get, patch, post, put, web, HttpRequest, HttpResponse};
 use diesel_async::AsyncConnection;
 use gw_shared::cache::embed;
-use gw_shared::cache::key::{model_prefix, model_tag, org_prefix};
+use gw_shared::cache::key::{generation_of, model_prefix, model_tag, org_prefix};
 use gw_shared::cache::settings::{CacheSettings, TeamCacheSettings};
 use gw_shared::db::{cache as db_cache, teams};
 use gw_shared::redis::Invalidation;
@@ -360,13 +360,10 @@ pub async fn purge(
     // The purge itself, in one transaction: L3's rows, a new purge generation (every L2 entry
     // under an older one is unreachable from then on, on every Redis topology) and the proxies'
     // invalidation (their L1 copies and settings).
-    let (l3_deleted, logged) = conn
+    let (l3_deleted, generation, logged) = conn
         .transaction(async |conn| {
             let l3_deleted = db_cache::purge(conn, org_id, model.as_deref()).await? as u64;
             let generation = db_cache::bump_generation(conn, org_id, tag.as_ref()).await?;
-            let logged =
-                gw_shared::db::invalidations::record_all(conn, [Invalidation::CachePurge { org_id, model: tag }])
-                    .await?;
             let entry = Entry {
                 action: "cache.purge",
                 resource_type: "cache",
@@ -374,7 +371,10 @@ pub async fn purge(
                 detail: json!({"model": model, "generation": generation, "l3_deleted": l3_deleted}),
             };
             trail.record(conn, entry).await?;
-            Ok::<_, ApiError>((l3_deleted, logged))
+            let logged =
+                gw_shared::db::invalidations::record_all(conn, [Invalidation::CachePurge { org_id, model: tag }])
+                    .await?;
+            Ok::<_, ApiError>((l3_deleted, generation, logged))
         })
         .await?;
     state.announce(&logged, "a cache purge").await;
@@ -383,7 +383,11 @@ pub async fn purge(
         Some(t) => format!("{}*", model_prefix(org_id, t)),
         None => format!("{}*", org_prefix(org_id)),
     };
-    let l2_deleted = match purge_redis(&state, org_id, &pattern).await {
+    let current = match tag {
+        Some(_) => (0, Some(generation)),
+        None => (generation, None),
+    };
+    let l2_deleted = match purge_redis(&state, org_id, &pattern, current).await {
         Ok(n) => Some(n),
         Err(e) => {
             log::warn!("cache purge of org {org_id}: old L2 entries left to expire ({e})");
@@ -393,25 +397,29 @@ pub async fn purge(
     Ok(HttpResponse::Ok().json(PurgeOut { model, l2_deleted, l3_deleted }))
 }
 
-/// Deletes every Redis key matching `pattern`, a SCAN step at a time (never `KEYS`, which would
-/// stall Redis for every proxy). An organization's entries share its hash tag, so on a cluster
-/// they all live on the primary owning its slot: that is the node scanned, and each step's keys
-/// go in one `UNLINK` (one slot).
-async fn purge_redis(state: &AppState, org_id: uuid::Uuid, pattern: &str) -> ApiResult<u64> {
+/// Deletes the entries a purge made unreachable: those matching `pattern` written under a purge
+/// generation older than `current` (organization's, model's), a SCAN step at a time (never `KEYS`,
+/// which would stall Redis for every proxy), and takes them off the organization's L2 ledger so
+/// its share is free again. Entries the proxies write meanwhile, under the new generation, stay.
+/// An organization's keys share its hash tag, so on a cluster they all live on the primary owning
+/// its slot: that is the node scanned, and each step is one script call (one slot).
+async fn purge_redis(state: &AppState, org_id: Uuid, pattern: &str, current: (i64, Option<i64>)) -> ApiResult<u64> {
     let mut conn = state.cache_redis.get().await.map_err(|e| ApiError::Unavailable(format!("redis: {e}")))?;
     let unavailable = |e: redis::RedisError| ApiError::Unavailable(format!("redis: {e}"));
     let owner = org_prefix(org_id);
+    let stale = |key: &str| match (generation_of(key), current) {
+        (Some((_, model)), (_, Some(now))) => model < now,
+        (Some((all, _)), (now, None)) => all < now,
+        (None, _) => false,
+    };
     let mut cursor: u64 = 0;
     let mut deleted = 0u64;
     loop {
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT);
         let (next, keys): (u64, Vec<String>) = conn.query_on_node_of(&owner, scan).await.map_err(unavailable)?;
-        if !keys.is_empty() {
-            redis::cmd("UNLINK").arg(&keys).query_async::<u64>(&mut conn).await.map_err(unavailable)?;
-            // The organization's L2 ledger goes with its entries; it is not an answer.
-            deleted += keys.iter().filter(|k| !k.contains(":ledger:")).count() as u64;
-        }
+        let old: Vec<String> = keys.into_iter().filter(|k| stale(k)).collect();
+        deleted += gw_shared::cache::l2_budget::forget(&mut conn, org_id, &old).await.map_err(unavailable)?;
         if next == 0 {
             return Ok(deleted);
         }

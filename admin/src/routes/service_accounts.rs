@@ -247,10 +247,6 @@ pub async fn revoke(
             let ids: Vec<Uuid> = keys.iter().map(|(id, _)| *id).collect();
             let actor = Some(session.user_id);
             gw_shared::db::events::keys_revoked(conn, session.org_id, &ids, actor, "service_account_revoked").await?;
-            let mut logged = Vec::new();
-            for (_, hashes) in &keys {
-                logged.extend(gw_shared::db::invalidations::record_keys(conn, hashes).await?);
-            }
             let entry = Entry {
                 action: "service_account.revoke",
                 resource_type: "service_account",
@@ -258,6 +254,11 @@ pub async fn revoke(
                 detail: json!({"name": row.name}),
             };
             trail.record(conn, entry).await?;
+            // Last: the invalidation log's writers are serialized until commit.
+            let mut logged = Vec::new();
+            for (_, hashes) in &keys {
+                logged.extend(gw_shared::db::invalidations::record_keys(conn, hashes).await?);
+            }
             Ok::<_, ApiError>((row, logged))
         })
         .await?;

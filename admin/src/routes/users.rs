@@ -300,10 +300,6 @@ async fn remove_tx(
     let revoked = api_keys::revoke_created_by(conn, org_id, user_id).await?;
     let keys: Vec<Uuid> = revoked.iter().map(|(id, _)| *id).collect();
     events::keys_revoked(conn, org_id, &keys, trail.actor_user_id, "member_removed").await?;
-    let mut logged = Vec::new();
-    for (_, hashes) in &revoked {
-        logged.extend(gw_shared::db::invalidations::record_keys(conn, hashes).await?);
-    }
     let m = payloads::MemberFacts { user_id, email: &target.email, role: role.as_str() };
     let fate = if keys.is_empty() { "none" } else { "revoked" };
     events::emit(conn, payloads::member_removed(org_id, &m, trail.actor_user_id, fate)).await?;
@@ -314,5 +310,10 @@ async fn remove_tx(
         detail: json!({"email": target.email, "role": role.as_str(), "revoked_keys": keys}),
     };
     trail.record(conn, entry).await?;
+    // Last: the invalidation log's writers are serialized until commit.
+    let mut logged = Vec::new();
+    for (_, hashes) in &revoked {
+        logged.extend(gw_shared::db::invalidations::record_keys(conn, hashes).await?);
+    }
     Ok(logged)
 }

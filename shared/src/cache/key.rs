@@ -64,6 +64,24 @@ pub fn org_prefix(org_id: Uuid) -> String {
     format!("gw:rc:{{{}}}:", org_id.simple())
 }
 
+/// The purge generations (organization, model) an L2 entry's Redis key was written under; an
+/// entry from before generations counts as (0, 0). None for a key that is not an entry.
+pub fn generation_of(redis_key: &str) -> Option<(i64, i64)> {
+    let rest = redis_key.strip_prefix("gw:rc:{")?;
+    let (_, rest) = rest.split_once("}:")?;
+    let mut parts = rest.split(':');
+    let _model = parts.next()?;
+    let second = parts.next()?;
+    match (second.strip_prefix('g'), parts.next()) {
+        (Some(gens), Some(_digest)) => {
+            let (all, model) = gens.split_once('.')?;
+            Some((all.parse().ok()?, model.parse().ok()?))
+        }
+        (None, None) if second.len() == 64 => Some((0, 0)),
+        _ => None,
+    }
+}
+
 /// Redis key prefix of an organization's entries for one model.
 pub fn model_prefix(org_id: Uuid, model: &ModelTag) -> String {
     format!("{}{}:", org_prefix(org_id), hex::encode(model))

@@ -47,6 +47,45 @@ end
 return 1
 "#;
 
+/// Deletes entries and takes them off the ledger (their sizes off its total), in one call.
+const FORGET: &str = r#"
+local total = tonumber(redis.call('HGET', KEYS[2], '_total') or '0')
+local n = 0
+for i = 3, #KEYS do
+  local size = redis.call('HGET', KEYS[2], KEYS[i])
+  if size then
+    total = total - tonumber(size)
+    redis.call('HDEL', KEYS[2], KEYS[i])
+  end
+  redis.call('ZREM', KEYS[1], KEYS[i])
+  n = n + redis.call('UNLINK', KEYS[i])
+end
+if total < 0 then total = 0 end
+local fields = redis.call('HLEN', KEYS[2])
+if fields == 1 then
+  redis.call('DEL', KEYS[2])
+elseif fields > 1 then
+  redis.call('HSET', KEYS[2], '_total', total)
+end
+return n
+"#;
+
+/// Deletes `entries` (keys of one organization's L2 entries) and takes them off its ledger, so
+/// a purge frees the organization's share at once; how many existed.
+pub async fn forget<C: ConnectionLike>(conn: &mut C, org_id: uuid::Uuid, entries: &[String]) -> RedisResult<u64> {
+    if entries.is_empty() {
+        return Ok(0);
+    }
+    let (z, h) = ledger_keys(org_id);
+    let script = Script::new(FORGET);
+    let mut inv = script.key(z);
+    inv.key(h);
+    for e in entries {
+        inv.key(e);
+    }
+    inv.invoke_async(conn).await
+}
+
 /// The organization's ledger keys: expiries, then sizes.
 pub fn ledger_keys(org_id: uuid::Uuid) -> (String, String) {
     let p = org_prefix(org_id);

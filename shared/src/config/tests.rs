@@ -124,7 +124,7 @@ fn billing_reads_its_secrets_and_air_gapped_mode_from_the_environment() {
 
 #[test]
 fn redis_takes_one_server_a_cluster_or_a_sentinel() {
-    use crate::redis::Topology;
+    use super::Topology;
     let cfg = Config::parse(SAMPLE, env(&[("UP_KEY", "k"), ("REDIS_URL", "rediss://r:6380")])).unwrap();
     assert_eq!(cfg.redis.topology(), Topology::Standalone("rediss://r:6380".into()));
     assert_eq!(cfg.redis.cache_topology(), cfg.redis.topology());

@@ -1,6 +1,12 @@
 //! The invalidation log (`invalidation_log`): what changed, for the proxies, in commit order.
 //! A change records its invalidations with [`record`] inside its own transaction, so none is
 //! committed without them; Redis only announces the new ids ([`crate::redis::announce`]).
+//!
+//! Ids are commit-ordered: [`record`] first takes a transaction-scoped advisory lock, held until
+//! the transaction ends, so no two transactions hold unrecorded ids at once. A reader that sees
+//! id `n` therefore sees every committed id below it, and a gap below `n` is an id whose
+//! transaction rolled back, never one still to come. Callers record last in their transaction
+//! (after their own row locks), so the lock is held only for the commit.
 //! Entries are global (a message names its organization where it has one) and carry no secret:
 //! an API key appears as its SHA-256.
 
@@ -36,8 +42,12 @@ struct Bounds {
     last: Option<i64>,
 }
 
+/// `pg_advisory_xact_lock` key serializing the log's writers ("gwinvlog").
+const WRITERS_LOCK: i64 = 0x6777_696e_766c_6f67;
+
 /// Appends `inv`; its id.
 pub async fn record(conn: &mut AsyncPgConnection, inv: &Invalidation) -> Result<i64> {
+    diesel::sql_query("SELECT pg_advisory_xact_lock($1)").bind::<BigInt, _>(WRITERS_LOCK).execute(conn).await?;
     let row: Id = diesel::sql_query("INSERT INTO invalidation_log (message) VALUES ($1) RETURNING id")
         .bind::<Text, _>(inv.encode())
         .get_result(conn)

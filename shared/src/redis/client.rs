@@ -22,30 +22,8 @@ use redis::{
     RedisResult, ServerErrorKind, TlsCertificates, Value,
 };
 
-use crate::config::{RedisConfig, RedisTlsConfig};
+use crate::config::{RedisConfig, RedisTlsConfig, Topology};
 use crate::error::{Error, Result};
-
-/// Where a Redis is and how to reach it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Topology {
-    /// One server (`redis://` or `rediss://`).
-    Standalone(String),
-    /// A Redis Cluster, found from any of its seed nodes.
-    Cluster(Vec<String>),
-    /// The primary the sentinels name `master`; `url` carries the primary's credentials, database
-    /// and scheme (`rediss://` for TLS), its host being ignored.
-    Sentinel { master: String, sentinels: Vec<String>, url: String },
-}
-
-impl Topology {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Topology::Standalone(_) => "standalone",
-            Topology::Cluster(_) => "cluster",
-            Topology::Sentinel { .. } => "sentinel",
-        }
-    }
-}
 
 /// How long connecting and answering may take, and how many connections to keep.
 #[derive(Debug, Clone, Copy)]

@@ -3,7 +3,8 @@
 
 mod client;
 
-pub use client::{key_slot, needs_new_connection, Conn, ConnOptions, Pool, Topology};
+pub use crate::config::Topology;
+pub use client::{key_slot, needs_new_connection, Conn, ConnOptions, Pool};
 
 use redis::AsyncCommands;
 use serde::de::DeserializeOwned;

@@ -246,6 +246,19 @@ impl Router {
         Some(gate)
     }
 
+    /// Whether this replica's share of `d`'s per-minute caps (each divided by `replicas`) has
+    /// room for one more attempt, which it then counts: for when the shared caps are out of reach.
+    pub fn within_local_caps(&self, d: &Deployment, replicas: u64) -> bool {
+        d.state.admit(self.now_ms(), d.rpm, d.tpm, replicas)
+    }
+
+    /// Gives back a claim from [`Router::take`] whose attempt will not be made.
+    pub fn give_back(&self, d: &Deployment, gate: Gate) {
+        if gate == Gate::Trial {
+            d.state.release_trial();
+        }
+    }
+
     /// Tokens an answer used, for the deployment's token cap.
     pub fn add_tokens(&self, d: &Deployment, tokens: u64) {
         if d.tpm.is_some() {
@@ -280,7 +293,8 @@ impl Router {
 /// Who holds a deployment's per-minute caps for [`Router::take`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caps {
-    /// Redis counted the request against the caps all replicas share, and it fit.
+    /// The caps all replicas share are checked apart (Redis counted the attempt, and it fit):
+    /// only the circuit is.
     Shared,
     /// This replica alone, with its share: each cap divided by the replicas alive.
     Local { replicas: u64 },

@@ -473,7 +473,6 @@ pub async fn revoke(
             let Some(hashes) = api_keys::revoke(conn, session.org_id, id).await? else {
                 return Ok::<_, ApiError>(None);
             };
-            let logged = gw_shared::db::invalidations::record_keys(conn, &hashes).await?;
             gw_shared::db::events::keys_revoked(conn, session.org_id, &[id], Some(session.user_id), "revoked").await?;
             let entry = Entry {
                 action: "api_key.revoke",
@@ -482,6 +481,8 @@ pub async fn revoke(
                 detail: json!({"name": key.name}),
             };
             trail.record(conn, entry).await?;
+            // Last: the invalidation log's writers are serialized until commit.
+            let logged = gw_shared::db::invalidations::record_keys(conn, &hashes).await?;
             Ok(Some(logged))
         })
         .await?;

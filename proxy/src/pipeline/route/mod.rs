@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use gw_shared::db::provider_keys::OrgProviderKeys;
 use gw_shared::providers::{AdapterError, Call, Endpoint, Exchange, StreamSetup, UpstreamError};
-use gw_shared::routing::{AttemptVerdict, Deployment};
+use gw_shared::routing::{AttemptVerdict, Caps, Deployment};
 use pingora::proxy::Session;
 use pingora_timeout::fast_timeout::fast_timeout;
 
@@ -97,8 +97,17 @@ async fn try_routes(
                 if ctx.remaining().is_zero() {
                     return Err(ctx.deadline_exceeded());
                 }
-                let Some(caps) = gw.limiter.take_deployment(&dep).await else { continue };
-                let Some(_gate) = gw.router.take(&dep, caps) else { continue };
+                // The circuit first (it may refuse without counting anything), then the caps.
+                let Some(gate) = gw.router.take(&dep, Caps::Shared) else { continue };
+                let within = match gw.limiter.take_deployment(&dep).await {
+                    Some(Caps::Shared) => true,
+                    Some(Caps::Local { replicas }) => gw.router.within_local_caps(&dep, replicas),
+                    None => false,
+                };
+                if !within {
+                    gw.router.give_back(&dep, gate);
+                    continue;
+                }
                 match try_one(gw, session, ctx, req, &dep, &org_keys).await {
                     Ok(()) => return Ok(()),
                     Err(e) if e.retryable() && !ctx.header_sent => {

@@ -184,3 +184,17 @@ fn a_purge_generation_changes_the_redis_key_and_keeps_its_prefixes() {
     assert_eq!(gens.of(&a.model), (2, 5));
     assert_eq!(gens.of(&model_tag("another model")), (2, 0));
 }
+
+#[test]
+fn an_entrys_generations_read_back_from_its_key() {
+    let mut a = key_of(r#"{"model":"m","messages":[{"role":"user","content":"read back"}]}"#);
+    assert_eq!(generation_of(&a.redis_key()), Some((0, 0)));
+    a.generation = (4, 2);
+    assert_eq!(generation_of(&a.redis_key()), Some((4, 2)));
+    // Written before generations existed.
+    let old = format!("{}{}", model_prefix(a.org_id, &a.model), hex::encode(a.digest));
+    assert_eq!(generation_of(&old), Some((0, 0)));
+    let (z, h) = crate::cache::l2_budget::ledger_keys(a.org_id);
+    assert_eq!((generation_of(&z), generation_of(&h)), (None, None));
+    assert_eq!(generation_of("gw:other"), None);
+}
