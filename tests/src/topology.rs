@@ -300,82 +300,30 @@ impl TestCerts {
     pub fn make() -> TestCerts {
         let dir = std::env::temp_dir().join(format!("gw-certs-{}", Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).expect("create the certificate directory");
-        let run = |args: &[&str]| {
+        let run = |args: &str| {
+            let args: Vec<&str> = args.split(' ').collect();
             let out = Command::new("openssl")
-                .args(args)
+                .args(&args)
                 .current_dir(&dir)
                 .stdin(Stdio::null())
                 .output()
                 .expect("run openssl");
             assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         };
-        run(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=gw test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign",
-        ]);
-        std::fs::write(dir.join("san.cnf"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-            .expect("write openssl config");
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ]);
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "san.cnf",
-        ]);
-        // A client certificate, for servers that ask for one.
-        std::fs::write(dir.join("client.cnf"), "extendedKeyUsage=clientAuth\n").expect("write openssl config");
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "client.key",
-            "-out",
-            "client.csr",
-            "-subj",
-            "/CN=gw",
-        ]);
-        let client =
-            "x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2 -extfile client.cnf";
-        run(&client.split(' ').collect::<Vec<_>>());
+        run("req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=gw-test-ca \
+             -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign");
+        // A certificate the CA signs, with the extensions in `<name>.cnf`.
+        let issue = |name: &str, subject: &str, extensions: &str| {
+            std::fs::write(dir.join(format!("{name}.cnf")), extensions).expect("write openssl config");
+            run(&format!("req -newkey rsa:2048 -nodes -keyout {name}.key -out {name}.csr -subj /CN={subject}"));
+            run(&format!(
+                "x509 -req -in {name}.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out {name}.crt -days 2 \
+                 -extfile {name}.cnf"
+            ));
+        };
+        issue("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+        // For servers that ask clients for one.
+        issue("client", "gw", "extendedKeyUsage=clientAuth\n");
         TestCerts { dir }
     }
 

@@ -344,10 +344,7 @@ pub async fn remove(
                 detail: json!({}),
             };
             trail.record(conn, entry).await?;
-            Ok::<_, ApiError>(
-                invalidations::record_all(conn, [Invalidation::Template { org_id: session.org_id, template_id: id }])
-                    .await?,
-            )
+            record_template(conn, session.org_id, id).await
         })
         .await?;
     state.announce(&logged, format_args!("prompt template {id}")).await;
@@ -406,9 +403,7 @@ pub async fn create_version(
                 detail: json!({"version": version.version, "content_hash": version.content_hash}),
             };
             trail.record(conn, entry).await?;
-            let logged =
-                invalidations::record_all(conn, [Invalidation::Template { org_id: session.org_id, template_id: id }])
-                    .await?;
+            let logged = record_template(conn, session.org_id, id).await?;
             Ok::<_, ApiError>((version, logged))
         })
         .await?;
@@ -469,10 +464,7 @@ pub async fn set_label(
                 detail: json!({"label": label, "version": version, "previous": labels.get(&label)}),
             };
             trail.record(conn, entry).await?;
-            Ok::<_, ApiError>(
-                invalidations::record_all(conn, [Invalidation::Template { org_id: session.org_id, template_id: id }])
-                    .await?,
-            )
+            record_template(conn, session.org_id, id).await
         })
         .await?;
     let labels = db::labels(&mut conn, session.org_id, id).await?;
@@ -507,10 +499,7 @@ pub async fn delete_label(
                 detail: json!({"label": label}),
             };
             trail.record(conn, entry).await?;
-            Ok::<_, ApiError>(
-                invalidations::record_all(conn, [Invalidation::Template { org_id: session.org_id, template_id: id }])
-                    .await?,
-            )
+            record_template(conn, session.org_id, id).await
         })
         .await?;
     state.announce(&logged, format_args!("prompt template {id}")).await;
@@ -544,4 +533,13 @@ pub async fn render(
     let c = Content { messages: out.messages, variables: out.variables };
     let messages = c.render(&b.variables).map_err(|e| ApiError::field(&e.field, e.message))?;
     Ok(HttpResponse::Ok().json(RenderedTemplate { template_id: id, version: out.version, messages }))
+}
+
+/// Records the template's invalidation, last in a change's transaction.
+async fn record_template(
+    conn: &mut diesel_async::AsyncPgConnection,
+    org_id: Uuid,
+    template_id: Uuid,
+) -> ApiResult<Vec<(i64, Invalidation)>> {
+    Ok(invalidations::record_all(conn, [Invalidation::Template { org_id, template_id }]).await?)
 }
