@@ -144,11 +144,15 @@ impl Limiter {
     }
 
     /// Claims an attempt on `dep` against its per-minute caps: shared through Redis (`Shared`
-    /// when it fit), or, while Redis is away, this replica's share of them (`Local`, for
+    /// when it fit, or it has no caps), or, while Redis is away, this replica's share of them (`Local`, for
     /// [`gw_shared::routing::Router::take`] to check); None when a shared cap is reached.
     pub async fn take_deployment(&self, dep: &Deployment) -> Option<Caps> {
+        if !dep.capped() {
+            // Nothing to count: the routing's own claim is all.
+            return Some(Caps::Shared);
+        }
         let local = Caps::Local { replicas: self.local().replicas() };
-        if !dep.capped() || self.degraded.load(Ordering::Acquire) {
+        if self.degraded.load(Ordering::Acquire) {
             return Some(local);
         }
         let Some(pool) = &self.hot else { return Some(local) };
