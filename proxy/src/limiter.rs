@@ -290,7 +290,7 @@ impl Limiter {
     /// Settles a batch: one script call per hash slot (a script may only touch one slot's keys on
     /// a cluster), all sent at once, so each node gets its calls pipelined on one connection.
     async fn settle_shared(&self, pool: &Pool, batch: Vec<Settlement>) {
-        let groups = gw_shared::limits::plan::group_by_slot(batch);
+        let groups = gw_shared::limits::slots::group_by_slot(batch);
         let wait = self.cfg.timeout * 4;
         let conn = match tokio::time::timeout(wait, pool.get()).await {
             Ok(Ok(conn)) => conn,

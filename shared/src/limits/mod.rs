@@ -11,6 +11,7 @@ pub mod period;
 pub mod plan;
 pub mod script;
 pub mod settings;
+pub mod slots;
 
 use std::time::Duration;
 

@@ -384,27 +384,6 @@ pub struct Settlement {
     pub ops: Vec<SettleOp>,
 }
 
-impl Settlement {
-    /// The Redis Cluster hash slot of its keys (all under its organization's `{org_id}` tag).
-    pub fn slot(&self) -> u16 {
-        crate::redis::key_slot(Plan::prefix(self.org_id).as_bytes())
-    }
-}
-
-/// Splits a batch of settlements into batches whose keys share one hash slot, so that each can
-/// be one script call on a Redis Cluster. Order within a slot is kept.
-pub fn group_by_slot(batch: Vec<Settlement>) -> Vec<Vec<Settlement>> {
-    let mut groups: Vec<(u16, Vec<Settlement>)> = Vec::new();
-    for s in batch {
-        let slot = s.slot();
-        match groups.iter_mut().find(|(g, _)| *g == slot) {
-            Some((_, group)) => group.push(s),
-            None => groups.push((slot, vec![s])),
-        }
-    }
-    groups.into_iter().map(|(_, g)| g).collect()
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub enum SettleOp {
     /// Corrects a tokens window (the minute counted in) by real minus estimated tokens.
@@ -457,30 +436,6 @@ pub struct BudgetSettled {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn settlements_grouped_by_slot_keep_one_slot_per_call() {
-        let orgs: Vec<Uuid> = (0..40).map(|_| Uuid::new_v4()).collect();
-        let batch: Vec<Settlement> = orgs
-            .iter()
-            .cycle()
-            .take(120)
-            .enumerate()
-            .map(|(i, org)| Settlement { org_id: *org, request_id: i.to_string(), ops: Vec::new() })
-            .collect();
-        let groups = group_by_slot(batch.clone());
-        assert_eq!(groups.iter().map(Vec::len).sum::<usize>(), 120);
-        let mut seen = std::collections::HashSet::new();
-        for g in &groups {
-            let slot = g[0].slot();
-            assert!(g.iter().all(|s| s.slot() == slot));
-            assert!(seen.insert(slot), "one group per slot");
-            // Within a slot, the batch's order.
-            let ids: Vec<usize> = g.iter().map(|s| s.request_id.parse().unwrap()).collect();
-            assert!(ids.windows(2).all(|w| w[0] < w[1]));
-        }
-    }
-
     use serde_json::json;
 
     use super::*;
