@@ -214,19 +214,27 @@ async fn until_refused(stack: &Stack, proxy: &str, key: &str, within: Duration) 
     }
 }
 
-#[tokio::test]
-async fn a_revocation_made_while_the_admin_cannot_reach_redis_lands_when_it_can() {
+/// A stack with a relay between one side and Redis (the admin's side when `admin_relayed`, else the
+/// proxy's), and a key the proxy has already admitted (its lookup cached): the key's secret and id.
+async fn relayed(admin_relayed: bool) -> (PrivateRedis, Relay, Stack, Session, String, String) {
     let redis = PrivateRedis::start();
     let relay = Relay::start(redis.port);
+    let (proxy_url, admin_url) = if admin_relayed { (redis.url(), relay.url()) } else { (relay.url(), redis.url()) };
     let stack = Stack::start_with(StackOptions {
-        redis_url: Some(redis.url()),
-        admin_env: vec![("REDIS_URL".into(), relay.url())],
+        redis_url: Some(proxy_url),
+        admin_env: vec![("REDIS_URL".into(), admin_url)],
         ..Default::default()
     })
     .await;
     let s = stack.register().await;
     let (key, id) = stack.key_with(&s, json!({})).await;
     assert_eq!(stack.chat_with(&stack.proxy, &key, &body("hello"), &[]).await.status(), 200);
+    (redis, relay, stack, s, key, id)
+}
+
+#[tokio::test]
+async fn a_revocation_made_while_the_admin_cannot_reach_redis_lands_when_it_can() {
+    let (_redis, relay, stack, s, key, id) = relayed(true).await;
     relay.refuse();
     assert_eq!(stack.admin_delete(&format!("/api-keys/{id}"), &s.access_token).await.status(), 204);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -236,21 +244,10 @@ async fn a_revocation_made_while_the_admin_cannot_reach_redis_lands_when_it_can(
 
 #[tokio::test]
 async fn a_revocation_lands_though_the_subscription_silently_stops_delivering() {
-    let redis = PrivateRedis::start();
-    let relay = Relay::start(redis.port);
-    // The proxy reaches Redis through the relay; the admin directly.
-    let stack = Stack::start_with(StackOptions {
-        redis_url: Some(relay.url()),
-        admin_env: vec![("REDIS_URL".into(), redis.url())],
-        ..Default::default()
-    })
-    .await;
-    let s = stack.register().await;
-    let (key, id) = stack.key_with(&s, json!({})).await;
-    assert_eq!(stack.chat_with(&stack.proxy, &key, &body("hello"), &[]).await.status(), 200);
+    let (_redis, relay, stack, s, key, id) = relayed(false).await;
     relay.stall();
     assert_eq!(stack.admin_delete(&format!("/api-keys/{id}"), &s.access_token).await.status(), 204);
-    // docs/limits.md: silence for 3 s, then the log is read from Postgres.
+    // docs/redis.md: silence for 3 s, then the log is read from Postgres.
     until_refused(&stack, &stack.proxy, &key, Duration::from_secs(5)).await;
     assert!(stack.proxy_metric("gw_invalidation_catch_ups_total{reason=\"silence\"}").await >= 1.0);
 }

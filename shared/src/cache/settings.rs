@@ -136,6 +136,10 @@ pub struct Generations {
 impl Generations {
     /// The generations an entry for `model` is kept under: the organization's, the model's.
     pub fn of(&self, model: &crate::cache::key::ModelTag) -> (i64, i64) {
+        // Most organizations never purge one model: no name to encode on their requests.
+        if self.models.is_empty() {
+            return (self.all, 0);
+        }
         (self.all, self.models.get(&hex::encode(model)).copied().unwrap_or(0))
     }
 }
