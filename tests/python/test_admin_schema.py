@@ -21,6 +21,7 @@ Choices (the command line is in test_schemathesis):
   bytes would only exercise that one rule over and over.
 * `POST /api/v1/auth/logout` and `POST /api/v1/auth/logout-all` are excluded (`--exclude-name`):
   they would end the very session the run signs in with, and every later request would be a 401.
+  They get a run of their own (test_schemathesis_sign_outs), each with a session of its own.
 * Path ids: generated UUIDs find nothing (404), so the operations on one resource are given real
   ids through a config file (`--config-file`, written per run): GET and PATCH (and rotate, and
   adding a team member) get the resources kept for them, DELETE gets a second set made to be
@@ -261,7 +262,7 @@ def schemathesis_report(output):
     return report[:60000]
 
 
-def run_schemathesis(admin, token, config_text, tmp_path, *extra):
+def run_schemathesis(admin, token, config_text, tmp_path, *extra, sign_outs=False):
     config = tmp_path / "schemathesis.toml"
     config.write_text(config_text)
     cmd = [
@@ -275,8 +276,8 @@ def run_schemathesis(admin, token, config_text, tmp_path, *extra):
         "--seed", str(SEED),
         "--max-examples", str(MAX_EXAMPLES),
         "--workers", str(WORKERS),
-        "--exclude-name", "POST /api/v1/auth/logout",
-        "--exclude-name", "POST /api/v1/auth/logout-all",
+        *(() if sign_outs else ("--exclude-name", "POST /api/v1/auth/logout",
+                                "--exclude-name", "POST /api/v1/auth/logout-all")),
         "--generation-database", "none",
         "--request-timeout", "30",
         "--no-color",
@@ -305,6 +306,16 @@ def test_schemathesis(stack, document, tmp_path):
     assert not missing, f"config names operations the document does not have: {missing}"
     # The gateway catalog's operations get their own run, as an operator (below).
     run_schemathesis(stack["admin"], fx.token, fx.config(), tmp_path, "--exclude-path-regex", "^/api/v1/gateway/")
+
+
+@pytest.mark.parametrize("operation", ["POST /api/v1/auth/logout", "POST /api/v1/auth/logout-all"])
+def test_schemathesis_sign_outs(stack, operation, tmp_path):
+    """The two operations the main run leaves out (they end its session), each on a session of
+    its own: the first call ends it, and every later one must still answer as documented (401)."""
+    org = Org(stack)
+    run_schemathesis(stack["admin"], org.token, "", tmp_path, "--include-name", operation, sign_outs=True)
+    r = org.http.get("/api/v1/auth/me", headers=org.auth())
+    assert r.status_code == 401, r.text
 
 
 def test_schemathesis_gateway_catalog(catalog_stack, document, tmp_path):

@@ -595,6 +595,22 @@ def test_a_callback_from_another_browser_is_refused(growth, mock, stack):
     assert psql(f"SELECT count(*) FROM users WHERE email_normalized = '{email}'") == "0"
 
 
+def test_discovery_of_a_name_resolving_to_a_private_or_metadata_address_is_refused(growth, stack, dns):
+    """The outbound guard checks the addresses a name resolves to (through the operator's DNS
+    server, here a real one), not only address literals: a tenant's issuer whose name points at
+    a private network or at the cloud metadata address is never fetched, whatever the scheme."""
+    for address in ("10.20.30.40", "169.254.169.254", "192.168.7.8"):
+        name = f"idp-{uuid.uuid4().hex[:10]}.example"
+        dns.point(name, address)
+        c = growth.create_connection(f"https://{name}/realms/corp", [unique_domain()], prove=False)
+        r = initiate(stack, {"connection_id": c["id"]})
+        assert r.status_code == 502, r.text
+        message = r.json()["error"]["message"]
+        assert message == (f"the identity provider's address is not allowed: {name} resolves to {address}, "
+                           "which is not a public address (an operator may allow its network: "
+                           "admin.outbound_allow)"), message
+
+
 def test_an_unknown_domain_has_no_connection(stack):
     r = initiate(stack, {"email": f"who@{unique_domain()}"})
     assert r.status_code == 404, r.text

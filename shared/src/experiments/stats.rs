@@ -216,11 +216,22 @@ mod tests {
 
     #[test]
     fn the_documented_sample_sizes_hold() {
-        // docs/experiments.md's table, at 80 % power.
+        // docs/experiments.md's table, at 80 %, 95 % and 99.9 % power.
         let s = Settings::default();
-        let table: Vec<(f64, u64)> =
-            [1.0, 0.67, 0.5, 0.2, 0.1].iter().map(|e| (*e, samples_needed(*e, 0.8, &s))).collect();
-        assert_eq!(table, vec![(1.0, 43), (0.67, 79), (0.5, 130), (0.2, 761), (0.1, 3295)]);
+        let table: Vec<(f64, [u64; 3])> = [1.0, 0.67, 0.5, 0.2, 0.1]
+            .iter()
+            .map(|e| (*e, [0.8, 0.95, 0.999].map(|p| samples_needed(*e, p, &s))))
+            .collect();
+        assert_eq!(
+            table,
+            vec![
+                (1.0, [43, 55, 83]),
+                (0.67, [79, 107, 172]),
+                (0.5, [130, 181, 301]),
+                (0.2, [761, 1122, 1948]),
+                (0.1, [3295, 4828, 8277])
+            ]
+        );
     }
 
     #[test]

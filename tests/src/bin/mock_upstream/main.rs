@@ -187,6 +187,10 @@ use serde_json::{json, Value};
 struct Knobs {
     /// Delay before answering.
     latency_ms: u64,
+    /// Adds to `latency_ms` a normally distributed delay with this standard deviation (ms; the
+    /// total never below zero), drawn from the request body's SHA-256: the same body always
+    /// waits the same, so a test's traffic is one fixed sample, whatever order it arrives in.
+    latency_jitter_ms: u64,
     /// Streams: delay before the first event.
     ttft_ms: u64,
     /// Streams: delay between events.
@@ -489,6 +493,23 @@ fn garbage() -> HttpResponse {
     HttpResponse::Ok().content_type("application/json").body("{\"this is\": not json")
 }
 
+/// `mean` ms plus a normal variate of standard deviation `sd` ms seeded by `body` (Box–Muller on
+/// two uniforms from its SHA-256), never below zero.
+fn jittered(mean: u64, sd: u64, body: &Value) -> u64 {
+    use sha2::{Digest, Sha256};
+    if sd == 0 {
+        return mean;
+    }
+    let digest = Sha256::digest(body.to_string().as_bytes());
+    let uniform = |b: &[u8]| {
+        let n = u64::from_be_bytes(b.try_into().unwrap_or([0; 8])) >> 11;
+        (n as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let (u1, u2) = (uniform(&digest[0..8]), uniform(&digest[8..16]));
+    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+    (mean as f64 + z * sd as f64).round().max(0.0) as u64
+}
+
 /// `events` one after the other, `first_wait` ms before the first and `delay` ms before each
 /// other; with `cut_off`, the connection then breaks (actix aborts a body whose stream fails,
 /// without the chunked encoding's end).
@@ -643,8 +664,9 @@ async fn dispatch(state: web::Data<State>, req: HttpRequest, raw: web::Bytes) ->
     if k.require_credential.as_ref().is_some_and(|want| credential.as_ref() != Some(want)) {
         return route.error(401, "mock upstream: not the required credential", None);
     }
-    if k.latency_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(k.latency_ms)).await;
+    let latency = jittered(k.latency_ms, k.latency_jitter_ms, &body);
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
     }
     if seen <= k.fail_first {
         return route.fault(503);
