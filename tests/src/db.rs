@@ -106,6 +106,13 @@ pub async fn outbox(address: &str, kind: &str) -> (String, usize) {
     (newest, bodies.len())
 }
 
+/// Runs one statement on the shared database; the database's refusal, if it refuses.
+pub async fn try_execute(sql: &str) -> Result<usize, String> {
+    use diesel_async::RunQueryDsl;
+    let mut conn = connect().await;
+    diesel::sql_query(sql).execute(&mut conn).await.map_err(|e| e.to_string())
+}
+
 /// Runs one statement on the shared database (a state no API reaches, set up for a test).
 pub async fn execute(sql: &str) {
     use diesel_async::RunQueryDsl;

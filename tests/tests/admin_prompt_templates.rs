@@ -3,7 +3,7 @@
 //! variable, and a deleted template keeps its versions readable. On the test binary's shared
 //! stack, each test with its own organization.
 
-use gw_tests::{expect_api_error, json_of, Session, Stack};
+use gw_tests::{db, expect_api_error, json_of, Session, Stack};
 use serde_json::{json, Value};
 
 fn greeting(name: &str) -> Value {
@@ -82,6 +82,14 @@ async fn twenty_concurrent_edits_make_twenty_versions_and_none_changes() {
         let got = stack.get_ok(&s, &format!("/prompt-templates/{id}/versions/{n}")).await;
         assert_eq!(&got, v, "version {n} reads as it was saved");
     }
+    assert_eq!(stack.get_ok(&s, &format!("/prompt-templates/{id}/versions/1")).await, first, "version 1 unchanged");
+    // Nor can anything change a version behind the API's back: the database refuses.
+    let refused = db::try_execute(&format!(
+        "UPDATE prompt_template_versions SET messages = '[]'::jsonb WHERE template_id = '{id}' AND version = 1"
+    ))
+    .await
+    .expect_err("a version's content was changed");
+    assert!(refused.contains("prompt template versions are immutable"), "{refused}");
     assert_eq!(stack.get_ok(&s, &format!("/prompt-templates/{id}/versions/1")).await, first, "version 1 unchanged");
     // Newest first, two pages.
     let page = stack.get_ok(&s, &format!("/prompt-templates/{id}/versions?limit=15")).await;

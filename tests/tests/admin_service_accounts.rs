@@ -76,6 +76,40 @@ async fn without_scopes_the_role_decides() {
 }
 
 #[tokio::test]
+async fn scopes_never_widen_the_role() {
+    let stack = Stack::shared().await;
+    let owner = stack.register().await;
+    // A viewer given a write scope still writes nothing; `*:write` reaches every resource, as far as
+    // the role goes.
+    let viewer = token(
+        &create(&stack, &owner, json!({"name": "read-only", "role": "viewer", "scopes": ["teams:write", "*:write"]}))
+            .await,
+    );
+    assert_eq!(stack.admin_get("/teams", &viewer).await.status(), 200);
+    assert_eq!(stack.admin_get("/api-keys", &viewer).await.status(), 200);
+    let b = expect_api_error(stack.admin_post("/teams", &viewer, &json!({"name": "x"})).await, 403).await;
+    assert_eq!(b["error"]["message"], "this action needs the admin role or higher; you are viewer");
+    // `*:write` on an admin: everything an admin may do, and still never the owner-only operations.
+    let admin = token(&create(&stack, &owner, json!({"name": "iac", "role": "admin", "scopes": ["*:write"]})).await);
+    assert_eq!(stack.admin_post("/teams", &admin, &json!({"name": "made by iac"})).await.status(), 201);
+    assert_eq!(stack.admin_get("/users", &admin).await.status(), 200);
+    let b = expect_api_error(
+        stack
+            .admin_post(
+                "/sso/connections",
+                &admin,
+                &json!({"name": "idp", "issuer": "https://idp.example",
+            "client_id": "c", "client_secret": "s3cret-client-secret", "email_domains": ["iac.example"]}),
+            )
+            .await,
+        403,
+    )
+    .await;
+    assert_eq!(b["error"]["message"], "this action needs the owner role or higher; you are admin");
+    expect_api_error(stack.admin_get("/service-accounts", &admin).await, 403).await;
+}
+
+#[tokio::test]
 async fn a_service_account_token_is_refused_on_v1() {
     let stack = Stack::shared().await;
     let owner = stack.register().await;

@@ -1,0 +1,2 @@
+DROP TRIGGER prompt_template_versions_immutable ON prompt_template_versions;
+DROP FUNCTION prompt_template_versions_immutable();
