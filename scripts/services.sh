@@ -49,6 +49,8 @@ install_packages() {
   command -v pkg-config >/dev/null || need+=(pkg-config)
   dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
   command -v unzip >/dev/null || need+=(unzip)
+  # The tests put PgBouncer (transaction mode) in front of Postgres (GW_TEST_PG=pgbouncer).
+  [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
   command -v curl >/dev/null || need+=(curl)
   if [ "$(id -u)" = 0 ] && ! command -v runuser >/dev/null; then need+=(util-linux); fi
   if [ ${#need[@]} -gt 0 ]; then

@@ -23,7 +23,7 @@ struct Creds {
 type BoxError = Box<dyn std::error::Error>;
 
 pub async fn run(cfg: &Config, out: &Path, email: &str) -> Result<(), BoxError> {
-    let db = gw_shared::db::pool(&cfg.database.url, 2)?;
+    let db = gw_shared::db::pool(&cfg.database, 2)?;
     let mut conn = db.get().await?;
 
     if let Ok(text) = std::fs::read_to_string(out) {

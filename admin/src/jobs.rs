@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use diesel::QueryableByName;
-use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_async::AsyncConnection;
 use gw_shared::db::rollups::UPKEEP_LOCK as AUDIT_LOCK;
 
 use crate::state::AppState;
@@ -17,9 +16,6 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Expired semantic-cache rows deleted per statement, and statements per run at most.
 const EXPIRED_BATCH: i64 = 10_000;
 const EXPIRED_BATCHES: usize = 20;
-
-/// Months of partitions created ahead of time (a proxy creates a missing one itself too).
-const MONTHS_AHEAD: i32 = 2;
 
 pub fn spawn(state: Arc<AppState>) {
     let pruning = state.clone();
@@ -53,39 +49,30 @@ pub fn spawn(state: Arc<AppState>) {
     });
 }
 
-/// The audit log's upkeep, on the leader only: partitions for the coming months, partitions
-/// past retention dropped whole (never a bulk delete), and the hourly rollups brought up to
-/// date. `None` when another replica holds the lock.
+/// The audit log's upkeep, on the leader only: partitions for the coming months and partitions
+/// past retention detached and dropped whole (never a bulk delete), each in a short statement of
+/// its own (`partitions`); then, in a transaction apart, feedback past retention pruned and the
+/// hourly rollups brought up to date. `None` when another replica holds the rollups' lock.
 pub async fn audit_once(state: &AppState) -> Result<Option<usize>, String> {
+    match crate::partitions::upkeep(state).await {
+        Ok(Some(dropped)) if dropped > 0 => {
+            state.metrics.partitions_dropped.inc_by(dropped as u64);
+            log::info!("audit retention: dropped {dropped} monthly partition(s)");
+        }
+        Ok(_) => {}
+        // The rollups do not depend on it: they run, and the partitions are tried again next time.
+        Err(e) => {
+            state.metrics.job_failures.with_label_values(&["audit_partitions"]).inc();
+            log::warn!("audit partitions: {e}");
+        }
+    }
     let mut conn = state.db.get().await.map_err(|e| e.to_string())?;
     let retention = state.cfg.admin.audit_retention_months;
-    let metrics = state.metrics.clone();
     conn.transaction(async |conn| {
         if !gw_shared::db::try_leader_lock(conn, AUDIT_LOCK).await? {
             return Ok::<_, gw_shared::Error>(None);
         }
-        diesel::sql_query(format!(
-            "SELECT gw_audit_partition(now() + make_interval(months => m)) FROM generate_series(0, {MONTHS_AHEAD}) AS m"
-        ))
-        .execute(conn)
-        .await?;
         if retention > 0 {
-            #[derive(QueryableByName)]
-            struct Dropped {
-                #[diesel(sql_type = diesel::sql_types::Integer)]
-                dropped: i32,
-            }
-            let d: Dropped = diesel::sql_query(format!(
-                "SELECT gw_audit_drop_partitions(date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' \
-                 - make_interval(months => {})) AS dropped",
-                retention - 1
-            ))
-            .get_result(conn)
-            .await?;
-            if d.dropped > 0 {
-                metrics.partitions_dropped.inc_by(d.dropped as u64);
-                log::info!("audit retention: dropped {} monthly partition(s)", d.dropped);
-            }
             // Feedback scores (and their comments) go with the requests they were given for.
             let cutoff = state.clock.now() - chrono::Duration::days(31 * i64::from(retention));
             gw_shared::db::experiments::prune_feedback(conn, cutoff, 10_000).await?;

@@ -33,6 +33,7 @@ mod openapi;
 mod org_policy;
 mod outbound;
 mod pagination;
+mod partitions;
 mod passwords;
 mod period;
 mod read_only;
@@ -78,10 +79,11 @@ fn main() {
         Some("operator") => operator_cmd(&args[1..]),
         Some("plan") => plan_cmd(&args[1..]),
         Some("usage") => usage_cli::cmd(&args[1..]),
-        Some(other) => {
-            Err(format!("unknown command {other:?}; use serve, migrate, bootstrap, reencrypt, operator, plan or usage")
-                .into())
-        }
+        Some("check-config") => check_config(),
+        Some(other) => Err(format!(
+            "unknown command {other:?}; use serve, migrate, bootstrap, reencrypt, operator, plan, usage or check-config"
+        )
+        .into()),
     };
     if let Err(e) = result {
         log::error!("gw-admin: {e}");
@@ -91,9 +93,23 @@ fn main() {
 
 type BoxError = Box<dyn std::error::Error>;
 
+/// Loads the configuration as `serve` and gw-proxy would (file, environment, validation) and says
+/// whether it holds, without connecting anywhere: for a deployment's pipeline, before a rollout.
+fn check_config() -> Result<(), BoxError> {
+    let cfg = Config::load()?;
+    cfg.database.migration_url()?;
+    println!(
+        "configuration ok: {} providers, {} models, database pooler {:?}",
+        cfg.providers.len(),
+        cfg.models.len(),
+        cfg.database.pooler
+    );
+    Ok(())
+}
+
 fn migrate() -> Result<(), BoxError> {
     let cfg = Config::load()?;
-    let applied = gw_shared::db::run_migrations(&cfg.database.url)?;
+    let applied = gw_shared::db::run_migrations(&cfg.database)?;
     if applied.is_empty() {
         log::info!("database is up to date");
     }
@@ -130,7 +146,7 @@ fn operator_cmd(args: &[String]) -> Result<(), BoxError> {
     let cfg = Config::load()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let db = gw_shared::db::pool(&cfg.database.url, 1)?;
+        let db = gw_shared::db::pool(&cfg.database, 1)?;
         let mut conn = db.get().await?;
         let normalized = gw_shared::email::normalize(email);
         if !gw_shared::db::route_catalog::set_operator(&mut conn, &normalized, grant).await? {
@@ -162,7 +178,7 @@ fn plan_cmd(args: &[String]) -> Result<(), BoxError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         use diesel_async::AsyncConnection;
-        let db = gw_shared::db::pool(&cfg.database.url, 1)?;
+        let db = gw_shared::db::pool(&cfg.database, 1)?;
         let mut conn = db.get().await?;
         let changed = conn
             .transaction(async |conn| {
@@ -222,7 +238,7 @@ fn reencrypt() -> Result<(), BoxError> {
 async fn reencrypt_keys(cfg: &Config, ring: &gw_shared::crypto::Keyring) -> Result<(), BoxError> {
     use gw_shared::redis::{announce, invalidate, publish, Invalidation};
 
-    let db = gw_shared::db::pool(&cfg.database.url, 1)?;
+    let db = gw_shared::db::pool(&cfg.database, 1)?;
     let redis = gw_shared::redis::pool(&cfg.redis, 1)?;
     let mut conn = db.get().await?;
     let changed = match gw_shared::db::provider_keys::reencrypt(&mut conn, ring).await {
@@ -310,7 +326,7 @@ fn serve() -> Result<(), BoxError> {
     if jwt_secret.len() < 32 {
         return Err("GW_JWT_SECRET must be at least 32 characters".into());
     }
-    let db = gw_shared::db::pool(&cfg.database.url, cfg.database.pool_size)?;
+    let db = gw_shared::db::pool(&cfg.database, cfg.database.pool_size)?;
     let redis = gw_shared::redis::pool(&cfg.redis, cfg.redis.pool_size)?;
     let metrics = Arc::new(metrics::Metrics::new()?);
     let listen = cfg.admin.listen.clone();

@@ -61,7 +61,7 @@ fn retry(org_id: Uuid) -> Result<(), BoxError> {
     let cfg = gw_shared::config::Config::load()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let n = rt.block_on(async {
-        let db = gw_shared::db::pool(&cfg.database.url, 1)?;
+        let db = gw_shared::db::pool(&cfg.database, 1)?;
         let mut conn = db.get().await?;
         Ok::<_, BoxError>(gw_shared::db::usage_sync::retry_failed(&mut conn, org_id, gw_shared::clock::now()).await?)
     })?;
@@ -98,7 +98,7 @@ fn export(org_id: Uuid, rest: &[String]) -> Result<(), BoxError> {
     let cfg = gw_shared::config::Config::load()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (name, rows) = rt.block_on(async {
-        let db = gw_shared::db::pool(&cfg.database.url, 1)?;
+        let db = gw_shared::db::pool(&cfg.database, 1)?;
         let mut conn = db.get().await?;
         let org =
             gw_shared::db::orgs::find(&mut conn, org_id).await?.ok_or_else(|| format!("no organization {org_id}"))?;

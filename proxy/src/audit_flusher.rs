@@ -107,7 +107,7 @@ pub struct ChannelOptions {
 
 pub fn channel(
     opts: ChannelOptions,
-    database_url: &str,
+    database: &gw_shared::config::DatabaseConfig,
     spool: Arc<Spool>,
     metrics: Arc<Metrics>,
 ) -> (AuditSink, AuditFlusher) {
@@ -123,7 +123,7 @@ pub fn channel(
         dropped_log: dropped_log.clone(),
     };
     let writer = Arc::new(BatchWriter {
-        copier: AuditCopier::new(database_url),
+        copier: AuditCopier::new(database),
         spool,
         metrics,
         touched: std::sync::Mutex::new(HashMap::new()),

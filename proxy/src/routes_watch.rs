@@ -35,7 +35,7 @@ pub fn initial(cfg: &Config, registry: &Registry) -> Result<RouteTable, Box<dyn 
         return Ok(file().map_err(|e| format!("{}: {e}", e.path))?);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let loaded = rt.block_on(route_catalog::seed_and_load(&cfg.database.url, &cfg.routes().with_ids(), SEED_CHANGE));
+    let loaded = rt.block_on(route_catalog::seed_and_load(&cfg.database, &cfg.routes().with_ids(), SEED_CHANGE));
     match loaded {
         Ok(Some(v)) => match RouteTable::build(cfg, &v.routes, registry, &env, None) {
             Ok(mut table) => {

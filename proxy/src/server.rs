@@ -43,7 +43,7 @@ use crate::traffic_metrics::TrafficMetrics;
 pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Error>> {
     let p = &cfg.proxy;
     let metrics = Arc::new(Metrics::new()?);
-    let db = gw_shared::db::pool(&cfg.database.url, cfg.database.pool_size)?;
+    let db = gw_shared::db::pool(&cfg.database, cfg.database.pool_size)?;
     let redis = gw_shared::redis::pool(&cfg.redis, cfg.redis.pool_size)?;
     let router = Arc::new(Router::new(cfg.routing.clone(), crate::routes_watch::initial(&cfg, &registry)?));
     let builder = Arc::new(RouteBuilder { cfg: arc_swap::ArcSwap::from_pointee(cfg.clone()), registry });
@@ -120,7 +120,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
             drain_for: Duration::from_secs(GRACE_SECS),
             spill_after: Duration::from_millis(p.audit_spill_after_ms.max(1)),
         },
-        &cfg.database.url,
+        &cfg.database,
         spool,
         metrics.clone(),
     );

@@ -131,7 +131,7 @@ async fn main() {
             .await;
     let s = stack.register().await;
     let db_url = gw_tests::database_url();
-    let copier = Arc::new(AuditCopier::new(&db_url));
+    let copier = Arc::new(AuditCopier::new(&gw_shared::config::DatabaseConfig::at(&db_url)));
     let mut conn = {
         use diesel_async::AsyncConnection;
         diesel_async::AsyncPgConnection::establish(&db_url).await.unwrap()

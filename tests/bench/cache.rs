@@ -109,7 +109,7 @@ async fn main() {
     let _: () = redis::cmd("DEL").arg(&rk).query_async(&mut conn).await.expect("del");
 
     // L3: an organization with `entries` entries in one scope, looked up with new prompts.
-    let pool = gw_shared::db::pool(db_url, 2).expect("pool");
+    let pool = gw_shared::db::pool(&gw_shared::config::DatabaseConfig::at(db_url), 2).expect("pool");
     let mut db = pool.get().await.expect("db");
     orgs::insert(&mut db, &orgs::NewOrganization { id: org, name: "cache bench" }).await.expect("org");
     let scope = [9u8; 32];

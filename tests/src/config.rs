@@ -37,6 +37,32 @@ pub fn shared_cluster() -> &'static crate::topology::RedisCluster {
     SHARED_CLUSTER.get_or_init(|| crate::topology::RedisCluster::start_guarded(3, 0, true))
 }
 
+/// Whether this binary's gw processes reach Postgres through PgBouncer in transaction mode
+/// (`GW_TEST_PG=pgbouncer`: started by the binary, stopped when it exits). The tests' own checks
+/// of what gw wrote still go straight to the server.
+pub fn through_pgbouncer() -> bool {
+    std::env::var("GW_TEST_PG").as_deref() == Ok("pgbouncer")
+}
+
+static SHARED_BOUNCER: std::sync::OnceLock<crate::topology::PgBouncer> = std::sync::OnceLock::new();
+
+/// This binary's PgBouncer (started on first use, stopped when the binary exits).
+pub fn shared_pgbouncer() -> &'static crate::topology::PgBouncer {
+    SHARED_BOUNCER.get_or_init(|| crate::topology::PgBouncer::start_guarded(&database_url(), true))
+}
+
+/// The `[database]` table's connection keys for gw processes on the database `db`, in this
+/// binary's mode.
+pub fn database_keys(db: &str) -> String {
+    // Only the shared server sits behind the binary's PgBouncer (a test's private Postgres does not).
+    let server = |u: &str| url::Url::parse(u).ok().map(|u| (u.host_str().map(str::to_string), u.port()));
+    if through_pgbouncer() && server(db) == server(&database_url()) {
+        format!("url = \"{}\"\npooler = \"transaction\"\ndirect_url = \"{db}\"", shared_pgbouncer().in_front_of(db))
+    } else {
+        format!("url = \"{db}\"")
+    }
+}
+
 pub fn redis_url() -> String {
     match redis_mode() {
         RedisMode::Standalone => std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".into()),
@@ -85,10 +111,11 @@ pub fn config_text_with_routing(
 ) -> String {
     let (proxy_port, metrics_port, admin_port) = ports;
     let extra = extra.replace("{mock}", mock);
+    let database = database_keys(db);
     format!(
         r#"
 [database]
-url = "{db}"
+{database}
 pool_size = 4
 [redis]
 url = "{redis}"

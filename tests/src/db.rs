@@ -21,9 +21,11 @@ pub async fn fresh_database() -> String {
     let mut admin = connect().await;
     diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
     let u = url.clone();
-    tokio::task::spawn_blocking(move || gw_shared::db::run_migrations(&u).expect("migrate the new database"))
-        .await
-        .expect("migrations thread");
+    tokio::task::spawn_blocking(move || {
+        gw_shared::db::run_migrations(&gw_shared::config::DatabaseConfig::at(&u)).expect("migrate the new database")
+    })
+    .await
+    .expect("migrations thread");
     url
 }
 

@@ -48,7 +48,8 @@ impl PrivatePostgres {
         // A free port in 20000..32000, below the ephemeral range.
         let port = (0..200)
             .map(|i| 20_000 + ((std::process::id() as u16).wrapping_mul(7).wrapping_add(i * 53)) % 12_000)
-            .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+            // Two tests of one binary starting servers at once must not pick the same port.
+            .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok() && crate::process::claim_port(*p))
             .expect("no free port below 32000");
         let pg = PrivatePostgres { port, bin, dir };
         let data = pg.data();
@@ -115,7 +116,8 @@ impl PrivateRedis {
         // Below the ephemeral range, so a restart can bind the port again.
         let port = (0..200)
             .map(|i| 20_000 + ((std::process::id() as u16).wrapping_mul(11).wrapping_add(7000 + i * 61)) % 12_000)
-            .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+            // Two tests of one binary starting servers at once must not pick the same port.
+            .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok() && crate::process::claim_port(*p))
             .expect("no free port below 32000");
         let mut r = PrivateRedis { port, dir, child: None };
         r.start_server();

@@ -37,6 +37,11 @@ pub fn bin(name: &str) -> PathBuf {
 /// given the same port (one server then fails to bind, and its stack talks to the other's).
 static HANDED_OUT: OnceLock<std::sync::Mutex<std::collections::HashSet<u16>>> = OnceLock::new();
 
+/// Takes `port` for a server of this process's own choosing: false if it was handed out before.
+pub(crate) fn claim_port(port: u16) -> bool {
+    HANDED_OUT.get_or_init(Default::default).lock().map(|mut h| h.insert(port)).unwrap_or(false)
+}
+
 /// A free port on 127.0.0.1 that this process has not handed out before.
 pub fn free_port() -> u16 {
     free_ports::<1>()[0]

@@ -507,3 +507,85 @@ async fn pump(mode: Arc<AtomicU8>, mut r: tokio::net::tcp::OwnedReadHalf, mut w:
         }
     }
 }
+
+/// Debian's PgBouncer in transaction mode, in front of the test Postgres: each transaction (and
+/// each statement outside one) may run on another server connection, as in production behind a
+/// transaction pooler. Stopped by PID when dropped (or, guarded, when the test binary exits).
+pub struct PgBouncer {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl PgBouncer {
+    /// In front of the server `direct` (a `postgres://user[:password]@host:port/db` URL) points at;
+    /// every database name is passed through.
+    pub fn start_guarded(direct: &str, guarded: bool) -> PgBouncer {
+        let url = url::Url::parse(direct).expect("a database URL");
+        let host = url.host_str().unwrap_or("127.0.0.1").to_string();
+        let server_port = url.port().unwrap_or(5432);
+        let user = if url.username().is_empty() { "postgres".to_string() } else { url.username().to_string() };
+        let password = url.password().map(|p| format!(" password={p}")).unwrap_or_default();
+        let port = free_ports(1)[0];
+        let dir = std::env::temp_dir().join(format!("gw-pgbouncer-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("create the pgbouncer directory");
+        let ini = dir.join("pgbouncer.ini");
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\n* = host={host} port={server_port} user={user}{password}\n\
+                 [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+                 auth_type = any\npool_mode = transaction\nmax_client_conn = 2000\ndefault_pool_size = 40\n\
+                 ignore_startup_parameters = extra_float_digits,options\nlogfile = {log}\n\
+                 log_connections = 0\nlog_disconnections = 0\n",
+                log = dir.join("pgbouncer.log").display()
+            ),
+        )
+        .expect("write pgbouncer.ini");
+        let exe = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+            .iter()
+            .map(std::path::Path::new)
+            .find(|p| p.exists())
+            .expect("pgbouncer is not installed (scripts/services.sh installs it)");
+        let marker = dir.join("guard");
+        let mut cmd = crate::process::command(exe, guarded.then_some(marker.as_path()));
+        // PgBouncer refuses to run as root; it switches to another user when told to.
+        if nix_is_root() {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777));
+            cmd.args(["-u", "postgres"]);
+        }
+        let child =
+            cmd.arg("-q").arg(&ini).stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn pgbouncer");
+        wait_for_port(port);
+        PgBouncer { port, dir, child: Some(child) }
+    }
+
+    /// `direct` with PgBouncer's address in place of the server's.
+    pub fn in_front_of(&self, direct: &str) -> String {
+        let mut url = url::Url::parse(direct).expect("a database URL");
+        url.set_host(Some("127.0.0.1")).expect("a host");
+        url.set_port(Some(self.port)).expect("a port");
+        url.to_string()
+    }
+
+    /// What PgBouncer logged (for a failing test's message).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
+    }
+}
+
+fn nix_is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -59,3 +59,84 @@ async fn months_past_retention_are_dropped_as_partitions() {
     let ahead = format!("SELECT count(*) AS n FROM pg_class WHERE relname = 'audit_logs_y{}'", next.format("%Ym%m"));
     assert_eq!(count(&mut conn, &ahead).await, 1);
 }
+
+#[derive(QueryableByName)]
+struct Text {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    text: String,
+}
+
+/// Retention detaches a month while a writer's transaction is open on the log: it waits for that
+/// transaction without taking a lock anyone else waits for, so other writers and readers go on,
+/// and it completes once the transaction ends.
+#[tokio::test]
+async fn retention_never_stops_writers_or_readers() {
+    use diesel_async::SimpleAsyncConnection;
+    let pg = PrivatePostgres::start();
+    let mut conn = AsyncPgConnection::establish(&pg.url()).await.unwrap();
+    let org = Uuid::now_v7();
+    let now = Utc::now();
+    let old = now.checked_sub_months(Months::new(5)).unwrap();
+    gw_shared::db::audit_logs::insert_batch(&mut conn, &[row(org, old), row(org, now)]).await.unwrap();
+    let old_partition = format!("audit_logs_y{}", old.format("%Ym%m"));
+    let exists = format!("SELECT count(*) AS n FROM pg_class WHERE relname = '{old_partition}'");
+
+    // A writer's transaction, open: it holds ROW EXCLUSIVE on audit_logs until it commits.
+    let mut holder = AsyncPgConnection::establish(&pg.url()).await.unwrap();
+    holder.batch_execute("BEGIN").await.unwrap();
+    gw_shared::db::audit_logs::insert_batch(&mut holder, &[row(org, now)]).await.unwrap();
+
+    let _stack = Stack::start_with(StackOptions {
+        database_url: Some(pg.url()),
+        admin_config: "audit_retention_months = 2".into(),
+        ..Default::default()
+    })
+    .await;
+    // The upkeep reaches the detach and waits for the open transaction.
+    let waiting = "SELECT count(*) AS n FROM pg_stat_activity \
+                   WHERE query LIKE 'ALTER TABLE audit_logs DETACH PARTITION%' AND wait_event_type = 'Lock'";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count(&mut conn, waiting).await == 0 {
+        let doing: Vec<Text> = diesel::sql_query(
+            "SELECT coalesce(query, '') || ' / ' || coalesce(wait_event_type, '') AS text FROM pg_stat_activity \
+             WHERE backend_type = 'client backend'",
+        )
+        .load(&mut conn)
+        .await
+        .unwrap();
+        let doing: Vec<String> = doing.into_iter().map(|t| t.text).collect();
+        assert!(Instant::now() < deadline, "the upkeep never waited in a detach: {doing:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Nobody holds or waits for the lock that would stop the log.
+    let exclusive = "SELECT count(*) AS n FROM pg_locks \
+                     WHERE relation = 'audit_logs'::regclass AND mode = 'AccessExclusiveLock'";
+    assert_eq!(count(&mut conn, exclusive).await, 0);
+    // Another writer and a reader go on meanwhile.
+    let mut writer = AsyncPgConnection::establish(&pg.url()).await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        gw_shared::db::audit_logs::insert_batch(&mut writer, &[row(org, now + TimeDelta::seconds(1))]),
+    )
+    .await
+    .expect("a writer waited for the retention upkeep")
+    .unwrap();
+    let rows = format!(
+        "SELECT count(*) AS n FROM audit_logs WHERE org_id = '{org}' AND created_at >= now() - interval '1 day'"
+    );
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(30), count(&mut writer, &rows)).await.expect("a reader waited"),
+        2
+    );
+    assert_eq!(count(&mut conn, &exists).await, 1, "still attached while the transaction reads the log");
+
+    // The transaction ends: the month is detached and dropped.
+    holder.batch_execute("COMMIT").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count(&mut conn, &exists).await > 0 {
+        assert!(Instant::now() < deadline, "{old_partition} was never dropped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let left = format!("SELECT count(*) AS n FROM audit_logs WHERE org_id = '{org}'");
+    assert_eq!(count(&mut conn, &left).await, 3, "this month's rows stay, the old month's are gone");
+}

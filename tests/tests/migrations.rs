@@ -26,9 +26,9 @@ async fn migrations_apply_revert_and_reapply() {
 
     let u = url.clone();
     let applied = tokio::task::spawn_blocking(move || {
-        let first = gw_shared::db::run_migrations(&u).unwrap();
+        let first = gw_shared::db::run_migrations(&gw_shared::config::DatabaseConfig::at(&u)).unwrap();
         gw_shared::db::revert_all_migrations(&u).unwrap();
-        let again = gw_shared::db::run_migrations(&u).unwrap();
+        let again = gw_shared::db::run_migrations(&gw_shared::config::DatabaseConfig::at(&u)).unwrap();
         (first, again)
     })
     .await

@@ -119,13 +119,52 @@ impl Default for RoutingConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
+    /// What the processes connect to (`DATABASE_URL`): the primary, or a pooler in front of it.
     pub url: String,
+    /// Connections each process keeps to `url` at most (docs/scaling.md sizes them).
     pub pool_size: usize,
+    /// What `url` is: the server itself (`none`), or a pooler that hands out a server
+    /// connection per transaction (`transaction`: PgBouncer's transaction mode and its like).
+    /// With `transaction`, statements are sent so that every exchange stands alone
+    /// (`db::pooler`), and migrations need `direct_url`.
+    pub pooler: Pooler,
+    /// Straight to the primary (`DATABASE_DIRECT_URL`), for migrations, which hold a session-level
+    /// advisory lock no transaction pooler keeps. Default: `url`.
+    pub direct_url: Option<String>,
+}
+
+/// See [`DatabaseConfig::pooler`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pooler {
+    #[default]
+    None,
+    Transaction,
 }
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { url: "postgres://gw@127.0.0.1:15432/gw".into(), pool_size: 16 }
+        Self { url: "postgres://gw@127.0.0.1:15432/gw".into(), pool_size: 16, pooler: Pooler::None, direct_url: None }
+    }
+}
+
+impl DatabaseConfig {
+    /// The primary at `url`, defaults otherwise.
+    pub fn at(url: &str) -> Self {
+        Self { url: url.to_string(), ..Default::default() }
+    }
+
+    /// Where migrations run: `direct_url`, else `url` unless that is a pooler's.
+    pub fn migration_url(&self) -> Result<&str> {
+        match (&self.direct_url, self.pooler) {
+            (Some(u), _) => Ok(u),
+            (None, Pooler::None) => Ok(&self.url),
+            (None, Pooler::Transaction) => Err(Error::Config(
+                "database.pooler = \"transaction\": migrations need database.direct_url (DATABASE_DIRECT_URL), \
+                 straight to the primary"
+                    .into(),
+            )),
+        }
     }
 }
 
@@ -359,6 +398,18 @@ impl Config {
     fn apply_env(&mut self, env: &impl Fn(&str) -> Option<String>) -> Result<()> {
         if let Some(v) = env("DATABASE_URL") {
             self.database.url = v;
+        }
+        if let Some(v) = env("DATABASE_DIRECT_URL").filter(|s| !s.is_empty()) {
+            self.database.direct_url = Some(v);
+        }
+        if let Some(v) = env("DATABASE_POOLER").filter(|s| !s.is_empty()) {
+            self.database.pooler = match v.as_str() {
+                "none" => Pooler::None,
+                "transaction" => Pooler::Transaction,
+                other => {
+                    return Err(Error::Config(format!("DATABASE_POOLER must be none or transaction, not {other:?}")))
+                }
+            };
         }
         if let Some(v) = env("REDIS_URL") {
             self.redis.url = v;

@@ -14,7 +14,7 @@ use futures::pin_mut;
 use tokio::sync::Mutex;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, NoTls, Transaction};
+use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
 
 use crate::audit::{chain, AuditEntry, AuditRecord};
@@ -101,6 +101,7 @@ fn classify(e: tokio_postgres::Error) -> CopyError {
 /// A few connections reused across batches, opened on demand.
 pub struct AuditCopier {
     url: String,
+    pooler: crate::config::Pooler,
     idle: Mutex<Vec<Client>>,
     /// Months whose partition this process has made sure of (`YYYY * 12 + month`).
     months: std::sync::Mutex<HashSet<i32>>,
@@ -111,9 +112,10 @@ pub struct AuditCopier {
 }
 
 impl AuditCopier {
-    pub fn new(url: &str) -> Self {
+    pub fn new(db: &crate::config::DatabaseConfig) -> Self {
         Self {
-            url: url.to_string(),
+            url: db.url.clone(),
+            pooler: db.pooler,
             idle: Mutex::new(Vec::new()),
             months: std::sync::Mutex::new(HashSet::new()),
             agents: std::sync::Mutex::new(HashSet::new()),
@@ -127,13 +129,7 @@ impl AuditCopier {
                 return Ok(c);
             }
         }
-        let (client, conn) = tokio_postgres::connect(&self.url, NoTls).await.map_err(classify)?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                log::debug!("audit connection ended: {e}");
-            }
-        });
-        Ok(client)
+        super::raw_client(&self.url, self.pooler).await.map_err(CopyError::Unavailable)
     }
 
     async fn give_back(&self, client: Client) {

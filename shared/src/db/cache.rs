@@ -157,8 +157,33 @@ pub struct Neighbour {
     pub ttl_secs: f64,
 }
 
+/// The query [`nearest`] runs (binds: org, scope, dims, embedding, limit, threshold).
+pub fn nearest_sql(dims: usize) -> String {
+    // The cast to the local model's dimension lets the planner use its HNSW index; the scope
+    // index serves every other dimension.
+    let distance = if dims == crate::cache::embed::DIMENSIONS {
+        "embedding::vector(384) <=> $4::vector(384)"
+    } else {
+        "embedding <=> $4"
+    };
+    format!(
+        "SELECT * FROM (SELECT (1 - ({distance}))::real AS similarity, prompt, answer, \
+         extract(epoch FROM expires_at - now())::float8 AS ttl_secs FROM semantic_cache \
+         WHERE org_id = $1 AND scope = $2 AND dims = $3 AND expires_at > now() \
+         ORDER BY {distance} LIMIT $5) near WHERE similarity >= $6"
+    )
+}
+
 /// Up to `limit` live entries of `scope` nearest to `embedding` with a cosine similarity of at
 /// least `threshold`, nearest first.
+///
+/// One HNSW index serves every organization and scope. When the planner takes it (a scope it
+/// judges common), the index yields the `hnsw.ef_search` nearest entries of all scopes and the
+/// scope filter runs after: the same prompt cached for many models or parameter sets fills those
+/// with other scopes' entries, and a scope's own match is missed. The lookup therefore runs with
+/// pgvector's iterative scan (`strict_order`: the index is scanned on until `limit` rows pass the
+/// filter, in exact order, up to `hnsw.max_scan_tuples`), in a transaction of its own so the
+/// settings are the lookup's alone (`SET LOCAL`, which a transaction pooler keeps too).
 pub async fn nearest(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
@@ -167,29 +192,25 @@ pub async fn nearest(
     threshold: f32,
     limit: i64,
 ) -> Result<Vec<Neighbour>> {
+    use diesel_async::AsyncConnection;
     let dims = i32::try_from(embedding.len()).map_err(|_| Error::Invalid("embedding too long".into()))?;
-    // The cast to the local model's dimension lets the planner use its HNSW index; the scope
-    // index serves every other dimension.
-    let distance = if embedding.len() == crate::cache::embed::DIMENSIONS {
-        "embedding::vector(384) <=> $4::vector(384)"
-    } else {
-        "embedding <=> $4"
-    };
-    let sql = format!(
-        "SELECT * FROM (SELECT (1 - ({distance}))::real AS similarity, prompt, answer, \
-         extract(epoch FROM expires_at - now())::float8 AS ttl_secs FROM semantic_cache \
-         WHERE org_id = $1 AND scope = $2 AND dims = $3 AND expires_at > now() \
-         ORDER BY {distance} LIMIT $5) near WHERE similarity >= $6"
-    );
-    Ok(diesel::sql_query(sql)
-        .bind::<SqlUuid, _>(org_id)
-        .bind::<Bytea, _>(&scope[..])
-        .bind::<Integer, _>(dims)
-        .bind::<pgvector::sql_types::Vector, _>(Vector::from(embedding.to_vec()))
-        .bind::<BigInt, _>(limit)
-        .bind::<Float4, _>(threshold)
-        .load(conn)
-        .await?)
+    let sql = nearest_sql(embedding.len());
+    let vector = Vector::from(embedding.to_vec());
+    conn.transaction(async |conn| {
+        diesel::sql_query("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)").execute(conn).await?;
+        Ok::<_, Error>(
+            diesel::sql_query(sql)
+                .bind::<SqlUuid, _>(org_id)
+                .bind::<Bytea, _>(&scope[..])
+                .bind::<Integer, _>(dims)
+                .bind::<pgvector::sql_types::Vector, _>(vector)
+                .bind::<BigInt, _>(limit)
+                .bind::<Float4, _>(threshold)
+                .load(conn)
+                .await?,
+        )
+    })
+    .await
 }
 
 /// Deletes an organization's semantic entries (all, or one model's); how many.

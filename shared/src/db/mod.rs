@@ -15,6 +15,7 @@ pub mod org_routes;
 pub mod orgs;
 pub mod policies;
 pub mod policy_decisions;
+pub mod pooler;
 pub mod prompt_templates;
 pub mod provider_keys;
 pub mod reconcile_runs;
@@ -40,10 +41,12 @@ use diesel::connection::SimpleConnection;
 use diesel::Connection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
-use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::AsyncPgConnection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+use futures::FutureExt;
 
+use crate::config::{DatabaseConfig, Pooler};
 use crate::error::{Error, Result};
 
 pub type DbPool = Pool<AsyncPgConnection>;
@@ -54,8 +57,13 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../migrations");
 /// Any number of processes may run migrations at once; this lock makes them take turns.
 const MIGRATION_LOCK: i64 = 0x6777_6d69_6772; // "gwmigr"
 
-pub fn pool(url: &str, size: usize) -> Result<DbPool> {
-    Pool::builder(AsyncDieselConnectionManager::<AsyncPgConnection>::new(url))
+/// A pool of at most `size` connections to `db.url` (through the pooler adapter when `db.pooler`
+/// says so).
+pub fn pool(db: &DatabaseConfig, size: usize) -> Result<DbPool> {
+    let mut manager = ManagerConfig::<AsyncPgConnection>::default();
+    let pooler = db.pooler;
+    manager.custom_setup = Box::new(move |url| connect(url, pooler).boxed());
+    Pool::builder(AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(&db.url, manager))
         .max_size(size.max(1))
         .runtime(deadpool::Runtime::Tokio1)
         .wait_timeout(Some(Duration::from_secs(5)))
@@ -65,9 +73,70 @@ pub fn pool(url: &str, size: usize) -> Result<DbPool> {
         .map_err(|e| Error::Pool(e.to_string()))
 }
 
+/// One diesel connection to `url`, through the pooler adapter when `pooler` says so.
+pub async fn connect(url: &str, pooler: Pooler) -> diesel::ConnectionResult<AsyncPgConnection> {
+    use diesel_async::AsyncConnection;
+    match pooler {
+        Pooler::None => AsyncPgConnection::establish(url).await,
+        Pooler::Transaction => {
+            let client = raw_client(url, pooler).await.map_err(diesel::ConnectionError::BadConnection)?;
+            AsyncPgConnection::try_from(client).await
+        }
+    }
+}
+
+/// A tokio-postgres client to `url` (its connection driven by a task of its own), through the
+/// pooler adapter when `pooler` says so. Errors are said without the URL (it may hold a password).
+pub async fn raw_client(url: &str, pooler: Pooler) -> std::result::Result<tokio_postgres::Client, String> {
+    let (client, driver) = match pooler {
+        Pooler::None => {
+            let (client, conn) =
+                tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+            (client, conn.boxed())
+        }
+        Pooler::Transaction => {
+            let config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| e.to_string())?;
+            let port = config.get_ports().first().copied().unwrap_or(5432);
+            match config.get_hosts().first() {
+                Some(tokio_postgres::config::Host::Tcp(host)) => {
+                    let socket = tokio::net::TcpStream::connect((host.as_str(), port))
+                        .await
+                        .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
+                    socket.set_nodelay(true).map_err(|e| e.to_string())?;
+                    let (client, conn) = config
+                        .connect_raw(pooler::Unnamed::new(socket), tokio_postgres::NoTls)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    (client, conn.boxed())
+                }
+                Some(tokio_postgres::config::Host::Unix(dir)) => {
+                    let path = dir.join(format!(".s.PGSQL.{port}"));
+                    let socket = tokio::net::UnixStream::connect(&path)
+                        .await
+                        .map_err(|e| format!("cannot connect to {}: {e}", path.display()))?;
+                    let (client, conn) = config
+                        .connect_raw(pooler::Unnamed::new(socket), tokio_postgres::NoTls)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    (client, conn.boxed())
+                }
+                None => return Err("the database URL names no host".into()),
+            }
+        }
+    };
+    tokio::spawn(async move {
+        if let Err(e) = driver.await {
+            log::debug!("postgres connection ended: {e}");
+        }
+    });
+    Ok(client)
+}
+
 /// Applies pending migrations; returns the versions applied. Blocking: call it outside an async
-/// runtime (or from `spawn_blocking`).
-pub fn run_migrations(url: &str) -> Result<Vec<String>> {
+/// runtime (or from `spawn_blocking`). Runs on `db.migration_url()`: straight to the primary,
+/// since the lock that makes concurrent runs take turns is a session's.
+pub fn run_migrations(db: &DatabaseConfig) -> Result<Vec<String>> {
+    let url = db.migration_url()?;
     let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(url)
         .map_err(|e| Error::Pool(format!("cannot connect to the database: {e}")))?;
     conn.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))?;

@@ -148,8 +148,12 @@ pub async fn set_operator(conn: &mut AsyncPgConnection, email_normalized: &str, 
 
 /// On a connection of its own (for a process whose runtimes are not up yet): seeds an empty
 /// catalog with `seed`, then reads the version in force.
-pub async fn seed_and_load(url: &str, seed_routes: &Routes, change: &str) -> Result<Option<Version>> {
-    let mut conn = tokio::time::timeout(std::time::Duration::from_secs(5), AsyncPgConnection::establish(url))
+pub async fn seed_and_load(
+    db: &crate::config::DatabaseConfig,
+    seed_routes: &Routes,
+    change: &str,
+) -> Result<Option<Version>> {
+    let mut conn = tokio::time::timeout(std::time::Duration::from_secs(5), super::connect(&db.url, db.pooler))
         .await
         .map_err(|_| Error::Pool("timed out connecting to Postgres".into()))?
         .map_err(|e| Error::Pool(e.to_string()))?;
