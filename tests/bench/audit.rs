@@ -5,6 +5,7 @@
 //! through `tests/bench/audit.sh`.
 //!
 //! Usage: audit-bench [rows] [orgs-for-the-spread-ingest]
+//!        audit-bench ingest [rows-per-case]   (ingest only: 1, 4 and 50 organizations)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,9 +120,33 @@ async fn upkeep(conn: &mut diesel_async::AsyncPgConnection) -> usize {
     .unwrap()
 }
 
+/// Ingest alone, as a cluster's writers meet it: rows arrive interleaved across `orgs`
+/// organizations (as requests do) and are cut into batches in arrival order, so every batch holds
+/// rows of every organization and four writers take batches as they free up, the flusher's way.
+/// One organization's rows form one chain, so its figure is the chain's own limit.
+async fn ingest_cases(per_case: usize) {
+    let db_url = gw_tests::database_url();
+    let copier = Arc::new(AuditCopier::new(&gw_shared::config::DatabaseConfig::at(&db_url)));
+    let teams: Vec<Uuid> = (0..8).map(|_| Uuid::now_v7()).collect();
+    let run = Uuid::now_v7().as_u128() & !0xffff;
+    // Warm the connections, the partitions and the organizations' chain heads.
+    let warm: Vec<AuditEntry> = (0..2048).map(|i| row(Uuid::from_u128(run + (i % 50) as u128), &teams, i, 60)).collect();
+    ingest(copier.clone(), warm).await;
+    for orgs in [1usize, 4, 50] {
+        let rows: Vec<AuditEntry> =
+            (0..per_case).map(|i| row(Uuid::from_u128(run + (i % orgs) as u128), &teams, i, 60)).collect();
+        let rate = ingest(copier.clone(), rows).await;
+        println!("ingest, {orgs:>2} organization(s), {WRITERS} writers: {per_case:>8} rows  {rate:>9.0} rows/s");
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("ingest") {
+        let per_case = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(200_000);
+        return ingest_cases(per_case).await;
+    }
     let total: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
     let spread_orgs: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(50);
     // The stack's upkeep job runs once at start and then sleeps: this bench runs the same
