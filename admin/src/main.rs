@@ -37,6 +37,7 @@ mod partitions;
 mod passwords;
 mod period;
 mod read_only;
+mod replica;
 mod reports;
 mod route_catalog;
 mod routes;

@@ -19,7 +19,7 @@ use crate::state::AppState;
 /// Months of partitions made ahead of time (a proxy makes a missing one itself too).
 const MONTHS_AHEAD: u32 = 2;
 /// `pg_try_advisory_lock` key of this upkeep ("gwpart"): one replica at a time.
-const PARTITION_LOCK: i64 = 0x0067_7770_6172_74;
+const PARTITION_LOCK: i64 = 0x0000_6777_7061_7274;
 /// Longest wait for the locks of making or dropping a table.
 const DDL_LOCK_TIMEOUT: &str = "5s";
 /// Longest wait of a detach for the transactions still reading its month (it blocks nobody while
@@ -143,7 +143,7 @@ mod tests {
         let at = DateTime::parse_from_rfc3339("2027-01-31T23:59:59Z").unwrap().with_timezone(&Utc);
         assert_eq!(month_name(at), "audit_logs_y2027m01");
         // Names sort as months do (retention compares them).
-        assert!(month_name(at) < "audit_logs_y2027m02".to_string());
-        assert!("audit_logs_y2026m12".to_string() < month_name(at));
+        assert!(month_name(at).as_str() < "audit_logs_y2027m02");
+        assert!("audit_logs_y2026m12" < month_name(at).as_str());
     }
 }

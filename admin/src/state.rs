@@ -13,6 +13,9 @@ use gw_shared::redis::Invalidation;
 pub struct AppState {
     pub cfg: Config,
     pub db: DbPool,
+    /// The streaming replica's pool (`database.read_url`), when there is one: analytics reads and
+    /// exports (`crate::replica`).
+    pub read_db: Option<DbPool>,
     pub redis: gw_shared::redis::Pool,
     /// The Redis holding the response cache's L2 entries (`[redis] cache_url`; `redis` when unset).
     pub cache_redis: gw_shared::redis::Pool,
@@ -51,9 +54,11 @@ impl AppState {
             )?,
             None => redis.clone(),
         };
+        let read_db = gw_shared::db::read_pool(&cfg.database)?;
         Ok(AppState {
             cfg,
             db,
+            read_db,
             redis,
             cache_redis,
             jwt_secret,
@@ -77,6 +82,12 @@ impl AppState {
 
     pub async fn conn(&self) -> ApiResult<DbConn> {
         Ok(self.db.get().await?)
+    }
+
+    /// A connection for reads that may trail the primary by the replica's lag (analytics): the
+    /// replica's when there is one, else the primary's. Exports use `crate::replica::Reader`.
+    pub async fn read_conn(&self) -> ApiResult<DbConn> {
+        Ok(self.read_db.as_ref().unwrap_or(&self.db).get().await?)
     }
 
     /// The route catalog in force (see `crate::route_catalog`).

@@ -83,7 +83,7 @@ fn batches(queued: usize, size: usize) -> usize {
 }
 
 /// Batches in flight at once: one writer would cap the flusher at one batch per round trip.
-const CONCURRENT_WRITES: usize = 4;
+const CONCURRENT_WRITES: usize = gw_shared::db::audit_copy::WRITERS;
 
 pub struct AuditFlusher {
     rx: Mutex<mpsc::Receiver<AuditEntry>>,

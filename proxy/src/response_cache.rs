@@ -114,6 +114,9 @@ pub struct ResponseCache {
     l2_timeout: Duration,
     l3_timeout: Duration,
     db: DbPool,
+    /// Where semantic lookups read: the replica (`database.read_url`) when there is one. An entry
+    /// stored moments ago may not be there yet (a miss, never a wrong answer).
+    read_db: DbPool,
     embedder: Embedder,
     embed_slots: Arc<Semaphore>,
     jobs: mpsc::Sender<Job>,
@@ -123,7 +126,13 @@ pub struct ResponseCache {
 }
 
 impl ResponseCache {
-    pub fn new(cfg: CacheConfig, db: DbPool, embedder: Embedder, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        cfg: CacheConfig,
+        db: DbPool,
+        read_db: Option<DbPool>,
+        embedder: Embedder,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let l1 = Cache::builder()
             .max_capacity(cfg.l1_max_bytes)
             .weigher(|_k: &[u8; 32], v: &Arc<Cached>| u32::try_from(v.entry.weight()).unwrap_or(u32::MAX))
@@ -143,6 +152,7 @@ impl ResponseCache {
             epoch: Instant::now(),
             l2_timeout: cfg.l2_timeout,
             l3_timeout: cfg.l3_timeout,
+            read_db: read_db.unwrap_or_else(|| db.clone()),
             db,
             embedder,
             embed_slots: Arc::new(Semaphore::new(EMBED_SLOTS)),
@@ -273,7 +283,7 @@ impl ResponseCache {
         let Some(semantic) = plan.semantic.clone() else { return Ok(None) };
         let Some(embedding) = self.embed(&semantic.prompt).await? else { return Ok(None) };
         plan.embedding = Some(embedding.clone());
-        let mut conn = self.db.get().await.map_err(|e| e.to_string())?;
+        let mut conn = self.read_db.get().await.map_err(|e| e.to_string())?;
         let near = db_cache::nearest(
             &mut conn,
             plan.key.org_id,

@@ -96,6 +96,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
             queue: p.cache_store_queue,
         },
         db.clone(),
+        gw_shared::db::read_pool(&cfg.database)?,
         Embedder::new(&p.cache_embedding_model_dir),
         metrics.clone(),
     ));

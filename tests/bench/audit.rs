@@ -130,7 +130,8 @@ async fn ingest_cases(per_case: usize) {
     let teams: Vec<Uuid> = (0..8).map(|_| Uuid::now_v7()).collect();
     let run = Uuid::now_v7().as_u128() & !0xffff;
     // Warm the connections, the partitions and the organizations' chain heads.
-    let warm: Vec<AuditEntry> = (0..2048).map(|i| row(Uuid::from_u128(run + (i % 50) as u128), &teams, i, 60)).collect();
+    let warm: Vec<AuditEntry> =
+        (0..2048).map(|i| row(Uuid::from_u128(run + (i % 50) as u128), &teams, i, 60)).collect();
     ingest(copier.clone(), warm).await;
     for orgs in [1usize, 4, 50] {
         let rows: Vec<AuditEntry> =

@@ -78,6 +78,49 @@ impl PrivatePostgres {
         format!("postgres://gw@127.0.0.1:{}/gw", self.port)
     }
 
+    /// A streaming replica of this server, made with `pg_basebackup -R` from the same binaries
+    /// and started: a hot standby replaying the primary's WAL as it streams in (pause it with
+    /// `pg_wal_replay_pause()` to make it lag).
+    pub fn replica(&self) -> PrivatePostgres {
+        let dir = std::env::temp_dir().join(format!("gw-pg-replica-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("create the replica's directory");
+        let as_root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"));
+        if as_root {
+            let ok = Command::new("chown").arg("postgres:").arg(&dir).status().is_ok_and(|s| s.success());
+            assert!(ok, "chown of the replica's directory failed");
+        }
+        let port = (0..200)
+            .map(|i| 20_000 + ((std::process::id() as u16).wrapping_mul(13).wrapping_add(3000 + i * 59)) % 12_000)
+            .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok() && crate::process::claim_port(*p))
+            .expect("no free port below 32000");
+        let replica = PrivatePostgres { port, bin: self.bin.clone(), dir };
+        let primary_port = self.port.to_string();
+        assert!(
+            self.run(
+                "pg_basebackup",
+                &[
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &primary_port,
+                    "-U",
+                    "gw",
+                    "-D",
+                    &replica.data(),
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-c",
+                    "fast"
+                ]
+            )
+            .success(),
+            "pg_basebackup failed"
+        );
+        assert!(replica.start_server(), "the replica did not start: {}", replica.log());
+        replica
+    }
+
     /// Starts the server and waits until it accepts connections; false if it did not start.
     pub fn start_server(&self) -> bool {
         let opts = format!("-p {} -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off", self.port);

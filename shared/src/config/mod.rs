@@ -131,6 +131,12 @@ pub struct DatabaseConfig {
     /// Straight to the primary (`DATABASE_DIRECT_URL`), for migrations, which hold a session-level
     /// advisory lock no transaction pooler keeps. Default: `url`.
     pub direct_url: Option<String>,
+    /// A streaming replica (`DATABASE_READ_URL`), with a pool of its own: analytics reads,
+    /// exports (which wait for it to have replayed what was committed when they started, else
+    /// read the primary) and semantic-cache lookups. Default: everything reads `url`.
+    pub read_url: Option<String>,
+    /// Connections each process keeps to `read_url` at most.
+    pub read_pool_size: usize,
 }
 
 /// See [`DatabaseConfig::pooler`].
@@ -144,7 +150,14 @@ pub enum Pooler {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { url: "postgres://gw@127.0.0.1:15432/gw".into(), pool_size: 16, pooler: Pooler::None, direct_url: None }
+        Self {
+            url: "postgres://gw@127.0.0.1:15432/gw".into(),
+            pool_size: 16,
+            pooler: Pooler::None,
+            direct_url: None,
+            read_url: None,
+            read_pool_size: 4,
+        }
     }
 }
 
@@ -401,6 +414,9 @@ impl Config {
         }
         if let Some(v) = env("DATABASE_DIRECT_URL").filter(|s| !s.is_empty()) {
             self.database.direct_url = Some(v);
+        }
+        if let Some(v) = env("DATABASE_READ_URL").filter(|s| !s.is_empty()) {
+            self.database.read_url = Some(v);
         }
         if let Some(v) = env("DATABASE_POOLER").filter(|s| !s.is_empty()) {
             self.database.pooler = match v.as_str() {

@@ -2,10 +2,18 @@
 //! `INSERT` (diesel's bind encoding cost about 39k instructions a row), on plain tokio-postgres
 //! connections (diesel-async has no `COPY`).
 //!
-//! One batch is one transaction: lock the chain heads of the batch's organizations, skip rows
-//! already present (only when an earlier attempt may have committed: a retry or a spool
-//! replay), link the rest onto each organization's chain, `COPY` them, move the heads. So a row
-//! lands exactly once and in exactly one place in its chain, however often it is retried.
+//! A batch is written in rounds, each one transaction: lock the chain heads of some of the
+//! batch's organizations, skip their rows already present (only when an earlier attempt may have
+//! committed: a retry or a spool replay), link the rest onto each organization's chain, `COPY`
+//! them, move the heads. So a row lands exactly once and in exactly one place in its chain,
+//! however often it is retried.
+//!
+//! Writers (a proxy's four, times the replicas) meet on the same organizations: every batch holds
+//! rows of whoever sent requests. A round locks only heads no other writer holds (`SKIP LOCKED`),
+//! at most its share of the batch's organizations (their number over the writers), so writers
+//! work on different organizations at once instead of queueing behind one another's whole batch;
+//! when every head it needs is held, it waits for one. One organization's rows are one chain and
+//! are written one batch at a time, whatever the number of writers.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -98,10 +106,15 @@ fn classify(e: tokio_postgres::Error) -> CopyError {
     }
 }
 
+/// Writers a process runs at once by default (the proxy's flusher runs this many).
+pub const WRITERS: usize = 4;
+
 /// A few connections reused across batches, opened on demand.
 pub struct AuditCopier {
     url: String,
     pooler: crate::config::Pooler,
+    /// Writers this process runs at once: a round locks at most 1/writers of a batch's heads.
+    writers: usize,
     idle: Mutex<Vec<Client>>,
     /// Months whose partition this process has made sure of (`YYYY * 12 + month`).
     months: std::sync::Mutex<HashSet<i32>>,
@@ -116,6 +129,7 @@ impl AuditCopier {
         Self {
             url: db.url.clone(),
             pooler: db.pooler,
+            writers: WRITERS,
             idle: Mutex::new(Vec::new()),
             months: std::sync::Mutex::new(HashSet::new()),
             agents: std::sync::Mutex::new(HashSet::new()),
@@ -157,53 +171,84 @@ impl AuditCopier {
         maybe_written: bool,
     ) -> Result<(), CopyError> {
         self.ensure_partitions(client, entries).await?;
-        let agents = self.new_agents(entries);
-        let tx = client.transaction().await.map_err(classify)?;
-        let mut rows: Vec<AuditRecord> = if maybe_written {
-            let present = present(&tx, entries).await?;
-            entries.iter().filter(|e| !present.contains(&e.record.id)).map(|e| e.record.clone()).collect()
-        } else {
-            entries.iter().map(|e| e.record.clone()).collect()
+        let mut agents = self.new_agents(entries);
+        let mut orgs: Vec<Uuid> = entries.iter().map(|e| e.record.org_id).collect();
+        orgs.sort_unstable();
+        orgs.dedup();
+        self.ensure_heads(client, &orgs).await?;
+        let share = orgs.len().div_ceil(self.writers.max(1)).max(1);
+        while !orgs.is_empty() {
+            let tx = client.transaction().await.map_err(classify)?;
+            let mut heads = some_heads(&tx, &orgs, share).await?;
+            if heads.is_empty() {
+                // Every head left is another writer's now: wait for the first (holding nothing
+                // else, so writers never deadlock).
+                heads = wait_for_head(&tx, orgs[0]).await?;
+                if heads.is_empty() {
+                    // A head this process thought existed is gone (removed by hand): start it again.
+                    create_heads(&tx, &orgs[..1]).await?;
+                    heads = wait_for_head(&tx, orgs[0]).await?;
+                }
+            }
+            let mut rows: Vec<AuditRecord> =
+                entries.iter().filter(|e| heads.contains_key(&e.record.org_id)).map(|e| e.record.clone()).collect();
+            if maybe_written {
+                let present = present(&tx, entries, &heads).await?;
+                rows.retain(|r| !present.contains(&r.id));
+            }
+            if !rows.is_empty() {
+                let moved = link(&mut rows, heads.clone());
+                let sink = tx.copy_in(&copy_statement("audit_logs")).await.map_err(classify)?;
+                write_rows(sink, &rows).await?;
+                move_heads(&tx, moved).await?;
+            }
+            if !agents.is_empty() {
+                insert_agents(&tx, &agents).await?;
+            }
+            tx.commit().await.map_err(classify)?;
+            self.remember_agents(std::mem::take(&mut agents));
+            orgs.retain(|o| !heads.contains_key(o));
+        }
+        Ok(())
+    }
+
+    /// Makes the chain heads of organizations this process has not seen before (a head, once
+    /// made, is never removed: one round trip saved on nearly every batch).
+    async fn ensure_heads(&self, client: &Client, orgs: &[Uuid]) -> Result<(), CopyError> {
+        let new: Vec<Uuid> = match self.heads.lock() {
+            Ok(k) => orgs.iter().filter(|o| !k.contains(o)).copied().collect(),
+            Err(_) => orgs.to_vec(),
         };
-        if rows.is_empty() {
-            return tx.commit().await.map_err(classify);
+        if new.is_empty() {
+            return Ok(());
         }
-        let heads = link(&tx, &mut rows, &self.heads).await?;
-        let sink = tx.copy_in(&copy_statement("audit_logs")).await.map_err(classify)?;
-        write_rows(sink, &rows).await?;
-        let mut orgs = Vec::with_capacity(heads.len());
-        let mut seqs = Vec::with_capacity(heads.len());
-        let mut hashes = Vec::with_capacity(heads.len());
-        for (org, (seq, hash)) in heads {
-            orgs.push(org);
-            seqs.push(seq);
-            hashes.push(hash);
-        }
-        tx.execute(
-            "UPDATE audit_chain_heads h SET seq = v.seq, hash = v.hash \
-             FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS v(org_id, seq, hash) WHERE h.org_id = v.org_id",
-            &[&orgs, &seqs, &hashes],
-        )
-        .await
-        .map_err(classify)?;
-        if !agents.is_empty() {
-            let (ids, values): (Vec<i64>, Vec<String>) = agents.iter().map(|(id, ua)| (*id, ua.clone())).unzip();
-            tx.execute(
-                "INSERT INTO audit_user_agents (id, value) SELECT * FROM unnest($1::bigint[], $2::text[]) \
-                 ON CONFLICT (id) DO NOTHING",
-                &[&ids, &values],
+        client
+            .execute(
+                "INSERT INTO audit_chain_heads (org_id, seq, hash) SELECT o, 0, $2 FROM unnest($1::uuid[]) AS o \
+                 ON CONFLICT (org_id) DO NOTHING",
+                &[&new, &chain::GENESIS.as_slice()],
             )
             .await
             .map_err(classify)?;
+        if let Ok(mut k) = self.heads.lock() {
+            if k.len() > 1_000_000 {
+                k.clear();
+            }
+            k.extend(new);
         }
-        tx.commit().await.map_err(classify)?;
+        Ok(())
+    }
+
+    fn remember_agents(&self, agents: BTreeMap<i64, String>) {
+        if agents.is_empty() {
+            return;
+        }
         if let Ok(mut known) = self.agents.lock() {
             if known.len() > 100_000 {
                 known.clear();
             }
             known.extend(agents.keys().copied());
         }
-        Ok(())
     }
 
     /// Creates the monthly partitions this batch needs, once per month per process.
@@ -263,9 +308,16 @@ fn copy_statement(table: &str) -> String {
 
 /// The batch's rows already in the table (looked up by primary key, so each is an index probe
 /// in one partition).
-async fn present(tx: &Transaction<'_>, entries: &[AuditEntry]) -> Result<HashSet<Uuid>, CopyError> {
-    let (ids, times): (Vec<Uuid>, Vec<DateTime<Utc>>) =
-        entries.iter().map(|e| (e.record.id, e.record.created_at)).unzip();
+async fn present(
+    tx: &Transaction<'_>,
+    entries: &[AuditEntry],
+    heads: &BTreeMap<Uuid, (i64, Vec<u8>)>,
+) -> Result<HashSet<Uuid>, CopyError> {
+    let (ids, times): (Vec<Uuid>, Vec<DateTime<Utc>>) = entries
+        .iter()
+        .filter(|e| heads.contains_key(&e.record.org_id))
+        .map(|e| (e.record.id, e.record.created_at))
+        .unzip();
     let rows = tx
         .query(
             "SELECT a.id FROM audit_logs a JOIN unnest($1::uuid[], $2::timestamptz[]) AS v(id, created_at) \
@@ -288,55 +340,74 @@ async fn create_heads(tx: &Transaction<'_>, orgs: &[Uuid]) -> Result<(), CopyErr
     .map_err(classify)
 }
 
-async fn lock_heads(tx: &Transaction<'_>, orgs: &[Uuid]) -> Result<Vec<tokio_postgres::Row>, CopyError> {
+type Heads = BTreeMap<Uuid, (i64, Vec<u8>)>;
+
+fn heads_of(rows: Vec<tokio_postgres::Row>) -> Heads {
+    rows.iter().map(|r| (r.get::<_, Uuid>(0), (r.get::<_, i64>(1), r.get::<_, Vec<u8>>(2)))).collect()
+}
+
+/// Up to `share` of these organizations' heads that no other writer holds, locked.
+async fn some_heads(tx: &Transaction<'_>, orgs: &[Uuid], share: usize) -> Result<Heads, CopyError> {
+    let share = i64::try_from(share).unwrap_or(i64::MAX);
     tx.query(
-        "SELECT org_id, seq, hash FROM audit_chain_heads WHERE org_id = ANY($1) ORDER BY org_id FOR UPDATE",
-        &[&orgs],
+        "SELECT org_id, seq, hash FROM audit_chain_heads WHERE org_id = ANY($1) ORDER BY org_id LIMIT $2 \
+         FOR UPDATE SKIP LOCKED",
+        &[&orgs, &share],
     )
     .await
+    .map(heads_of)
     .map_err(classify)
 }
 
-/// Locks the chain heads of the rows' organizations (in one order, so concurrent writers never
-/// deadlock), links the rows onto them in time order, and returns the new heads.
-async fn link(
-    tx: &Transaction<'_>,
-    rows: &mut [AuditRecord],
-    known: &std::sync::Mutex<HashSet<Uuid>>,
-) -> Result<BTreeMap<Uuid, (i64, Vec<u8>)>, CopyError> {
+/// One organization's head, locked, waiting for whoever holds it.
+async fn wait_for_head(tx: &Transaction<'_>, org: Uuid) -> Result<Heads, CopyError> {
+    tx.query("SELECT org_id, seq, hash FROM audit_chain_heads WHERE org_id = $1 FOR UPDATE", &[&org])
+        .await
+        .map(heads_of)
+        .map_err(classify)
+}
+
+/// Links the rows onto their organizations' heads in time order; returns the moved heads.
+fn link(rows: &mut [AuditRecord], mut heads: Heads) -> Heads {
     rows.sort_by_key(|r| (r.org_id, r.created_at, r.id));
-    let mut orgs: Vec<Uuid> = rows.iter().map(|r| r.org_id).collect();
-    orgs.dedup();
-    // A head, once created, is never removed: only organizations not seen before need one (one
-    // round trip saved on nearly every batch).
-    let new: Vec<Uuid> = match known.lock() {
-        Ok(k) => orgs.iter().filter(|o| !k.contains(o)).copied().collect(),
-        Err(_) => orgs.clone(),
-    };
-    if !new.is_empty() {
-        create_heads(tx, &new).await?;
-    }
-    let mut locked = lock_heads(tx, &orgs).await?;
-    if locked.len() < orgs.len() {
-        // A head this process thought existed is gone (removed by hand): start it again.
-        create_heads(tx, &orgs).await?;
-        locked = lock_heads(tx, &orgs).await?;
-    }
-    let mut heads: BTreeMap<Uuid, (i64, Vec<u8>)> =
-        locked.iter().map(|r| (r.get::<_, Uuid>(0), (r.get::<_, i64>(1), r.get::<_, Vec<u8>>(2)))).collect();
-    if let Ok(mut k) = known.lock() {
-        if k.len() > 1_000_000 {
-            k.clear();
-        }
-        k.extend(heads.keys().copied());
-    }
     for group in rows.chunk_by_mut(|a, b| a.org_id == b.org_id) {
         let org = group[0].org_id;
         let head = heads.remove(&org).unwrap_or((0, chain::GENESIS.to_vec()));
         let mut refs: Vec<&mut AuditRecord> = group.iter_mut().collect();
         heads.insert(org, chain::append(head, &mut refs));
     }
-    Ok(heads)
+    heads
+}
+
+async fn move_heads(tx: &Transaction<'_>, heads: Heads) -> Result<(), CopyError> {
+    let mut orgs = Vec::with_capacity(heads.len());
+    let mut seqs = Vec::with_capacity(heads.len());
+    let mut hashes = Vec::with_capacity(heads.len());
+    for (org, (seq, hash)) in heads {
+        orgs.push(org);
+        seqs.push(seq);
+        hashes.push(hash);
+    }
+    tx.execute(
+        "UPDATE audit_chain_heads h SET seq = v.seq, hash = v.hash \
+         FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS v(org_id, seq, hash) WHERE h.org_id = v.org_id",
+        &[&orgs, &seqs, &hashes],
+    )
+    .await
+    .map(|_| ())
+    .map_err(classify)
+}
+
+async fn insert_agents(tx: &Transaction<'_>, agents: &BTreeMap<i64, String>) -> Result<(), CopyError> {
+    let (ids, values): (Vec<i64>, Vec<String>) = agents.iter().map(|(id, ua)| (*id, ua.clone())).unzip();
+    tx.execute(
+        "INSERT INTO audit_user_agents (id, value) SELECT * FROM unnest($1::bigint[], $2::text[]) \
+         ON CONFLICT (id) DO NOTHING",
+        &[&ids, &values],
+    )
+    .await
+    .map(|_| ())
+    .map_err(classify)
 }
 
 async fn write_rows(sink: tokio_postgres::CopyInSink<bytes::Bytes>, rows: &[AuditRecord]) -> Result<(), CopyError> {

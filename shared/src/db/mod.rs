@@ -73,6 +73,14 @@ pub fn pool(db: &DatabaseConfig, size: usize) -> Result<DbPool> {
         .map_err(|e| Error::Pool(e.to_string()))
 }
 
+/// The replica's pool, when `db.read_url` names one (through the pooler adapter as `url` is).
+pub fn read_pool(db: &DatabaseConfig) -> Result<Option<DbPool>> {
+    match &db.read_url {
+        None => Ok(None),
+        Some(url) => pool(&DatabaseConfig { url: url.clone(), ..db.clone() }, db.read_pool_size).map(Some),
+    }
+}
+
 /// One diesel connection to `url`, through the pooler adapter when `pooler` says so.
 pub async fn connect(url: &str, pooler: Pooler) -> diesel::ConnectionResult<AsyncPgConnection> {
     use diesel_async::AsyncConnection;

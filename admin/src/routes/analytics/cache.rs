@@ -133,6 +133,6 @@ pub async fn cache_summary(
     q: crate::body::Query<PeriodQuery>,
 ) -> ApiResult<HttpResponse> {
     let period = q.into_inner().period(Utc::now())?;
-    let mut conn = state.conn().await?;
+    let mut conn = state.read_conn().await?;
     Ok(HttpResponse::Ok().json(cache_stats(&mut conn, session.org_id, period).await?))
 }

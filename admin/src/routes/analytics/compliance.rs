@@ -83,6 +83,7 @@ enum Phase {
 
 struct Compliance {
     state: web::Data<AppState>,
+    reader: crate::replica::Reader,
     org_id: Uuid,
     request_id: String,
     from: DateTime<Utc>,
@@ -121,8 +122,10 @@ pub async fn export(
     let format = Format::parse(q.format.as_deref())?;
     let (from, to) = period(("from", q.from.as_deref()), ("to", q.to.as_deref()), DEFAULT_DAYS, Utc::now())?;
     let policy = q.policy.as_deref().map(|p| validate::text("policy", p, 200)).transpose()?;
+    // The replica when it has caught up with the primary (`crate::replica`), else the primary.
+    let mut reader = crate::replica::Reader::for_export(&state).await?;
     let (lo, hi, count, anchor) = {
-        let mut conn = state.conn().await?;
+        let mut conn = reader.conn().await?;
         let (lo, hi, count) = audit_logs::chain_span(&mut conn, session.org_id, from, to).await?;
         let anchor = match lo {
             Some(lo) if lo > 1 => audit_logs::chain_link(&mut conn, session.org_id, lo - 1).await?,
@@ -152,8 +155,10 @@ pub async fn export(
         (Some(lo), None) => lo - 1,
         (None, _) => 0,
     };
+    let read_from = reader.source();
     let export = Compliance {
         state,
+        reader,
         org_id: session.org_id,
         request_id: trail::request_id(&req).unwrap_or_default(),
         from,
@@ -175,6 +180,7 @@ pub async fn export(
     let filename = format!("compliance-{}-{}.{}", stamp(from), stamp(to), format.extension());
     Ok(HttpResponse::Ok()
         .content_type(format.content_type())
+        .insert_header(("x-gw-read-from", read_from))
         .insert_header((CONTENT_DISPOSITION, format!("attachment; filename=\"{filename}\"")))
         .streaming(export.into_stream()))
 }
@@ -216,7 +222,18 @@ impl Compliance {
         if std::mem::take(&mut self.header_pending) {
             out.extend_from_slice(CSV_HEADER.as_bytes());
         }
-        let mut conn = self.state.db.get().await.map_err(|e| e.to_string())?;
+        if self.phase == Phase::Summary {
+            // A break found is announced once (the event's dedupe key names it), whoever walks:
+            // a write, so on the primary.
+            if let Some(event) = chain_broken(self.org_id, &self.verifier) {
+                let mut conn = self.state.db.get().await.map_err(|e| e.to_string())?;
+                gw_shared::db::events::emit(&mut conn, event).await.map_err(|e| e.to_string())?;
+            }
+            self.summary(&mut out)?;
+            self.phase = Phase::Done;
+            return Ok(out);
+        }
+        let mut conn = self.reader.conn().await.map_err(|e| e.to_string())?;
         match self.phase {
             Phase::Chain => {
                 let rows = audit_logs::chain_batch(&mut conn, self.org_id, self.cursor, self.hi, BATCH)
@@ -274,15 +291,7 @@ impl Compliance {
                     }
                 }
             }
-            Phase::Summary => {
-                // A break found is announced once (the event's dedupe key names it), whoever walks.
-                if let Some(event) = chain_broken(self.org_id, &self.verifier) {
-                    gw_shared::db::events::emit(&mut conn, event).await.map_err(|e| e.to_string())?;
-                }
-                self.summary(&mut out)?;
-                self.phase = Phase::Done;
-            }
-            Phase::Done => {}
+            Phase::Summary | Phase::Done => {}
         }
         Ok(out)
     }

@@ -237,7 +237,7 @@ pub async fn list(
     let filter = q.filter(Utc::now())?;
     let limit = pagination::limit(q.limit)?;
     let cursor = q.cursor.as_deref().map(parse_cursor).transpose()?;
-    let mut conn = state.conn().await?;
+    let mut conn = state.read_conn().await?;
     let mut rows = audit_logs::list(&mut conn, session.org_id, &filter, cursor, limit).await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
@@ -289,7 +289,7 @@ pub struct LogDetail {
 #[get("/analytics/logs/{log_id}")]
 pub async fn detail(state: web::Data<AppState>, session: Session, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id = Uuid::parse_str(&path.into_inner()).map_err(|_| ApiError::NotFound("log entry"))?;
-    let mut conn = state.conn().await?;
+    let mut conn = state.read_conn().await?;
     let r = audit_logs::find(&mut conn, session.org_id, id).await?.ok_or(ApiError::NotFound("log entry"))?;
     let prefix = match r.api_key_id {
         Some(k) => api_keys::labels(&mut conn, session.org_id, &[k]).await?.remove(&k).map(|l| l.key_prefix),

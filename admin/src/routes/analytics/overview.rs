@@ -215,7 +215,7 @@ pub async fn overview(
     let q = q.into_inner();
     let (from, to) = q.bounds(Utc::now())?;
     let group_by = q.group_by()?;
-    let mut conn = state.conn().await?;
+    let mut conn = state.read_conn().await?;
     let scope = Scope { team_id: q.team_id, api_key_id: q.key_id };
     let rows = rollups::collect(&mut conn, session.org_id, scope, from, to).await?;
     let bounds = latency_bounds_ms();

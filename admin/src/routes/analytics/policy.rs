@@ -153,7 +153,7 @@ pub async fn summary(
     q: crate::body::Query<PolicyQuery>,
 ) -> ApiResult<HttpResponse> {
     let filter = q.into_inner().filter(Utc::now())?;
-    let mut conn = state.conn().await?;
+    let mut conn = state.read_conn().await?;
     let summary = policy_decisions::summary(&mut conn, session.org_id, &filter).await?;
     Ok(HttpResponse::Ok().json(PolicyAnalytics {
         from: filter.from,
@@ -182,13 +182,16 @@ pub async fn export(
     let after = (filter.from, Uuid::nil());
     // The first batch is read before answering, so an unavailable database is still a 503
     // rather than a 200 with an empty body.
+    // The replica when it has caught up with the primary (`crate::replica`), else the primary.
+    let mut reader = crate::replica::Reader::for_export(&state).await?;
     let first = {
-        let mut conn = state.conn().await?;
+        let mut conn = reader.conn().await?;
         policy_decisions::export_batch(&mut conn, session.org_id, &filter, after, BATCH as i64).await?
     };
+    let read_from = reader.source();
     let filename = format!("policy-{}-{}.{}", stamp(filter.from), stamp(filter.to), format.extension());
     let export = Export {
-        state,
+        reader,
         org_id: session.org_id,
         request_id: trail::request_id(&req).unwrap_or_default(),
         filter,
@@ -201,13 +204,14 @@ pub async fn export(
     };
     Ok(HttpResponse::Ok()
         .content_type(format.content_type())
+        .insert_header(("x-gw-read-from", read_from))
         .insert_header((CONTENT_DISPOSITION, format!("attachment; filename=\"{filename}\"")))
         .streaming(export.into_stream()))
 }
 
 /// An export under way: where it stands between batches.
 struct Export {
-    state: web::Data<AppState>,
+    reader: crate::replica::Reader,
     org_id: Uuid,
     request_id: String,
     filter: Filter,
@@ -260,8 +264,8 @@ impl Export {
         })
     }
 
-    async fn fetch(&self) -> gw_shared::Result<Vec<ExportRow>> {
-        let mut conn = self.state.db.get().await?;
+    async fn fetch(&mut self) -> gw_shared::Result<Vec<ExportRow>> {
+        let mut conn = self.reader.conn().await?;
         policy_decisions::export_batch(&mut conn, self.org_id, &self.filter, self.after, BATCH as i64).await
     }
 
