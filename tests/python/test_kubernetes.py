@@ -158,6 +158,7 @@ def test_the_configuration_loads_in_gw(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_", "GW_"))}
     env.update(GW_CONFIG=str(path), DATABASE_URL="postgres://gw@pgbouncer:6432/gw",
                DATABASE_DIRECT_URL="postgres://gw@postgres:5432/gw",
+               DATABASE_READ_URL="postgres://gw@replica:5432/gw",
                REDIS_URL="redis://redis:6379", GW_JWT_SECRET="x" * 40)
     r = subprocess.run([str(bin_dir() / "gw-admin"), "check-config"], env=env, capture_output=True, text=True,
                        timeout=60)
