@@ -93,8 +93,14 @@ pub struct AuditFlusher {
     spill_after: Duration,
     batch_size: usize,
     interval: Duration,
-    /// How long to keep draining after shutdown begins (requests still finishing).
+    /// How long to keep draining after shutdown begins (requests still finishing), at most.
     drain_for: Duration,
+    /// Requests in flight: once shutdown began and none is left, the last rows are in the queue.
+    in_flight: crate::drain::InFlight,
+    /// Told once everything is written or spooled after shutdown (`crate::drain::Drain`).
+    flushed: tokio::sync::watch::Sender<bool>,
+    /// The folder holding every process's spool folder (this one's and those it adopts).
+    spool_root: std::path::PathBuf,
 }
 
 pub struct ChannelOptions {
@@ -103,6 +109,9 @@ pub struct ChannelOptions {
     pub interval: Duration,
     pub drain_for: Duration,
     pub spill_after: Duration,
+    pub in_flight: crate::drain::InFlight,
+    pub flushed: tokio::sync::watch::Sender<bool>,
+    pub spool_root: std::path::PathBuf,
 }
 
 pub fn channel(
@@ -138,6 +147,9 @@ pub fn channel(
         batch_size: opts.batch_size,
         interval: opts.interval,
         drain_for: opts.drain_for,
+        in_flight: opts.in_flight,
+        flushed: opts.flushed,
+        spool_root: opts.spool_root,
     };
     (sink, flusher)
 }
@@ -207,8 +219,13 @@ impl BatchWriter {
     /// Writes spooled batches back in order while Postgres takes them; returns when the spool
     /// is empty or Postgres fails again.
     async fn replay(&self) -> bool {
+        self.replay_spool(&self.spool).await
+    }
+
+    /// [`Self::replay`] for any spool: this process's own, or one it adopted.
+    async fn replay_spool(&self, spool: &Spool) -> bool {
         loop {
-            let taken = match self.spool.take(BACKLOG_BATCH) {
+            let taken = match spool.take(BACKLOG_BATCH) {
                 Ok(Some(t)) => t,
                 Ok(None) => return true,
                 Err(e) => {
@@ -221,7 +238,7 @@ impl BatchWriter {
                 Ok(()) => {
                     self.metrics.audit_flush_duration.observe(started.elapsed().as_secs_f64());
                     self.metrics.audit_written.inc_by(taken.entries.len() as u64);
-                    self.spool.done(&taken);
+                    spool.done(&taken);
                 }
                 Err(CopyError::Unavailable(e)) => {
                     self.log.warn(|| format!("audit spool replay waits for Postgres: {e}"));
@@ -242,7 +259,7 @@ impl BatchWriter {
                             }
                         }
                     }
-                    self.spool.done(&taken);
+                    spool.done(&taken);
                 }
             }
         }
@@ -307,6 +324,36 @@ impl AuditFlusher {
     }
 }
 
+/// How often a proxy looks for spool folders no process holds any more.
+const ADOPT_EVERY: Duration = Duration::from_secs(2);
+
+/// Replays the spool folders other processes left (`audit_spool::orphans`): a process stopped
+/// with records in its folder, or one upgraded away; a crashed one's too.
+async fn adopter(writer: Arc<BatchWriter>, root: std::path::PathBuf, mut shutdown: ShutdownWatch) {
+    loop {
+        for dir in crate::audit_spool::orphans(&root, writer.spool.dir()) {
+            match Spool::adopt(&dir, writer.metrics.clone()) {
+                Ok(spool) => {
+                    log::info!("replaying the audit spool {} another process left", dir.display());
+                    if !writer.replay_spool(&spool).await {
+                        break; // Postgres is away: the next round tries again
+                    }
+                }
+                Err(crate::audit_spool::SpoolError::Busy(_)) => {} // another process took it first
+                Err(e) => writer.log.warn(|| format!("adopting the audit spool {}: {e}", dir.display())),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ADOPT_EVERY) => {}
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
 /// Brings the spool back into Postgres, retrying with backoff while Postgres is away.
 async fn replayer(writer: Arc<BatchWriter>, mut shutdown: ShutdownWatch) {
     let mut delay = Duration::from_millis(100);
@@ -334,11 +381,13 @@ impl BackgroundService for AuditFlusher {
         let mut rx = self.rx.lock().await;
         let slots = Arc::new(Semaphore::new(CONCURRENT_WRITES));
         let replay = tokio::spawn(replayer(self.writer.clone(), shutdown.clone()));
+        let adopt = tokio::spawn(adopter(self.writer.clone(), self.spool_root.clone(), shutdown.clone()));
         let size = self.batch_size.clamp(1, BACKLOG_BATCH);
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut deadline: Option<tokio::time::Instant> = None;
-        // Until every sender is gone and the queue is drained, or the shutdown drain window ends.
+        // Until every sender is gone and the queue is drained, or, once shutdown began, nothing is
+        // in flight any more (every request's row is queued) or the drain window ends.
         while !(rx.is_closed() && rx.is_empty()) {
             tokio::select! {
                 _ = self.batch_ready.notified() => {}
@@ -365,10 +414,13 @@ impl BackgroundService for AuditFlusher {
                 }
                 self.dispatch(&slots, batch).await;
             }
-            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d || self.in_flight.count() == 0) {
                 break;
             }
         }
+        // From here a record sent (a request that came in on a kept-alive connection as the
+        // process stopped) finds the queue closed and goes to the spool at once.
+        rx.close();
         let mut batch = Vec::new();
         while let Ok(rec) = rx.try_recv() {
             batch.push(rec);
@@ -381,10 +433,12 @@ impl BackgroundService for AuditFlusher {
         // Every write slot back means every batch has landed or spilled.
         let _ = slots.acquire_many(CONCURRENT_WRITES as u32).await;
         replay.abort();
+        adopt.abort();
         if !self.writer.spool.is_empty() {
             log::warn!("audit flusher stopped with records in the spool: the next start replays them");
         }
         log::info!("audit flusher stopped");
+        let _ = self.flushed.send(true);
     }
 }
 

@@ -1,6 +1,11 @@
 //! The audit spool: an append-only local log of audit batches Postgres could not take (down,
 //! slow, or the queue full), replayed in order once it takes them again.
 //!
+//! A proxy's `audit_spool_dir` holds one folder per running process (`0`, `1`, ...): a process
+//! claims the first whose lock is free, so a new process started beside the old one (a graceful
+//! upgrade) spools apart from it, and each process adopts the folders no process holds any more
+//! (a process stopped, crashed or upgraded away) and replays them ([`claim`], [`orphans`]).
+//!
 //! Segment files `NNNNNNNNNNNNNNNNNNNN.spool` in one folder, locked by one proxy process. Each
 //! holds frames `[length u32 LE][crc32 u32 LE][JSON array of audit entries]`. A frame is written
 //! whole with one `write` under the spool's lock, so a process crash leaves at most a torn last
@@ -27,6 +32,8 @@ const MAX_FRAME: u64 = 256 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
+    #[error("audit spool {0} is held by another process")]
+    Busy(String),
     #[error("audit spool full ({0} bytes)")]
     Full(u64),
     #[error("audit spool: {0}")]
@@ -59,8 +66,54 @@ pub struct Spool {
     max_bytes: u64,
     state: Mutex<State>,
     metrics: Arc<Metrics>,
+    /// Whether this is the process's own spool (it sets the spool gauge; an adopted one does not).
+    own: bool,
     /// Held for the process's lifetime: one proxy per spool folder.
     _lock: File,
+}
+
+/// Folders a spool directory may hold at most (processes at once on one directory).
+const MAX_INSTANCES: usize = 16;
+
+/// Claims the first of `root`'s instance folders (`root/0`, `root/1`, ...) no process holds.
+pub fn claim(root: &Path, max_bytes: u64, metrics: Arc<Metrics>) -> Result<Spool, SpoolError> {
+    std::fs::create_dir_all(root)?;
+    for n in 0..MAX_INSTANCES {
+        match Spool::open(&root.join(n.to_string()), max_bytes, metrics.clone()) {
+            Err(SpoolError::Busy(_)) => continue,
+            other => return other,
+        }
+    }
+    Err(SpoolError::Busy(format!("{} (all {MAX_INSTANCES} instance folders)", root.display())))
+}
+
+/// Folders under `root` no process holds that still hold segments: `root` itself (where a
+/// version before instance folders spooled) and its instance folders other than `own`.
+pub fn orphans(root: &Path, own: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut candidates = vec![root.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for e in entries.flatten() {
+            let numbered = e.file_name().to_str().is_some_and(|n| n.parse::<usize>().is_ok());
+            if numbered && e.path() != own && e.path().is_dir() {
+                candidates.push(e.path());
+            }
+        }
+    }
+    for dir in candidates {
+        let has_segments = std::fs::read_dir(&dir)
+            .map(|it| it.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".spool"))))
+            .unwrap_or(false);
+        if !has_segments {
+            continue;
+        }
+        // Free when its lock can be taken now (released at once: `Spool::adopt` takes it again).
+        let free = OpenOptions::new().write(true).open(dir.join("LOCK")).map(|f| f.try_lock().is_ok()).unwrap_or(true);
+        if free {
+            found.push(dir);
+        }
+    }
+    found
 }
 
 /// Frames read for replay: their entries, and where the replay stops once they are written.
@@ -84,12 +137,9 @@ impl Spool {
     pub fn open(dir: &Path, max_bytes: u64, metrics: Arc<Metrics>) -> Result<Spool, SpoolError> {
         std::fs::create_dir_all(dir)?;
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
-        lock.try_lock().map_err(|e| {
-            std::io::Error::other(format!(
-                "{} is in use by another proxy ({e}): give each its own audit_spool_dir",
-                dir.display()
-            ))
-        })?;
+        if lock.try_lock().is_err() {
+            return Err(SpoolError::Busy(dir.display().to_string()));
+        }
         let mut ids: Vec<u64> = std::fs::read_dir(dir)?
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().to_str()?.strip_suffix(".spool")?.parse().ok())
@@ -112,10 +162,24 @@ impl Spool {
             max_bytes,
             state: Mutex::new(State { segments, writer: None, next_id, pending, records: 0 }),
             metrics,
+            own: true,
             _lock: lock,
         };
         spool.metrics.audit_spool_bytes.set(pending as i64);
         Ok(spool)
+    }
+
+    /// Opens another process's folder to replay it (see [`orphans`]): nothing is appended to it.
+    pub fn adopt(dir: &Path, metrics: Arc<Metrics>) -> Result<Spool, SpoolError> {
+        let gauge = metrics.audit_spool_bytes.get();
+        let mut spool = Spool::open(dir, u64::MAX, metrics)?;
+        spool.own = false;
+        spool.metrics.audit_spool_bytes.set(gauge);
+        Ok(spool)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     pub fn is_empty(&self) -> bool {
@@ -157,7 +221,9 @@ impl Spool {
         }
         st.pending += size;
         st.records += entries.len() as u64;
-        self.metrics.audit_spool_bytes.set(st.pending as i64);
+        if self.own {
+            self.metrics.audit_spool_bytes.set(st.pending as i64);
+        }
         self.metrics.audit_spilled.inc_by(entries.len() as u64);
         Ok(())
     }
@@ -239,7 +305,9 @@ impl Spool {
             st.writer = None;
             self.drop_front(&mut st);
         }
-        self.metrics.audit_spool_bytes.set(st.pending as i64);
+        if self.own {
+            self.metrics.audit_spool_bytes.set(st.pending as i64);
+        }
     }
 
     fn drop_front(&self, st: &mut State) {

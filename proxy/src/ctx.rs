@@ -186,6 +186,9 @@ pub struct RequestCtx {
     pub template: Option<(Uuid, i32)>,
     /// The experiment the request takes part in and its variant (the experiment step's).
     pub experiment: Option<(Uuid, Arc<str>)>,
+    /// Counts the request as in flight until the context is dropped (a stopping process waits
+    /// for these).
+    pub in_flight: Option<crate::drain::Guard>,
 }
 
 impl RequestCtx {
@@ -235,6 +238,7 @@ impl RequestCtx {
             response_body: None,
             template: None,
             experiment: None,
+            in_flight: None,
         }
     }
 

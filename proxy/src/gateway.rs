@@ -17,13 +17,18 @@ impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
-        RequestCtx::new(self.request_timeout)
+        let mut ctx = RequestCtx::new(self.request_timeout);
+        ctx.in_flight = Some(self.in_flight.enter());
+        ctx
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> pingora::Result<bool> {
         // Pingora keeps an idle HTTP/1.1 connection open forever (`Some(0)`); bound it instead.
         if session.get_keepalive() == Some(0) {
             session.set_keepalive(Some(self.keepalive_idle_secs));
+        }
+        if self.closing.is_set() {
+            session.set_keepalive(None);
         }
         let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
         ctx.client_ip = peer.map(|peer| {

@@ -5,6 +5,7 @@
 mod audit_flusher;
 mod audit_spool;
 mod ctx;
+mod drain;
 mod embedder;
 mod error;
 mod events;
@@ -29,4 +30,4 @@ mod throttle;
 mod traffic_metrics;
 mod transport;
 
-pub use server::run;
+pub use server::{run, run_with, RunOptions};

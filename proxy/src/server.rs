@@ -32,15 +32,23 @@ use crate::state::{Gateway, Limits, ScanBudget};
 use crate::throttle::{AuthThrottle, SharedCounts};
 use crate::transport::Transport;
 
-/// Seconds between SIGTERM and the end of the process: in-flight requests finish and the audit
-/// flusher drains in this window.
-const GRACE_SECS: u64 = 3;
-
-/// Runs the proxy until the process is told to stop; returns only on a start-up error.
-use crate::audit_spool::Spool as AuditSpool;
+use crate::drain::{Drain, InFlight};
 use crate::traffic_metrics::TrafficMetrics;
 
+/// How a process starts: `upgrade` takes the listening sockets over from a running gw-proxy
+/// (`gw-proxy --upgrade`; then SIGQUIT to the old one: docs/scaling.md).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    pub upgrade: bool,
+}
+
+/// Runs the proxy until the process is told to stop; returns only on a start-up error.
 pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Error>> {
+    run_with(cfg, registry, RunOptions::default())
+}
+
+/// [`run`], with [`RunOptions`].
+pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(), Box<dyn std::error::Error>> {
     let p = &cfg.proxy;
     let metrics = Arc::new(Metrics::new()?);
     let db = gw_shared::db::pool(&cfg.database, cfg.database.pool_size)?;
@@ -112,14 +120,22 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
             std::path::PathBuf::from(format!(".gw/spool/proxy-{port}"))
         }
     };
-    let spool = Arc::new(AuditSpool::open(&spool_dir, p.audit_spool_max_bytes, metrics.clone())?);
+    // This process's own folder under the spool directory (another process, the one being
+    // upgraded away, may hold another).
+    let spool = Arc::new(crate::audit_spool::claim(&spool_dir, p.audit_spool_max_bytes, metrics.clone())?);
+    log::info!("audit spool: {}", spool.dir().display());
+    let in_flight = InFlight::default();
+    let (flushed, flushed_rx) = crate::drain::flushed_signal();
     let (sink, flusher) = audit_flusher::channel(
         audit_flusher::ChannelOptions {
             capacity: p.audit_channel_capacity,
             batch_size: p.audit_batch_size,
             interval: Duration::from_millis(p.audit_flush_interval_ms),
-            drain_for: Duration::from_secs(GRACE_SECS),
+            drain_for: Duration::from_secs(p.shutdown_grace_secs.max(1)),
             spill_after: Duration::from_millis(p.audit_spill_after_ms.max(1)),
+            in_flight: in_flight.clone(),
+            flushed,
+            spool_root: spool_dir.clone(),
         },
         &cfg.database,
         spool,
@@ -141,7 +157,10 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         wake: routes_wake.clone(),
         failed: std::sync::atomic::AtomicI64::new(0),
     };
+    let closing = crate::drain::Closing::default();
     let gateway = Gateway {
+        in_flight: in_flight.clone(),
+        closing: closing.clone(),
         router,
         lookups: lookups.clone(),
         cache: responses.clone(),
@@ -185,13 +204,22 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
         warn_log: RateLimitedLog::new("gw_proxy::gateway", Duration::from_secs(1)),
     };
 
+    let upgrade_sock = match &p.upgrade_sock {
+        Some(path) => path.clone(),
+        None => spool_dir.join("upgrade.sock").display().to_string(),
+    };
     let conf = ServerConf {
         threads: p.threads.max(1),
-        grace_period_seconds: Some(GRACE_SECS),
+        // An upper bound: `Drain` ends the process as soon as nothing is in flight and the
+        // audit rows are flushed.
+        grace_period_seconds: Some(p.shutdown_grace_secs.max(1)),
         graceful_shutdown_timeout_seconds: Some(5),
+        upgrade_sock,
         ..Default::default()
     };
-    let mut server = Server::new_with_opt_and_conf(None, conf);
+    let opt = pingora::server::configuration::Opt { upgrade: opts.upgrade, ..Default::default() };
+    let mut server = Server::new_with_opt_and_conf(Some(opt), conf);
+    closing.watch(server.watch_execution_phase());
     server.bootstrap();
 
     let mut proxy = pingora::proxy::http_proxy_service_with_name(&server.configuration, gateway, "gw-proxy");
@@ -200,6 +228,7 @@ pub fn run(cfg: Config, registry: Registry) -> Result<(), Box<dyn std::error::Er
     );
     server.add_service(proxy);
     server.add_service(background_service("audit-flusher", flusher));
+    server.add_service(background_service("drain", Drain { flushed: flushed_rx, in_flight }));
     server.add_service(background_service(
         "invalidation-listener",
         InvalidationListener::new(

@@ -41,6 +41,10 @@ pub struct ScanBudget {
 
 pub struct Gateway {
     pub router: Arc<Router>,
+    /// Requests in flight (`crate::drain`).
+    pub in_flight: crate::drain::InFlight,
+    /// The process is stopping or handing its sockets over: answers close their connections.
+    pub closing: crate::drain::Closing,
     pub lookups: Arc<Lookups>,
     pub cache: Arc<ResponseCache>,
     pub limiter: Arc<Limiter>,

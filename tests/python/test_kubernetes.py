@@ -140,8 +140,8 @@ def test_the_proxy_spools_on_a_volume_of_its_own_and_outlives_its_shutdown():
     assert mounts.get(cfg["proxy"]["audit_spool_dir"]) in claims, "the spool is not on a per-replica volume"
     grace = proxy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     pre_stop = int(proxy["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][1])
-    # gw-proxy's own shutdown: 3 s of grace, then up to 5 s for its runtimes (proxy/src/server.rs).
-    assert grace > 3 + 5 + pre_stop
+    # gw-proxy's own shutdown: up to shutdown_grace_secs, then up to 5 s for its runtimes.
+    assert grace > cfg["proxy"]["shutdown_grace_secs"] + 5 + pre_stop
     assert cfg["proxy"]["listen"].startswith("0.0.0.0:") and cfg["proxy"]["metrics_listen"].startswith("0.0.0.0:")
 
 

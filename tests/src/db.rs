@@ -121,3 +121,20 @@ pub async fn execute(sql: &str) {
     let mut conn = connect().await;
     diesel::sql_query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
+
+/// The audit rows of an organization, now.
+pub async fn audit_count(org_id: Uuid) -> i64 {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut conn = connect().await;
+    diesel::sql_query("SELECT count(*) AS n FROM audit_logs WHERE org_id = $1")
+        .bind::<diesel::sql_types::Uuid, _>(org_id)
+        .get_result::<N>(&mut conn)
+        .await
+        .expect("count audit rows")
+        .n
+}

@@ -122,6 +122,11 @@ pub(crate) fn command(program: &Path, guard: Option<&Path>) -> Command {
 pub struct Proc(pub(crate) Child, pub(crate) &'static str);
 
 impl Proc {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
     /// Whether it runs `name` (one of gw's binaries, or `mock-upstream`).
     pub(crate) fn is_bin(&self, name: &str) -> bool {
         self.1 == name
@@ -167,7 +172,19 @@ pub fn start_mock(args: &[&str]) -> (Proc, String) {
 
 /// Spawns one of gw's binaries with a stack's config and the harness's environment.
 pub(crate) fn spawn_bin(name: &str, config: &Path, guard: Option<&Path>, env: &[(String, String)]) -> Proc {
+    spawn_bin_args(name, &[], config, guard, env)
+}
+
+/// [`spawn_bin`] with command-line arguments.
+pub(crate) fn spawn_bin_args(
+    name: &str,
+    args: &[&str],
+    config: &Path,
+    guard: Option<&Path>,
+    env: &[(String, String)],
+) -> Proc {
     let mut cmd = command(&bin(name), guard);
+    cmd.args(args);
     cmd.env("GW_CONFIG", config)
         .env("GW_JWT_SECRET", JWT_SECRET)
         .env("GW_TEST_UPSTREAM_KEY", "sk-upstream-test")

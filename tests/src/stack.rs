@@ -283,6 +283,14 @@ impl Stack {
         (proc, url, format!("http://127.0.0.1:{metrics_port}"))
     }
 
+    /// A new gw-proxy on this private stack's config, started with `--upgrade`: it waits for the
+    /// stack's proxy (told with SIGQUIT) to hand its listening sockets over, then serves on the
+    /// stack's addresses. Stopped when dropped.
+    pub fn proxy_upgrade(&self) -> Proc {
+        let config = self.config.as_ref().expect("upgrades need a private stack (Stack::start_with)");
+        crate::process::spawn_bin_args("gw-proxy", &["--upgrade"], config, None, &self.env)
+    }
+
     /// The generated config file of a private stack (rewrite it and send SIGHUP to reload).
     pub fn config_path(&self) -> &std::path::Path {
         self.config.as_deref().expect("the shared stack's config is not for tests to change")

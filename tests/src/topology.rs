@@ -23,7 +23,13 @@ fn free_ports(count: usize) -> Vec<u16> {
         if out.contains(&p) || out.iter().any(|o| o + 10_000 == p || p + 10_000 == *o) {
             continue;
         }
-        if TcpListener::bind(("127.0.0.1", p)).is_ok() && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+        // Tests of one binary start servers at once: a port another test was given is not free
+        // for this one, even before that test's server binds it.
+        if TcpListener::bind(("127.0.0.1", p)).is_ok()
+            && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
+            && crate::process::claim_port(p)
+            && crate::process::claim_port(p + 10_000)
+        {
             out.push(p);
             if out.len() == count {
                 return out;
@@ -88,7 +94,30 @@ impl RedisCluster {
             .expect("run redis-cli --cluster create");
         assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
         c.wait_until_ok(&ports);
+        c.wait_until_synced(&ports);
         c
+    }
+
+    /// Waits until every replica among `ports` has finished its first sync with its primary: a
+    /// replica that never synced refuses to take over (its data counts as too old), so a test
+    /// that stops a primary right after the cluster formed would find no failover.
+    pub fn wait_until_synced(&self, ports: &[u16]) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let pending: Vec<u16> = ports
+                .iter()
+                .copied()
+                .filter(|p| {
+                    let info = cli(*p, &["info", "replication"]);
+                    info.contains("role:slave") && !info.contains("master_link_status:up")
+                })
+                .collect();
+            if pending.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "replicas {pending:?} never synced with their primaries");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn spawn(&self, port: u16, guarded: bool) -> Child {
@@ -97,6 +126,8 @@ impl RedisCluster {
         crate::process::command(std::path::Path::new("redis-server"), guarded.then_some(marker.as_path()))
             .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
             .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+            // A replica's first sync starts at once instead of waiting 5 s for others to join it.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--cluster-config-file")
             .arg(&conf)
             .arg("--dir")
@@ -118,7 +149,10 @@ impl RedisCluster {
             if ok {
                 return;
             }
-            assert!(Instant::now() < deadline, "the cluster did not become healthy");
+            if Instant::now() >= deadline {
+                let nodes = ports.first().map(|p| cli(*p, &["cluster", "nodes"])).unwrap_or_default();
+                panic!("the cluster did not become healthy:\n{nodes}");
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }

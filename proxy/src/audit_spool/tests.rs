@@ -116,3 +116,54 @@ fn one_process_per_folder() {
     assert!(Spool::open(&d, 1 << 20, metrics()).is_err());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn each_process_claims_a_folder_of_its_own() {
+    let root = dir();
+    let first = claim(&root, 1 << 20, metrics()).unwrap();
+    let second = claim(&root, 1 << 20, metrics()).unwrap();
+    assert_eq!(first.dir(), root.join("0"));
+    assert_eq!(second.dir(), root.join("1"));
+    // The first folder freed is taken again by the next process.
+    drop(first);
+    let third = claim(&root, 1 << 20, metrics()).unwrap();
+    assert_eq!(third.dir(), root.join("0"));
+    assert!(matches!(Spool::open(&root.join("1"), 1 << 20, metrics()), Err(SpoolError::Busy(_))));
+    drop((second, third));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn folders_left_with_records_are_found_and_replayed_once() {
+    let root = dir();
+    let own = claim(&root, 1 << 20, metrics()).unwrap();
+    // A process that stopped with records in its folder; one still running with some; an empty
+    // one; and records a version before instance folders left in the root.
+    let gone = claim(&root, 1 << 20, metrics()).unwrap();
+    gone.append(&[entry(7), entry(8)]).unwrap();
+    let running = claim(&root, 1 << 20, metrics()).unwrap();
+    running.append(&[entry(9)]).unwrap();
+    let empty = claim(&root, 1 << 20, metrics()).unwrap();
+    drop((gone, empty));
+    let legacy = Spool::open(&root, 1 << 20, metrics()).unwrap();
+    legacy.append(&[entry(5)]).unwrap();
+    drop(legacy);
+
+    let mut found = orphans(&root, own.dir());
+    found.sort();
+    assert_eq!(found, vec![root.clone(), root.join("1")]);
+    // Adopted, a folder is this process's to replay; another process finds it busy meanwhile.
+    let adopted = Spool::adopt(&root.join("1"), metrics()).unwrap();
+    assert!(matches!(Spool::adopt(&root.join("1"), metrics()), Err(SpoolError::Busy(_))));
+    let t = adopted.take(10).unwrap().unwrap();
+    assert_eq!(tokens(&t), vec![7, 8]);
+    adopted.done(&t);
+    assert!(adopted.is_empty());
+    drop(adopted);
+    // A process starting now takes a free folder, a replayed one or one with leftovers alike
+    // (what it finds there it replays as its own).
+    // Replayed, it is no orphan any more.
+    assert_eq!(orphans(&root, own.dir()), vec![root.clone()]);
+    drop((own, running));
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -84,6 +84,14 @@ pub struct ProxyConfig {
     pub audit_spool_max_bytes: u64,
     /// A batch waits this long for a free writer before it spills to the spool.
     pub audit_spill_after_ms: u64,
+    /// How long a stopping proxy (SIGTERM, or SIGQUIT after handing its listening sockets to a
+    /// new process) lets in-flight requests and streams finish, at most; it ends as soon as they
+    /// have and their audit rows are written or spooled.
+    pub shutdown_grace_secs: u64,
+    /// The Unix socket a graceful upgrade hands the listening sockets over
+    /// (`gw-proxy --upgrade`, then SIGQUIT to the old process). Default:
+    /// `<audit_spool_dir>/upgrade.sock`.
+    pub upgrade_sock: Option<String>,
     /// Longest body (request or response) kept in the audit row when an organization logs
     /// bodies; longer ones are cut (and marked).
     pub audit_max_body_bytes: usize,
@@ -154,6 +162,8 @@ impl Default for ProxyConfig {
             audit_spool_dir: None,
             audit_spool_max_bytes: 1024 * 1024 * 1024,
             audit_spill_after_ms: 2_000,
+            shutdown_grace_secs: 30,
+            upgrade_sock: None,
             audit_max_body_bytes: 64 * 1024,
             limits_timeout_ms: 250,
             limits_replicas: 1,
