@@ -41,16 +41,29 @@ pub fn month_name(at: DateTime<Utc>) -> String {
 }
 
 /// What there is to do: the months to make, the months to detach and drop (names, with whether a
-/// detach of it is pending).
+/// detach of it is pending), and month tables past retention that are no partition any more (a
+/// detach whose drop failed or never ran).
 async fn work(
     conn: &mut AsyncPgConnection,
     now: DateTime<Utc>,
     retention_months: u32,
-) -> gw_shared::Result<(Vec<DateTime<Utc>>, Vec<(String, bool)>)> {
+) -> gw_shared::Result<(Vec<DateTime<Utc>>, Vec<(String, bool)>, Vec<String>)> {
     let attached: Vec<Partition> = diesel::sql_query(
         "SELECT c.relname AS name, i.inhdetachpending AS pending FROM pg_inherits i \
          JOIN pg_class c ON c.oid = i.inhrelid \
          WHERE i.inhparent = 'audit_logs'::regclass AND c.relname ~ '^audit_logs_y[0-9]{4}m[0-9]{2}$'",
+    )
+    .load(conn)
+    .await?;
+    #[derive(QueryableByName)]
+    struct Name {
+        #[diesel(sql_type = Text)]
+        name: String,
+    }
+    let loose: Vec<Name> = diesel::sql_query(
+        "SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname ~ '^audit_logs_y[0-9]{4}m[0-9]{2}$' \
+         AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)",
     )
     .load(conn)
     .await?;
@@ -59,17 +72,14 @@ async fn work(
         .filter(|at| !attached.iter().any(|p| p.name == month_name(*at)))
         .collect();
     // Kept: this month and the `retention_months - 1` before it. Names sort as months do.
-    let expired = match retention_months {
-        0 => Vec::new(),
-        keep => match now.checked_sub_months(Months::new(keep - 1)) {
-            Some(oldest) => {
-                let oldest = month_name(oldest);
-                attached.into_iter().filter(|p| p.name < oldest).map(|p| (p.name, p.pending)).collect()
-            }
-            None => Vec::new(),
-        },
+    let oldest = match retention_months {
+        0 => None,
+        keep => now.checked_sub_months(Months::new(keep - 1)).map(month_name),
     };
-    Ok((missing, expired))
+    let Some(oldest) = oldest else { return Ok((missing, Vec::new(), Vec::new())) };
+    let expired = attached.into_iter().filter(|p| p.name < oldest).map(|p| (p.name, p.pending)).collect();
+    let leftovers = loose.into_iter().map(|n| n.name).filter(|n| *n < oldest).collect();
+    Ok((missing, expired, leftovers))
 }
 
 /// One round: `None` when there was nothing to do or another replica does it; else the number
@@ -77,11 +87,12 @@ async fn work(
 pub async fn upkeep(state: &AppState) -> Result<Option<usize>, String> {
     let now = state.clock.now();
     let retention = state.cfg.admin.audit_retention_months;
-    let (missing, expired) = {
+    // A look through the pool first: nearly every run finds nothing to do and opens nothing.
+    let (missing, expired, leftovers) = {
         let mut conn = state.db.get().await.map_err(|e| e.to_string())?;
         work(&mut conn, now, retention).await.map_err(|e| e.to_string())?
     };
-    if missing.is_empty() && expired.is_empty() {
+    if missing.is_empty() && expired.is_empty() && leftovers.is_empty() {
         return Ok(None);
     }
     let url = state.cfg.database.migration_url().map_err(|e| e.to_string())?;
@@ -98,8 +109,12 @@ pub async fn upkeep(state: &AppState) -> Result<Option<usize>, String> {
     if !locked.locked {
         return Ok(None);
     }
+    // Under the lock, what there is to do now (another replica may have done some of it).
+    let result = match work(&mut conn, now, retention).await {
+        Ok((missing, expired, leftovers)) => steps(&mut conn, &missing, &expired, &leftovers).await,
+        Err(e) => Err(e.to_string()),
+    };
     // The connection ends with this round, and its session lock with it.
-    let result = steps(&mut conn, &missing, &expired).await;
     drop(conn);
     result.map(Some)
 }
@@ -108,6 +123,7 @@ async fn steps(
     conn: &mut AsyncPgConnection,
     missing: &[DateTime<Utc>],
     expired: &[(String, bool)],
+    leftovers: &[String],
 ) -> Result<usize, String> {
     let exec = |sql: String| diesel::sql_query(sql);
     exec(format!("SET lock_timeout = '{DDL_LOCK_TIMEOUT}'")).execute(conn).await.map_err(|e| e.to_string())?;
@@ -118,8 +134,8 @@ async fn steps(
             .map_err(|e| format!("making the partition of {}: {e}", month_name(*at)))?;
     }
     let mut dropped = 0;
+    // Names come from pg_class and match ^audit_logs_y[0-9]{4}m[0-9]{2}$: safe to quote.
     for (name, pending) in expired {
-        // Names come from pg_class and match ^audit_logs_y[0-9]{4}m[0-9]{2}$: safe to quote.
         exec(format!("SET lock_timeout = '{DETACH_LOCK_TIMEOUT}'")).execute(conn).await.map_err(|e| e.to_string())?;
         let detach = if *pending {
             format!("ALTER TABLE audit_logs DETACH PARTITION \"{name}\" FINALIZE")
@@ -128,6 +144,10 @@ async fn steps(
         };
         exec(detach).execute(conn).await.map_err(|e| format!("detaching {name}: {e}"))?;
         exec(format!("SET lock_timeout = '{DDL_LOCK_TIMEOUT}'")).execute(conn).await.map_err(|e| e.to_string())?;
+        exec(format!("DROP TABLE \"{name}\"")).execute(conn).await.map_err(|e| format!("dropping {name}: {e}"))?;
+        dropped += 1;
+    }
+    for name in leftovers {
         exec(format!("DROP TABLE \"{name}\"")).execute(conn).await.map_err(|e| format!("dropping {name}: {e}"))?;
         dropped += 1;
     }

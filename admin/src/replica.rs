@@ -9,6 +9,9 @@
 //! the one before it (the floor rises; a connection below it is waited on, then the export moves
 //! to the primary). The audit log is append-only, so each batch then sees every row the export's
 //! start saw: the same rows as one snapshot, without holding one open for the whole download.
+//! The primary's position is its WAL *insert* position: with `synchronous_commit = off` a
+//! transaction is visible before its commit record is flushed, and the replica has the
+//! transaction only once it has replayed past that record.
 
 use std::time::{Duration, Instant};
 
@@ -86,7 +89,7 @@ impl Reader {
         }
         let start: Lsn = {
             let mut conn = primary.get().await?;
-            diesel::sql_query("SELECT pg_current_wal_lsn()::text AS lsn").get_result(&mut conn).await?
+            diesel::sql_query("SELECT pg_current_wal_insert_lsn()::text AS lsn").get_result(&mut conn).await?
         };
         match caught_up(pool, &start.lsn).await {
             Some((_, at)) => Ok(Reader { primary, replica: Some((pool.clone(), at)) }),

@@ -19,8 +19,8 @@ BEGIN
                            name, name || '_bounds', lo, hi);
             EXECUTE format('ALTER TABLE audit_logs ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', name, lo, hi);
             EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', name, name || '_bounds');
-        EXCEPTION WHEN duplicate_table THEN
-            NULL; -- another writer created it first
+        EXCEPTION WHEN duplicate_table OR unique_violation THEN
+            NULL; -- another writer created it first (the race shows as either)
         END;
     END IF;
     RETURN name;

@@ -85,6 +85,10 @@ fn batches(queued: usize, size: usize) -> usize {
 /// Batches in flight at once: one writer would cap the flusher at one batch per round trip.
 const CONCURRENT_WRITES: usize = gw_shared::db::audit_copy::WRITERS;
 
+/// Longest a batch's write may take (a connection that hangs, a chain head held by a stuck
+/// transaction): past it the batch spills, and its replay skips whatever did land.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct AuditFlusher {
     rx: Mutex<mpsc::Receiver<AuditEntry>>,
     batch_ready: Arc<Notify>,
@@ -97,8 +101,6 @@ pub struct AuditFlusher {
     drain_for: Duration,
     /// Requests in flight: once shutdown began and none is left, the last rows are in the queue.
     in_flight: crate::drain::InFlight,
-    /// Told once everything is written or spooled after shutdown (`crate::drain::Drain`).
-    flushed: tokio::sync::watch::Sender<bool>,
     /// The folder holding every process's spool folder (this one's and those it adopts).
     spool_root: std::path::PathBuf,
 }
@@ -110,7 +112,6 @@ pub struct ChannelOptions {
     pub drain_for: Duration,
     pub spill_after: Duration,
     pub in_flight: crate::drain::InFlight,
-    pub flushed: tokio::sync::watch::Sender<bool>,
     pub spool_root: std::path::PathBuf,
 }
 
@@ -148,7 +149,6 @@ pub fn channel(
         interval: opts.interval,
         drain_for: opts.drain_for,
         in_flight: opts.in_flight,
-        flushed: opts.flushed,
         spool_root: opts.spool_root,
     };
     (sink, flusher)
@@ -175,7 +175,10 @@ impl BatchWriter {
         let started = Instant::now();
         let mut maybe_written = false;
         loop {
-            match self.copier.write(batch, maybe_written).await {
+            let written = tokio::time::timeout(WRITE_TIMEOUT, self.copier.write(batch, maybe_written))
+                .await
+                .unwrap_or_else(|_| Err(CopyError::Unavailable(format!("no answer within {WRITE_TIMEOUT:?}"))));
+            match written {
                 Ok(()) => {
                     self.metrics.audit_flush_duration.observe(started.elapsed().as_secs_f64());
                     self.written(batch.len());
@@ -438,7 +441,6 @@ impl BackgroundService for AuditFlusher {
             log::warn!("audit flusher stopped with records in the spool: the next start replays them");
         }
         log::info!("audit flusher stopped");
-        let _ = self.flushed.send(true);
     }
 }
 

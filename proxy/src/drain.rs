@@ -11,7 +11,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::sync::watch;
 
 /// Requests in flight in this process.
 #[derive(Clone, Default)]
@@ -66,16 +65,55 @@ impl Closing {
     }
 }
 
-/// Set by the audit flusher once, after shutdown began, nothing is in flight and every row is
-/// written or spooled.
-pub fn flushed_signal() -> (watch::Sender<bool>, watch::Receiver<bool>) {
-    watch::channel(false)
+/// The background services holding data a stop must not lose (the audit flusher, the limiter's
+/// settlements, the event outbox): each, wrapped in [`Tracked`], counts as running until its own
+/// shutdown steps have returned.
+#[derive(Clone, Default)]
+pub struct Finishing(Arc<(AtomicUsize, tokio::sync::Notify)>);
+
+impl Finishing {
+    /// Wraps `inner`, counted as running from now until its `start` returns.
+    pub fn track<S: BackgroundService + Send + Sync + 'static>(&self, inner: S) -> Tracked<S> {
+        self.0 .0.fetch_add(1, Ordering::AcqRel);
+        Tracked { inner, finishing: self.clone() }
+    }
+
+    fn running(&self) -> usize {
+        self.0 .0.load(Ordering::Acquire)
+    }
+
+    async fn all_done(&self) {
+        loop {
+            let notified = self.0 .1.notified();
+            if self.running() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
-/// Ends the process once the flusher says everything is flushed after shutdown began (and no
-/// request came in meanwhile: its row goes to the spool, since the queue is closed).
+/// A background service whose end [`Drain`] waits for.
+pub struct Tracked<S> {
+    inner: S,
+    finishing: Finishing,
+}
+
+#[async_trait]
+impl<S: BackgroundService + Send + Sync> BackgroundService for Tracked<S> {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        self.inner.start(shutdown).await;
+        self.finishing.0 .0.fetch_sub(1, Ordering::AcqRel);
+        self.finishing.0 .1.notify_waiters();
+    }
+}
+
+/// Ends the process once, after shutdown began, nothing is in flight and every tracked service
+/// has finished its own shutdown (the audit flusher has written or spooled every row; a request
+/// that came in meanwhile spools its row, the queue being closed). Pingora's grace period bounds
+/// the wait.
 pub struct Drain {
-    pub flushed: watch::Receiver<bool>,
+    pub finishing: Finishing,
     pub in_flight: InFlight,
 }
 
@@ -87,19 +125,19 @@ impl BackgroundService for Drain {
                 return;
             }
         }
-        let mut flushed = self.flushed.clone();
-        while !*flushed.borrow() {
-            if flushed.changed().await.is_err() {
-                return;
+        loop {
+            self.finishing.all_done().await;
+            while self.in_flight.count() > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // A moment for services that take no data with them (their sockets closing), then
+            // look again: a request may have come in meanwhile.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if self.in_flight.count() == 0 {
+                break;
             }
         }
-        while self.in_flight.count() > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        // The other services' own shutdown steps (leaving the limiter's replica set) started
-        // with the signal: a moment for them, then the end.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        log::info!("gw-proxy stopped: nothing in flight, every audit row written or spooled");
+        log::info!("gw-proxy stopped: nothing in flight, audit rows, settlements and events written or spooled");
         std::process::exit(0);
     }
 }
@@ -107,6 +145,27 @@ impl BackgroundService for Drain {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Quick;
+
+    #[async_trait]
+    impl BackgroundService for Quick {
+        async fn start(&self, _shutdown: ShutdownWatch) {}
+    }
+
+    #[tokio::test]
+    async fn tracked_services_count_until_they_return() {
+        let f = Finishing::default();
+        let a = f.track(Quick);
+        let b = f.track(Quick);
+        assert_eq!(f.running(), 2);
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        a.start(rx.clone()).await;
+        assert_eq!(f.running(), 1);
+        b.start(rx).await;
+        f.all_done().await;
+        assert_eq!(f.running(), 0);
+    }
 
     #[test]
     fn a_request_counts_until_its_guard_is_dropped() {

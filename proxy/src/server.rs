@@ -125,16 +125,18 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
     let spool = Arc::new(crate::audit_spool::claim(&spool_dir, p.audit_spool_max_bytes, metrics.clone())?);
     log::info!("audit spool: {}", spool.dir().display());
     let in_flight = InFlight::default();
-    let (flushed, flushed_rx) = crate::drain::flushed_signal();
+    let finishing = crate::drain::Finishing::default();
     let (sink, flusher) = audit_flusher::channel(
         audit_flusher::ChannelOptions {
             capacity: p.audit_channel_capacity,
             batch_size: p.audit_batch_size,
             interval: Duration::from_millis(p.audit_flush_interval_ms),
-            drain_for: Duration::from_secs(p.shutdown_grace_secs.max(1)),
+            // Room after it for the last writes (bounded) before Pingora's grace period ends.
+            drain_for: Duration::from_secs(
+                p.shutdown_grace_secs.saturating_sub(audit_flusher::WRITE_TIMEOUT.as_secs() + 2).max(1),
+            ),
             spill_after: Duration::from_millis(p.audit_spill_after_ms.max(1)),
             in_flight: in_flight.clone(),
-            flushed,
             spool_root: spool_dir.clone(),
         },
         &cfg.database,
@@ -227,8 +229,7 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
         ListenerConfig::tcp(p.listen.clone()).l4_buffer(L4BufferSettings::default().read(p.client_read_buffer_bytes)),
     );
     server.add_service(proxy);
-    server.add_service(background_service("audit-flusher", flusher));
-    server.add_service(background_service("drain", Drain { flushed: flushed_rx, in_flight }));
+    server.add_service(background_service("audit-flusher", finishing.track(flusher)));
     server.add_service(background_service(
         "invalidation-listener",
         InvalidationListener::new(
@@ -241,8 +242,9 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
     server.add_service(background_service("routes-watch", routes_watch));
     server.add_service(background_service("health-checks", health));
     server.add_service(background_service("cache-writer", CacheWriter(responses)));
-    server.add_service(background_service("limiter", LimiterService(limiter)));
-    server.add_service(background_service("events-outbox", OutboxWriter(outbox)));
+    server.add_service(background_service("limiter", finishing.track(LimiterService(limiter))));
+    server.add_service(background_service("events-outbox", finishing.track(OutboxWriter(outbox))));
+    server.add_service(background_service("drain", Drain { finishing, in_flight }));
     let ops = OpsApp {
         metrics,
         db: db.clone(),

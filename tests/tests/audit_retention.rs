@@ -140,3 +140,31 @@ async fn retention_never_stops_writers_or_readers() {
     let left = format!("SELECT count(*) AS n FROM audit_logs WHERE org_id = '{org}'");
     assert_eq!(count(&mut conn, &left).await, 3, "this month's rows stay, the old month's are gone");
 }
+
+/// Writers on several replicas meeting a month nobody made yet all make it at once: one table,
+/// attached once, and no writer sees an error.
+#[tokio::test]
+async fn a_month_made_by_many_writers_at_once_is_made_once() {
+    let pg = PrivatePostgres::start();
+    let at = Utc::now().checked_add_months(Months::new(7)).unwrap();
+    let attempts = (0..8).map(|_| {
+        let url = pg.url();
+        async move {
+            let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+            diesel::sql_query(format!("SELECT gw_audit_partition('{}'::timestamptz)", at.to_rfc3339()))
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    });
+    let results = futures::future::join_all(attempts).await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let mut conn = AsyncPgConnection::establish(&pg.url()).await.unwrap();
+    let name = format!("audit_logs_y{}", at.format("%Ym%m"));
+    let attached = format!(
+        "SELECT count(*) AS n FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'audit_logs'::regclass AND c.relname = '{name}'"
+    );
+    assert_eq!(count(&mut conn, &attached).await, 1);
+}

@@ -96,6 +96,15 @@ pub async fn connect(url: &str, pooler: Pooler) -> diesel::ConnectionResult<Asyn
 /// A tokio-postgres client to `url` (its connection driven by a task of its own), through the
 /// pooler adapter when `pooler` says so. Errors are said without the URL (it may hold a password).
 pub async fn raw_client(url: &str, pooler: Pooler) -> std::result::Result<tokio_postgres::Client, String> {
+    tokio::time::timeout(CONNECT_TIMEOUT, raw_client_now(url, pooler))
+        .await
+        .unwrap_or_else(|_| Err(format!("no connection within {CONNECT_TIMEOUT:?}")))
+}
+
+/// Longest a new connection may take (a server that does not answer must not hold a caller).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn raw_client_now(url: &str, pooler: Pooler) -> std::result::Result<tokio_postgres::Client, String> {
     let (client, driver) = match pooler {
         Pooler::None => {
             let (client, conn) =

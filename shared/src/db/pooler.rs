@@ -102,6 +102,9 @@ impl<S> Unnamed<S> {
                 if self.from_client.len() < len {
                     return Ok(());
                 }
+                if len < 8 {
+                    return Err(invalid("a startup message too short"));
+                }
                 let msg = self.from_client.split_to(len);
                 let code = (&msg[4..8]).get_i32();
                 // 80877103: SSLRequest, 80877104: GSSENCRequest; the startup message follows.
@@ -225,9 +228,8 @@ impl<S> Unnamed<S> {
         let (name, _) = cstr(after)?;
         if what == b'S' && !name.is_empty() {
             self.statements.remove(name);
-            if self.parsed_in_open.as_deref() == Some(name) {
-                self.parsed_in_open = None;
-            }
+            // The unnamed statement is closed below, whichever statement it held.
+            self.parsed_in_open = None;
             // The client waits for a CloseComplete; closing the unnamed statement answers it.
             self.to_server.extend_from_slice(&[b'C', 0, 0, 0, 6, b'S', 0]);
         } else {
