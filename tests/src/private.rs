@@ -19,6 +19,24 @@ pub struct PrivatePostgres {
     dir: PathBuf,
 }
 
+/// A data directory (owned by `postgres` when running as root: PostgreSQL refuses root) and a
+/// free port in 20000..32000, below the ephemeral range, that no other test of this binary was
+/// given (tests start servers at once). `mul`, `offset` and `step` spread the picks.
+fn server_place(prefix: &str, mul: u16, offset: u16, step: u16) -> (PathBuf, u16) {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("create the data directory");
+    let as_root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"));
+    if as_root {
+        let ok = Command::new("chown").arg("postgres:").arg(&dir).status().is_ok_and(|s| s.success());
+        assert!(ok, "chown of the data directory failed");
+    }
+    let port = (0..200)
+        .map(|i| 20_000 + ((std::process::id() as u16).wrapping_mul(mul).wrapping_add(offset + i * step)) % 12_000)
+        .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok() && crate::process::claim_port(*p))
+        .expect("no free port below 32000");
+    (dir, port)
+}
+
 impl PrivatePostgres {
     fn run(&self, program: &str, args: &[&str]) -> std::process::ExitStatus {
         let exe = self.bin.join(program);
@@ -38,19 +56,7 @@ impl PrivatePostgres {
         let bin = PathBuf::from(std::env::var("GW_PG_BIN").expect(
             "GW_PG_BIN must name PostgreSQL's bin directory (scripts/test exports it from scripts/services.sh env)",
         ));
-        let dir = std::env::temp_dir().join(format!("gw-pg-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).expect("create the data directory");
-        let as_root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"));
-        if as_root {
-            let ok = Command::new("chown").arg("postgres:").arg(&dir).status().is_ok_and(|s| s.success());
-            assert!(ok, "chown of the data directory failed");
-        }
-        // A free port in 20000..32000, below the ephemeral range.
-        let port = (0..200)
-            .map(|i| 20_000 + ((std::process::id() as u16).wrapping_mul(7).wrapping_add(i * 53)) % 12_000)
-            // Two tests of one binary starting servers at once must not pick the same port.
-            .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok() && crate::process::claim_port(*p))
-            .expect("no free port below 32000");
+        let (dir, port) = server_place("gw-pg", 7, 0, 53);
         let pg = PrivatePostgres { port, bin, dir };
         let data = pg.data();
         assert!(pg
@@ -82,17 +88,7 @@ impl PrivatePostgres {
     /// and started: a hot standby replaying the primary's WAL as it streams in (pause it with
     /// `pg_wal_replay_pause()` to make it lag).
     pub fn replica(&self) -> PrivatePostgres {
-        let dir = std::env::temp_dir().join(format!("gw-pg-replica-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).expect("create the replica's directory");
-        let as_root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"));
-        if as_root {
-            let ok = Command::new("chown").arg("postgres:").arg(&dir).status().is_ok_and(|s| s.success());
-            assert!(ok, "chown of the replica's directory failed");
-        }
-        let port = (0..200)
-            .map(|i| 20_000 + ((std::process::id() as u16).wrapping_mul(13).wrapping_add(3000 + i * 59)) % 12_000)
-            .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok() && crate::process::claim_port(*p))
-            .expect("no free port below 32000");
+        let (dir, port) = server_place("gw-pg-replica", 13, 3000, 59);
         let replica = PrivatePostgres { port, bin: self.bin.clone(), dir };
         let primary_port = self.port.to_string();
         assert!(

@@ -22,6 +22,23 @@ fn scope(i: usize) -> [u8; 32] {
     s
 }
 
+/// The lookup's query (or `EXPLAIN` of it, with `prefix`) for scope `i`, bound as the lookup binds it.
+fn nearest_query(
+    prefix: &str,
+    org: Uuid,
+    i: usize,
+    query: &[f32],
+) -> diesel::query_builder::BoxedSqlQuery<'static, diesel::pg::Pg, diesel::query_builder::SqlQuery> {
+    diesel::sql_query(format!("{prefix}{}", nearest_sql(384)))
+        .into_boxed()
+        .bind::<SqlUuid, _>(org)
+        .bind::<Bytea, _>(scope(i).to_vec())
+        .bind::<Integer, _>(384)
+        .bind::<pgvector::sql_types::Vector, _>(Vector::from(query.to_vec()))
+        .bind::<BigInt, _>(5i64)
+        .bind::<Float4, _>(0.9f32)
+}
+
 #[derive(diesel::QueryableByName)]
 struct Line {
     #[diesel(sql_type = diesel::sql_types::Text, column_name = "QUERY PLAN")]
@@ -56,16 +73,7 @@ async fn a_scope_among_many_near_identical_ones_finds_its_own_entries() {
 
     let query = vec![1.0f32; 384];
     // The planner takes the HNSW index for these scopes: this is the case the iterative scan is for.
-    let plan: Vec<Line> = diesel::sql_query(format!("EXPLAIN {}", nearest_sql(384)))
-        .bind::<SqlUuid, _>(org)
-        .bind::<Bytea, _>(&scope(7)[..])
-        .bind::<Integer, _>(384)
-        .bind::<pgvector::sql_types::Vector, _>(Vector::from(query.clone()))
-        .bind::<BigInt, _>(5i64)
-        .bind::<Float4, _>(0.9f32)
-        .load(&mut conn)
-        .await
-        .unwrap();
+    let plan: Vec<Line> = nearest_query("EXPLAIN ", org, 7, &query).load(&mut conn).await.unwrap();
     let plan: Vec<String> = plan.into_iter().map(|l| l.line).collect();
     assert!(plan.iter().any(|l| l.contains("semantic_cache_hnsw_384_idx")), "{plan:#?}");
 
@@ -82,16 +90,7 @@ async fn a_scope_among_many_near_identical_ones_finds_its_own_entries() {
             #[allow(dead_code)]
             similarity: f32,
         }
-        let plain: Vec<Similarity> = diesel::sql_query(nearest_sql(384))
-            .bind::<SqlUuid, _>(org)
-            .bind::<Bytea, _>(&scope(i)[..])
-            .bind::<Integer, _>(384)
-            .bind::<pgvector::sql_types::Vector, _>(Vector::from(query.clone()))
-            .bind::<BigInt, _>(5i64)
-            .bind::<Float4, _>(0.9f32)
-            .load(&mut conn)
-            .await
-            .unwrap();
+        let plain: Vec<Similarity> = nearest_query("", org, i, &query).load(&mut conn).await.unwrap();
         if plain.len() < 5 {
             short_without += 1;
         }
