@@ -19,14 +19,21 @@ use pingora::services::background::BackgroundService;
 use tokio::sync::{mpsc, Mutex, Notify, Semaphore};
 use uuid::Uuid;
 
+use crate::audit_journal::{Journal, Ticket};
 use crate::audit_spool::{Spool, SpoolError};
 use crate::logline::RateLimitedLog;
 use crate::metrics::Metrics;
 
+/// A row on its way to Postgres, with its hold on the journal file it was written to first.
+struct Queued {
+    entry: AuditEntry,
+    _ticket: Option<Ticket>,
+}
+
 /// The request path's end of the audit channel.
 #[derive(Clone)]
 pub struct AuditSink {
-    tx: mpsc::Sender<AuditEntry>,
+    tx: mpsc::Sender<Queued>,
     /// Rung once a batch's worth of rows waits. The flusher does not wait on the channel itself:
     /// a receiver parked in `recv` is woken (an eventfd write and a thread switch on the core
     /// the requests run on) by every record.
@@ -41,8 +48,10 @@ impl AuditSink {
     /// Queues a record without waiting. A full queue means Postgres has been unable to keep up
     /// for a while: the record goes to the spool (one small file append); only a full spool
     /// drops it, counted and logged.
-    pub fn record(&self, entry: AuditEntry) {
-        match self.tx.try_send(entry) {
+    /// `ticket`: the row's hold on the journal (`audit_journal`), let go once it is written or
+    /// spooled.
+    pub fn record(&self, entry: AuditEntry, ticket: Option<Ticket>) {
+        match self.tx.try_send(Queued { entry, _ticket: ticket }) {
             Ok(()) => {
                 self.metrics.audit_enqueued.inc();
                 self.metrics.audit_queue.inc();
@@ -50,9 +59,9 @@ impl AuditSink {
                     self.batch_ready.notify_one();
                 }
             }
-            Err(mpsc::error::TrySendError::Full(entry)) | Err(mpsc::error::TrySendError::Closed(entry)) => {
+            Err(mpsc::error::TrySendError::Full(queued)) | Err(mpsc::error::TrySendError::Closed(queued)) => {
                 self.metrics.audit_enqueued.inc();
-                spill(&self.spool, &self.metrics, &self.dropped_log, std::slice::from_ref(&entry));
+                spill(&self.spool, &self.metrics, &self.dropped_log, std::slice::from_ref(&queued.entry));
             }
         }
     }
@@ -90,7 +99,7 @@ const CONCURRENT_WRITES: usize = gw_shared::db::audit_copy::WRITERS;
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct AuditFlusher {
-    rx: Mutex<mpsc::Receiver<AuditEntry>>,
+    rx: Mutex<mpsc::Receiver<Queued>>,
     batch_ready: Arc<Notify>,
     writer: Arc<BatchWriter>,
     /// How long a batch waits for a free writer before it spills.
@@ -103,6 +112,7 @@ pub struct AuditFlusher {
     in_flight: crate::drain::InFlight,
     /// The folder holding every process's spool folder (this one's and those it adopts).
     spool_root: std::path::PathBuf,
+    journal: Option<Arc<Journal>>,
 }
 
 pub struct ChannelOptions {
@@ -113,6 +123,7 @@ pub struct ChannelOptions {
     pub spill_after: Duration,
     pub in_flight: crate::drain::InFlight,
     pub spool_root: std::path::PathBuf,
+    pub journal: Option<Arc<Journal>>,
 }
 
 pub fn channel(
@@ -150,6 +161,7 @@ pub fn channel(
         drain_for: opts.drain_for,
         in_flight: opts.in_flight,
         spool_root: opts.spool_root,
+        journal: opts.journal,
     };
     (sink, flusher)
 }
@@ -301,15 +313,17 @@ impl BatchWriter {
 impl AuditFlusher {
     /// Hands a batch to a writer task once a write slot is free. While the spool holds
     /// anything, or no slot frees up within `spill_after`, the batch spills instead.
-    async fn dispatch(&self, slots: &Arc<Semaphore>, batch: Vec<AuditEntry>) {
+    /// Each row's journal ticket is let go once the row is written or spilled.
+    async fn dispatch(&self, slots: &Arc<Semaphore>, queued: Vec<Queued>) {
+        let (batch, tickets): (Vec<AuditEntry>, Vec<Option<Ticket>>) =
+            queued.into_iter().map(|q| (q.entry, q._ticket)).unzip();
         if !self.writer.spool.is_empty() {
             self.spill_queued(&batch);
             return;
         }
         let permit = match tokio::time::timeout(self.spill_after, slots.clone().acquire_owned()).await {
             Ok(Ok(p)) => p,
-            Ok(Err(_)) => return,
-            Err(_) => {
+            Ok(Err(_)) | Err(_) => {
                 self.spill_queued(&batch);
                 return;
             }
@@ -317,6 +331,7 @@ impl AuditFlusher {
         let writer = self.writer.clone();
         tokio::spawn(async move {
             writer.write(&batch).await;
+            drop(tickets);
             drop(permit);
         });
     }
@@ -437,6 +452,9 @@ impl BackgroundService for AuditFlusher {
         let _ = slots.acquire_many(CONCURRENT_WRITES as u32).await;
         replay.abort();
         adopt.abort();
+        if let Some(journal) = &self.journal {
+            journal.close();
+        }
         if !self.writer.spool.is_empty() {
             log::warn!("audit flusher stopped with records in the spool: the next start replays them");
         }

@@ -6,6 +6,11 @@
 //! upgrade) spools apart from it, and each process adopts the folders no process holds any more
 //! (a process stopped, crashed or upgraded away) and replays them ([`claim`], [`orphans`]).
 //!
+//! The folder also holds the process's audit journal (`*.journal`, see `audit_journal`): every
+//! answered request's row, written before the answer's last bytes. A folder opened by a process
+//! that did not write it (a restart, an adoption) takes its journal files over as segments to
+//! replay: the process that wrote them died before all their rows were written.
+//!
 //! Segment files `NNNNNNNNNNNNNNNNNNNN.spool` in one folder, locked by one proxy process. Each
 //! holds frames `[length u32 LE][crc32 u32 LE][JSON array of audit entries]`. A frame is written
 //! whole with one `write` under the spool's lock, so a process crash leaves at most a torn last
@@ -102,7 +107,11 @@ pub fn orphans(root: &Path, own: &Path) -> Vec<PathBuf> {
     }
     for dir in candidates {
         let has_segments = std::fs::read_dir(&dir)
-            .map(|it| it.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".spool"))))
+            .map(|it| {
+                it.flatten().any(|e| {
+                    e.file_name().to_str().is_some_and(|n| n.ends_with(".spool") || n.ends_with(JOURNAL_SUFFIX))
+                })
+            })
             .unwrap_or(false);
         if !has_segments {
             continue;
@@ -128,6 +137,38 @@ fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:020}.spool"))
 }
 
+/// How the audit journal's files end (`audit_journal`).
+pub const JOURNAL_SUFFIX: &str = ".journal";
+
+/// One frame: `[length u32 LE][crc32 u32 LE][JSON array of entries]`, written whole with one
+/// `write` so that a crash leaves at most a torn last frame.
+pub fn frame(entries: &[AuditEntry]) -> Result<Vec<u8>, SpoolError> {
+    let mut frame = Vec::with_capacity(512 * entries.len() + HEADER as usize);
+    frame.extend_from_slice(&[0u8; HEADER as usize]);
+    serde_json::to_writer(&mut frame, entries)?;
+    let payload = &frame[HEADER as usize..];
+    let len = u32::try_from(payload.len()).map_err(|_| std::io::Error::other("audit frame over 4 GiB"))?;
+    let crc = crc32fast::hash(payload);
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    frame[4..HEADER as usize].copy_from_slice(&crc.to_le_bytes());
+    Ok(frame)
+}
+
+/// Renames the journal files a dead process left in `dir` into segments after `last` (the
+/// newest segment id), oldest first; returns the new newest id.
+fn adopt_journals(dir: &Path, mut last: u64) -> Result<u64, SpoolError> {
+    let mut journals: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.file_name().to_str()?.strip_suffix(JOURNAL_SUFFIX)?.parse().ok()?, e.path())))
+        .collect();
+    journals.sort_unstable();
+    for (_, path) in journals {
+        last += 1;
+        std::fs::rename(&path, segment_path(dir, last))?;
+    }
+    Ok(last)
+}
+
 fn poisoned() -> std::io::Error {
     std::io::Error::other("spool lock poisoned")
 }
@@ -140,11 +181,17 @@ impl Spool {
         if lock.try_lock().is_err() {
             return Err(SpoolError::Busy(dir.display().to_string()));
         }
-        let mut ids: Vec<u64> = std::fs::read_dir(dir)?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".spool")?.parse().ok())
-            .collect();
-        ids.sort_unstable();
+        let spooled = |dir: &Path| -> Result<Vec<u64>, SpoolError> {
+            let mut ids: Vec<u64> = std::fs::read_dir(dir)?
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".spool")?.parse().ok())
+                .collect();
+            ids.sort_unstable();
+            Ok(ids)
+        };
+        // The journal behind the spool: its rows were answered after the spooled ones were queued.
+        adopt_journals(dir, spooled(dir)?.last().copied().unwrap_or(0))?;
+        let ids = spooled(dir)?;
         let mut segments = VecDeque::new();
         let mut pending = 0;
         for id in &ids {
@@ -191,11 +238,7 @@ impl Spool {
         if entries.is_empty() {
             return Ok(());
         }
-        let payload = serde_json::to_vec(entries)?;
-        let mut frame = Vec::with_capacity(payload.len() + HEADER as usize);
-        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        frame.extend_from_slice(&payload);
+        let frame = frame(entries)?;
         let size = frame.len() as u64;
         let mut st = self.state.lock().map_err(|_| poisoned())?;
         if st.pending + size > self.max_bytes {

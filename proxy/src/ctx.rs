@@ -189,6 +189,11 @@ pub struct RequestCtx {
     /// Counts the request as in flight until the context is dropped (a stopping process waits
     /// for these).
     pub in_flight: Option<crate::drain::Guard>,
+    /// The process's audit journal, when on: the answer step writes the row there before the
+    /// answer's last bytes (`pipeline::answer::write`).
+    pub journal: Option<Arc<crate::audit_journal::Journal>>,
+    /// The journaled row's hold on its journal file, handed to the audit queue with the row.
+    pub journaled: Option<crate::audit_journal::Ticket>,
 }
 
 impl RequestCtx {
@@ -239,6 +244,8 @@ impl RequestCtx {
             template: None,
             experiment: None,
             in_flight: None,
+            journal: None,
+            journaled: None,
         }
     }
 

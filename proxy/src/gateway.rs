@@ -19,6 +19,7 @@ impl ProxyHttp for Gateway {
     fn new_ctx(&self) -> RequestCtx {
         let mut ctx = RequestCtx::new(self.request_timeout);
         ctx.in_flight = Some(self.in_flight.enter());
+        ctx.journal = self.journal.clone();
         ctx
     }
 

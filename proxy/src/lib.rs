@@ -3,6 +3,7 @@
 //! run it with provider adapters of its own: `run(config, registry)`.
 
 mod audit_flusher;
+mod audit_journal;
 mod audit_spool;
 mod ctx;
 mod drain;

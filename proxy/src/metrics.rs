@@ -26,6 +26,8 @@ pub struct Metrics {
     pub audit_spool_bytes: IntGauge,
     /// Records written to the spool, and records replayed from it into Postgres.
     pub audit_spilled: IntCounter,
+    /// Audit rows the journal could not take (a full or broken disk): queued unprotected.
+    pub audit_journal_failures: IntCounter,
     pub audit_replayed: IntCounter,
     /// Time to write one audit batch (a transaction: chain, COPY, heads).
     pub audit_flush_duration: prometheus::Histogram,
@@ -159,6 +161,9 @@ impl Metrics {
         )?;
         registry.register(Box::new(audit_spool_bytes.clone()))?;
         registry.register(Box::new(audit_spilled.clone()))?;
+        let audit_journal_failures =
+            IntCounter::new("gw_audit_journal_failures_total", "Audit rows the journal could not take")?;
+        registry.register(Box::new(audit_journal_failures.clone()))?;
         registry.register(Box::new(audit_replayed.clone()))?;
         registry.register(Box::new(audit_flush_duration.clone()))?;
         let limit_decisions = IntCounterVec::new(
@@ -290,6 +295,7 @@ impl Metrics {
             audit_queue,
             audit_spool_bytes,
             audit_spilled,
+            audit_journal_failures,
             audit_replayed,
             audit_flush_duration,
             limit_decisions,

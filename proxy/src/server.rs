@@ -124,6 +124,9 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
     // upgraded away, may hold another).
     let spool = Arc::new(crate::audit_spool::claim(&spool_dir, p.audit_spool_max_bytes, metrics.clone())?);
     log::info!("audit spool: {}", spool.dir().display());
+    let journal = p
+        .audit_journal
+        .then(|| Arc::new(crate::audit_journal::Journal::new(spool.dir(), p.audit_max_body_bytes, metrics.clone())));
     let in_flight = InFlight::default();
     let finishing = crate::drain::Finishing::default();
     let (sink, flusher) = audit_flusher::channel(
@@ -138,6 +141,7 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
             spill_after: Duration::from_millis(p.audit_spill_after_ms.max(1)),
             in_flight: in_flight.clone(),
             spool_root: spool_dir.clone(),
+            journal: journal.clone(),
         },
         &cfg.database,
         spool,
@@ -162,6 +166,7 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
     let closing = crate::drain::Closing::default();
     let gateway = Gateway {
         in_flight: in_flight.clone(),
+        journal,
         closing: closing.clone(),
         router,
         lookups: lookups.clone(),

@@ -43,6 +43,8 @@ pub struct Gateway {
     pub router: Arc<Router>,
     /// Requests in flight (`crate::drain`).
     pub in_flight: crate::drain::InFlight,
+    /// The audit journal (`crate::audit_journal`), unless `proxy.audit_journal` is off.
+    pub journal: Option<Arc<crate::audit_journal::Journal>>,
     /// The process is stopping or handing its sockets over: answers close their connections.
     pub closing: crate::drain::Closing,
     pub lookups: Arc<Lookups>,

@@ -138,3 +138,14 @@ pub async fn audit_count(org_id: Uuid) -> i64 {
         .expect("count audit rows")
         .n
 }
+
+/// The request ids of an organization's audit rows, now.
+pub async fn audit_ids(org_id: Uuid) -> std::collections::HashSet<Uuid> {
+    use diesel::prelude::*;
+    use diesel_async::RunQueryDsl;
+    use gw_shared::db::schema::audit_logs as a;
+    let mut conn = connect().await;
+    let ids: Vec<Uuid> =
+        a::table.filter(a::org_id.eq(org_id)).select(a::id).load(&mut conn).await.expect("reading audit ids");
+    ids.into_iter().collect()
+}

@@ -255,6 +255,17 @@ impl Stack {
 
     /// [`Self::proxy_replica`], with the replica's metrics address (`http://addr`) too.
     pub async fn proxy_replica_with_metrics(&self) -> (Proc, String, String) {
+        self.replica(false).await
+    }
+
+    /// [`Self::proxy_replica`] spooling under the stack's own spool folder, as processes sharing
+    /// one disk do: each claims an instance folder there, and adopts what a dead one left.
+    pub async fn proxy_replica_sharing_spool(&self) -> (Proc, String) {
+        let (proc, url, _) = self.replica(true).await;
+        (proc, url)
+    }
+
+    async fn replica(&self, share_spool: bool) -> (Proc, String, String) {
         let config = self.config.as_ref().expect("replicas need a private stack (Stack::start_with)");
         let text = std::fs::read_to_string(config).expect("read the stack's config");
         let port = free_port();
@@ -265,7 +276,7 @@ impl Stack {
                 out.push_str(&format!("listen = \"127.0.0.1:{port}\"\n"));
             } else if line.starts_with("metrics_listen = ") {
                 out.push_str(&format!("metrics_listen = \"127.0.0.1:{metrics_port}\"\n"));
-            } else if line.starts_with("audit_spool_dir = ") {
+            } else if line.starts_with("audit_spool_dir = ") && !share_spool {
                 // One proxy per spool folder.
                 let dir = std::env::temp_dir().join(format!("gw-spool-{port}"));
                 out.push_str(&format!("audit_spool_dir = \"{}\"\n", dir.display()));

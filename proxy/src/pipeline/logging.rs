@@ -28,7 +28,7 @@ pub fn run(gw: &Gateway, ctx: &mut RequestCtx) {
         gw.outbox.emit(ev);
     }
     if let Some(entry) = super::audit::record(ctx, gw.audit_max_body) {
-        gw.audit.record(entry);
+        gw.audit.record(entry, ctx.journaled.take());
     }
 }
 

@@ -82,6 +82,11 @@ pub struct ProxyConfig {
     pub audit_spool_dir: Option<String>,
     /// Bytes the spool holds at most; past it records are dropped (counted and logged).
     pub audit_spool_max_bytes: u64,
+    /// Every answered request's audit row is appended to a journal file in the process's spool
+    /// folder before the answer's last bytes go out, so a process killed (SIGKILL, OOM) loses
+    /// no row of a request it answered: the next process on the folder, or a sibling sharing
+    /// the disk, replays it. Off, a crash loses the rows still queued for Postgres.
+    pub audit_journal: bool,
     /// A batch waits this long for a free writer before it spills to the spool.
     pub audit_spill_after_ms: u64,
     /// How long a stopping proxy (SIGTERM, or SIGQUIT after handing its listening sockets to a
@@ -161,6 +166,7 @@ impl Default for ProxyConfig {
             audit_flush_interval_ms: 50,
             audit_spool_dir: None,
             audit_spool_max_bytes: 1024 * 1024 * 1024,
+            audit_journal: true,
             audit_spill_after_ms: 2_000,
             shutdown_grace_secs: 30,
             upgrade_sock: None,

@@ -153,8 +153,21 @@ pub async fn json(
         ctx.response_body = Some(String::from_utf8_lossy(&body).into_owned());
     }
     ctx.body_done = true;
+    journal(ctx);
     session.write_response_body(Some(body), true).await.map_err(|e| ProxyError::client_gone(&e))?;
     Ok(())
+}
+
+/// The audit row as the answer's end goes out, into the journal first: a process killed after
+/// those bytes are sent loses no row of a request it answered (`crate::audit_journal`). The
+/// logging step then queues the row as it stands at the end, with the journal's hold on it.
+fn journal(ctx: &mut RequestCtx) {
+    let Some(journal) = ctx.journal.as_deref() else { return };
+    if ctx.journaled.is_some() {
+        return;
+    }
+    let ticket = crate::pipeline::audit::record(ctx, journal.max_body).and_then(|entry| journal.keep(&entry));
+    ctx.journaled = ticket;
 }
 
 /// Starts an SSE response; the body follows in pieces.
@@ -185,6 +198,7 @@ pub async fn finish_stream(session: &mut Session, ctx: &mut RequestCtx) -> Resul
     ctx.body_done = true;
     let mut tail = format!(": x-gw-cost-usd={}\n\n", format_cost(ctx.cost)).into_bytes();
     tail.extend_from_slice(SSE_DONE);
+    journal(ctx);
     session.write_response_body(Some(Bytes::from(tail)), true).await.map_err(|e| ProxyError::client_gone(&e))
 }
 
@@ -199,6 +213,7 @@ pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError
         if !ctx.stream {
             return Ok(());
         }
+        journal(ctx);
         return session.write_response_body(Some(err.sse_event()), true).await.map_err(|e| ProxyError::client_gone(&e));
     }
     if err.closes_connection() {
