@@ -12,19 +12,21 @@
 //! One `write` per row, unsynced: the rows survive the process, not the machine (as the spool).
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use gw_shared::audit::AuditEntry;
 
-use crate::audit_spool::{frame, SpoolError, JOURNAL_SUFFIX};
+use crate::audit_spool::{frame, SpoolError, HEADER, JOURNAL_SUFFIX};
 use crate::logline::RateLimitedLog;
 use crate::metrics::Metrics;
 
-/// A file is no longer appended to past this size (a crash replays at most the files whose rows
-/// are not all written yet).
-const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
+/// A journal file's size (a crash replays at most the files whose rows are not all written yet).
+/// Larger when rows may be larger (bodies kept in rows, JSON-escaped at worst six bytes a byte).
+fn segment_bytes(max_body: usize) -> usize {
+    (4 << 20).max(max_body.saturating_mul(12).saturating_add(1 << 20))
+}
 
 /// One journal file. Removed when the journal has moved past it and no row's ticket holds it.
 struct Segment {
@@ -42,16 +44,19 @@ impl Drop for Segment {
 /// Held by a journaled row until it is written to Postgres or spooled: its file stays until then.
 pub struct Ticket(#[allow(dead_code)] Arc<Segment>);
 
+/// The file being appended to: allocated to its full size when started, so a row's write moves
+/// neither the file's size nor its allocation (no filesystem journal transaction per row).
 struct Current {
     segment: Arc<Segment>,
     file: File,
-    len: u64,
+    len: usize,
 }
 
 pub struct Journal {
     dir: PathBuf,
     /// Longest body an audit row keeps (the rows journaled are the rows written).
     pub max_body: usize,
+    segment_bytes: usize,
     state: Mutex<State>,
     metrics: Arc<Metrics>,
     log: RateLimitedLog,
@@ -69,6 +74,7 @@ impl Journal {
         Journal {
             dir: dir.to_path_buf(),
             max_body,
+            segment_bytes: segment_bytes(max_body),
             state: Mutex::new(State { current: None, next_id: 1 }),
             metrics,
             log: RateLimitedLog::new(module_path!(), std::time::Duration::from_secs(5)),
@@ -91,18 +97,21 @@ impl Journal {
     /// Appends one row; its ticket keeps the file until the row is written elsewhere.
     pub fn append(&self, entry: &AuditEntry) -> Result<Ticket, SpoolError> {
         let frame = frame(std::slice::from_ref(entry))?;
+        if frame.len() > self.segment_bytes {
+            return Err(std::io::Error::other("an audit row larger than a journal file").into());
+        }
         let mut st = self.state.lock().map_err(|_| std::io::Error::other("audit journal lock poisoned"))?;
-        if st.current.as_ref().is_none_or(|c| c.len >= SEGMENT_BYTES) {
+        if st.current.as_ref().is_none_or(|c| c.len + frame.len() > self.segment_bytes) {
             st.current = None;
             st.current = Some(self.start(&mut st.next_id)?);
         }
         let Some(current) = st.current.as_mut() else { return Err(std::io::Error::other("no journal file").into()) };
-        if let Err(e) = current.file.write_all(&frame) {
+        if let Err(e) = current.file.write_all_at(&frame, current.len as u64) {
             // A partial frame may be on disk: never append after it (replay stops at a torn frame).
             st.current = None;
             return Err(e.into());
         }
-        current.len += frame.len() as u64;
+        current.len += frame.len();
         Ok(Ticket(current.segment.clone()))
     }
 
@@ -110,11 +119,17 @@ impl Journal {
         loop {
             let path = self.dir.join(format!("{:020}{JOURNAL_SUFFIX}", *next_id));
             *next_id += 1;
-            match OpenOptions::new().create_new(true).append(true).open(&path) {
-                Ok(file) => return Ok(Current { segment: Arc::new(Segment { path }), file, len: 0 }),
+            let file = match OpenOptions::new().create_new(true).write(true).open(&path) {
+                Ok(file) => file,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e.into()),
+            };
+            let segment = Arc::new(Segment { path });
+            let size = self.segment_bytes as u64;
+            if rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, size).is_err() {
+                file.set_len(size)?; // a filesystem without fallocate: a sparse file
             }
+            return Ok(Current { segment, file, len: 0 });
         }
     }
 
@@ -125,6 +140,21 @@ impl Journal {
             st.current = None;
         }
     }
+}
+
+/// The length of a journal file's frames: a journal file is sized ahead and its unused tail is
+/// zeros, which end it (a frame's header is written after its payload).
+pub fn used_length(bytes: &[u8]) -> usize {
+    let h = HEADER as usize;
+    let mut pos = 0;
+    while pos + h <= bytes.len() {
+        let len = u32::from_le_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]]) as usize;
+        if len == 0 || pos + h + len > bytes.len() {
+            break;
+        }
+        pos += h + len;
+    }
+    pos
 }
 
 #[cfg(test)]
@@ -170,11 +200,13 @@ mod tests {
         let d = dir();
         let journal = Journal::new(&d, 1024, Arc::new(Metrics::new().unwrap()));
         let mut held = Vec::new();
-        let mut written = 0u64;
-        while written < SEGMENT_BYTES {
-            written += frame(&[entry(0)]).unwrap().len() as u64;
+        let mut written = 0;
+        let size = frame(&[entry(0)]).unwrap().len();
+        while written + size <= segment_bytes(1024) {
+            written += size;
             held.push(journal.append(&entry(0)).unwrap());
         }
+        assert_eq!(files(&d, JOURNAL_SUFFIX), 1);
         held.push(journal.append(&entry(0)).unwrap());
         assert_eq!(files(&d, JOURNAL_SUFFIX), 2);
         held.clear();
@@ -211,7 +243,7 @@ mod tests {
         let d = dir();
         let metrics = Arc::new(Metrics::new().unwrap());
         {
-            let journal = Journal::new(&d, 1024, Arc::new(Metrics::new().unwrap()));
+            let journal = Journal::new(&d, 1024, metrics.clone());
             std::mem::forget(journal.append(&entry(1)).unwrap());
             std::mem::forget(journal.append(&entry(2)).unwrap());
             std::mem::forget(journal);
@@ -222,10 +254,25 @@ mod tests {
             .find(|e| e.file_name().to_str().unwrap().ends_with(JOURNAL_SUFFIX))
             .unwrap()
             .path();
-        let len = std::fs::metadata(&path).unwrap().len();
-        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len - 3).unwrap();
+        // The second row's last byte never made it (the process died copying it).
+        let mut bytes = std::fs::read(&path).unwrap();
+        let end = used_length(&bytes);
+        assert_eq!(end, 2 * frame(&[entry(1)]).unwrap().len());
+        bytes[end - 1] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
         let spool = Spool::adopt(&d, metrics).unwrap();
         let taken = spool.take(100).unwrap().unwrap();
         assert_eq!(taken.entries.iter().map(|e| e.record.prompt_tokens).collect::<Vec<_>>(), [1]);
+    }
+
+    #[test]
+    fn the_used_length_ends_at_the_zeros() {
+        let one = frame(&[entry(1)]).unwrap();
+        let mut bytes = one.clone();
+        bytes.extend_from_slice(&one);
+        bytes.extend_from_slice(&[0u8; 100]);
+        assert_eq!(used_length(&bytes), 2 * one.len());
+        assert_eq!(used_length(&bytes[..one.len() + 3]), one.len(), "a header past the end is not a frame");
+        assert_eq!(used_length(&[]), 0);
     }
 }

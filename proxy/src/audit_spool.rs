@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 
 /// A segment is closed and a new one started past this size.
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-const HEADER: u64 = 8;
+pub const HEADER: u64 = 8;
 /// Largest frame accepted back (a corrupt length must not make replay allocate gigabytes).
 const MAX_FRAME: u64 = 256 * 1024 * 1024;
 
@@ -163,6 +163,9 @@ fn adopt_journals(dir: &Path, mut last: u64) -> Result<u64, SpoolError> {
         .collect();
     journals.sort_unstable();
     for (_, path) in journals {
+        // Its unused tail (zeros: a journal file is allocated ahead) is not frames.
+        let used = crate::audit_journal::used_length(&std::fs::read(&path)?);
+        OpenOptions::new().write(true).open(&path)?.set_len(used as u64)?;
         last += 1;
         std::fs::rename(&path, segment_path(dir, last))?;
     }

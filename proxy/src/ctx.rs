@@ -30,6 +30,9 @@ pub enum Endpoint {
     Models,
     ChatCompletions,
     Embeddings,
+    /// Anthropic's Messages API: run as a chat request, answered in the Messages shapes.
+    Messages,
+    MessagesCountTokens,
 }
 
 impl Endpoint {
@@ -38,14 +41,23 @@ impl Endpoint {
             Endpoint::Models => "/v1/models",
             Endpoint::ChatCompletions => "/v1/chat/completions",
             Endpoint::Embeddings => "/v1/embeddings",
+            Endpoint::Messages => "/v1/messages",
+            Endpoint::MessagesCountTokens => "/v1/messages/count_tokens",
         }
+    }
+
+    /// Whether answers and errors take the Messages API's shapes.
+    pub fn is_messages(self) -> bool {
+        matches!(self, Endpoint::Messages | Endpoint::MessagesCountTokens)
     }
 
     /// What an adapter is asked to serve for this endpoint (`/v1/models` asks no adapter).
     pub fn provider_endpoint(self) -> gw_shared::providers::Endpoint {
         match self {
             Endpoint::Embeddings => gw_shared::providers::Endpoint::Embeddings,
-            Endpoint::ChatCompletions | Endpoint::Models => gw_shared::providers::Endpoint::ChatCompletions,
+            Endpoint::ChatCompletions | Endpoint::Models | Endpoint::Messages | Endpoint::MessagesCountTokens => {
+                gw_shared::providers::Endpoint::ChatCompletions
+            }
         }
     }
 
@@ -194,6 +206,12 @@ pub struct RequestCtx {
     pub journal: Option<Arc<crate::audit_journal::Journal>>,
     /// The journaled row's hold on its journal file, handed to the audit queue with the row.
     pub journaled: Option<crate::audit_journal::Ticket>,
+    /// The audit row as journaled at a complete answer's end: the logging step queues it (its
+    /// timings brought up to date) instead of building it again, unless the request's outcome
+    /// changed since (the last write failed).
+    pub answered_row: Option<gw_shared::audit::AuditEntry>,
+    /// A streamed Messages answer's re-framing of the pipeline's chunks.
+    pub messages_events: Option<Box<gw_shared::messages::EventEncoder>>,
 }
 
 impl RequestCtx {
@@ -246,6 +264,8 @@ impl RequestCtx {
             in_flight: None,
             journal: None,
             journaled: None,
+            answered_row: None,
+            messages_events: None,
         }
     }
 

@@ -20,6 +20,7 @@ pub mod ids;
 pub mod jwt;
 pub mod keys;
 pub mod limits;
+pub mod messages;
 pub mod money;
 pub mod net_guard;
 pub mod openai;

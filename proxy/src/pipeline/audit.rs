@@ -128,6 +128,19 @@ pub fn record(ctx: &RequestCtx, max_body: usize) -> Option<AuditEntry> {
     Some(AuditEntry { record, user_agent: ctx.user_agent.clone() })
 }
 
+/// Whether a row built at the answer's end still says how the request ended (its last write did
+/// not fail, which would change its status, error and the attempt's outcome).
+pub fn unchanged_since(row: &AuditEntry, ctx: &RequestCtx) -> bool {
+    row.record.status_code == i32::from(ctx.status) && row.record.error_type.as_deref() == ctx.error
+}
+
+/// A row built at the answer's end, with the timings as they are now (the last write's time,
+/// and an in-process attempt's time known once it returned).
+pub fn refresh_timings(row: &mut AuditEntry, ctx: &RequestCtx) {
+    row.record.latency_ms = ms_i32(ctx.started.elapsed());
+    row.record.overhead_us = ctx.overhead().map(|d| i32::try_from(d.as_micros()).unwrap_or(i32::MAX));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use crate::error::ProxyError;
 use crate::lookup::LookupError;
 use crate::state::Gateway;
 
-use gw_shared::accounts::{permits, PERM_CHAT, PERM_EMBEDDINGS, PERM_MODELS};
+use gw_shared::accounts::{permits, PERM_CHAT, PERM_EMBEDDINGS, PERM_MESSAGES, PERM_MODELS};
 
 use crate::ctx::Endpoint;
 
@@ -20,14 +20,21 @@ fn scope(endpoint: Option<Endpoint>) -> &'static str {
     match endpoint {
         Some(Endpoint::Models) => PERM_MODELS,
         Some(Endpoint::Embeddings) => PERM_EMBEDDINGS,
+        Some(Endpoint::Messages | Endpoint::MessagesCountTokens) => PERM_MESSAGES,
         Some(Endpoint::ChatCompletions) | None => PERM_CHAT,
     }
 }
 
 pub async fn run(gw: &Gateway, session: &Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
-    let header = session.req_header().headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-    let header = header.ok_or(ProxyError::MissingAuth)?;
-    let token = keys::parse_bearer(header).ok_or(ProxyError::MalformedAuth)?;
+    let headers = &session.req_header().headers;
+    let token = match (headers.get(http::header::AUTHORIZATION), headers.get("x-api-key")) {
+        (Some(header), _) => keys::parse_bearer(header.as_bytes()).ok_or(ProxyError::MalformedAuth)?,
+        // Anthropic's SDKs send the key in `x-api-key`.
+        (None, Some(key)) => {
+            key.to_str().ok().map(str::trim).filter(|k| !k.is_empty()).ok_or(ProxyError::MalformedAuth)?
+        }
+        (None, None) => return Err(ProxyError::MissingAuth),
+    };
     if keys::looks_like_jwt(token) || token.starts_with(keys::SERVICE_TOKEN_PREFIX) {
         return Err(ProxyError::SessionTokenOnProxy);
     }

@@ -15,6 +15,8 @@ pub fn endpoint(session: &Session) -> Result<Endpoint, ProxyError> {
         "/v1/models" => (Endpoint::Models, http::Method::GET, "GET"),
         "/v1/chat/completions" => (Endpoint::ChatCompletions, http::Method::POST, "POST"),
         "/v1/embeddings" => (Endpoint::Embeddings, http::Method::POST, "POST"),
+        "/v1/messages" => (Endpoint::Messages, http::Method::POST, "POST"),
+        "/v1/messages/count_tokens" => (Endpoint::MessagesCountTokens, http::Method::POST, "POST"),
         _ => return Err(ProxyError::NotFound { method: echo(req.method.as_str()), path: echo(path) }),
     };
     if req.method != allowed {

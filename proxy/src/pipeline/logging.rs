@@ -27,7 +27,14 @@ pub fn run(gw: &Gateway, ctx: &mut RequestCtx) {
     if let Some(ev) = policy_blocked(ctx) {
         gw.outbox.emit(ev);
     }
-    if let Some(entry) = super::audit::record(ctx, gw.audit_max_body) {
+    let entry = match ctx.answered_row.take() {
+        Some(mut row) if super::audit::unchanged_since(&row, ctx) => {
+            super::audit::refresh_timings(&mut row, ctx);
+            Some(row)
+        }
+        _ => super::audit::record(ctx, gw.audit_max_body),
+    };
+    if let Some(entry) = entry {
         gw.audit.record(entry, ctx.journaled.take());
     }
 }

@@ -40,6 +40,12 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
         Endpoint::Models => return models::run(gw, session, ctx).await,
         Endpoint::ChatCompletions => parse::run(gw, session, ctx).await?,
         Endpoint::Embeddings => parse::run_embeddings(gw, session, ctx).await?,
+        Endpoint::Messages => parse::run_messages(gw, session, ctx).await?,
+        Endpoint::MessagesCountTokens => {
+            parse::run_messages(gw, session, ctx).await?;
+            resolve::run(gw, session, ctx).await?;
+            return answer::count_tokens(session, ctx).await;
+        }
     }
     experiment::run(gw, session, ctx).await?;
     resolve::run(gw, session, ctx).await?;

@@ -18,6 +18,31 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
     Ok(())
 }
 
+/// A Messages API request (`/v1/messages` or its `count_tokens`), run as the chat request it
+/// amounts to.
+pub async fn run_messages(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    let body = ctx.within_deadline(read_bounded(session, gw.limits.max_body_bytes)).await??;
+    let bad = |message: String, param: Option<String>| ProxyError::BadRequest { message, param };
+    let value: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| bad(format!("We could not parse the JSON body of your request: {e}"), None))?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(bad("The request body must be a JSON object.".into(), None));
+    };
+    let count_only = ctx.endpoint == Some(crate::ctx::Endpoint::MessagesCountTokens);
+    let chat = gw_shared::messages::chat_body(&map, count_only).map_err(|p| bad(p.message, p.param))?;
+    let req = ChatRequest::from_map(chat).map_err(|p| bad(p.message, p.param))?;
+    ctx.model = Some(req.model.clone());
+    ctx.stream = req.stream;
+    if req.stream {
+        ctx.messages_events = Some(Box::new(gw_shared::messages::EventEncoder::new(
+            gw_shared::messages::message_id(ctx.request_id),
+            req.model.clone(),
+        )));
+    }
+    ctx.request = Some(req);
+    Ok(())
+}
+
 pub async fn run_embeddings(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let body = ctx.within_deadline(read_bounded(session, gw.limits.max_body_bytes)).await??;
     let req =

@@ -6,6 +6,7 @@
 //! The route step picks a deployment, makes the exchange and hands the answer over.
 
 mod bill;
+mod count;
 mod guard;
 mod keep;
 mod plain;
@@ -16,6 +17,7 @@ mod write;
 use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
 use gw_shared::routing::Deployment;
 
+pub use count::count_tokens;
 pub use plain::plain;
 pub use replay::replay;
 pub use stream::{stream, StreamIn};

@@ -13,7 +13,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
-use crate::ctx::RequestCtx;
+use crate::ctx::{Endpoint, RequestCtx};
 use crate::error::ProxyError;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static(headers::REQUEST_ID);
@@ -143,6 +143,7 @@ pub async fn json(
     body: Bytes,
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<(), ProxyError> {
+    let body = if status == 200 && ctx.endpoint == Some(Endpoint::Messages) { as_message(ctx, &body) } else { body };
     let mut parts = header(ctx, status, JSON)?;
     parts.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     for (name, value) in extra {
@@ -153,21 +154,34 @@ pub async fn json(
         ctx.response_body = Some(String::from_utf8_lossy(&body).into_owned());
     }
     ctx.body_done = true;
-    journal(ctx);
+    journal(ctx, true);
     session.write_response_body(Some(body), true).await.map_err(|e| ProxyError::client_gone(&e))?;
     Ok(())
 }
 
+/// A chat completion body as the Messages API's `message`.
+fn as_message(ctx: &RequestCtx, body: &[u8]) -> Bytes {
+    let chat: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let id = gw_shared::messages::message_id(ctx.request_id);
+    let message = gw_shared::messages::message(&chat, &id, ctx.model.as_deref().unwrap_or_default(), &ctx.usage);
+    Bytes::from(message.to_string())
+}
+
 /// The audit row as the answer's end goes out, into the journal first: a process killed after
 /// those bytes are sent loses no row of a request it answered (`crate::audit_journal`). The
-/// logging step then queues the row as it stands at the end, with the journal's hold on it.
-fn journal(ctx: &mut RequestCtx) {
+/// logging step queues the row with the journal's hold on it. `complete`: nothing about the
+/// request changes after this write but its timings (a stream's error event is followed by
+/// reading on and billing what the upstream produced, so its row is built again at the end).
+fn journal(ctx: &mut RequestCtx, complete: bool) {
     let Some(journal) = ctx.journal.as_deref() else { return };
     if ctx.journaled.is_some() {
         return;
     }
-    let ticket = crate::pipeline::audit::record(ctx, journal.max_body).and_then(|entry| journal.keep(&entry));
-    ctx.journaled = ticket;
+    let Some(entry) = crate::pipeline::audit::record(ctx, journal.max_body) else { return };
+    ctx.journaled = journal.keep(&entry);
+    if complete {
+        ctx.answered_row = Some(entry);
+    }
 }
 
 /// Starts an SSE response; the body follows in pieces.
@@ -184,6 +198,10 @@ pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result
 const STREAM_BODY_CAPTURE: usize = 1024 * 1024;
 
 pub async fn stream_bytes(session: &mut Session, ctx: &mut RequestCtx, bytes: Bytes) -> Result<(), ProxyError> {
+    let bytes = match ctx.messages_events.as_mut() {
+        Some(events) => Bytes::from(events.frames(&bytes)),
+        None => bytes,
+    };
     if ctx.log_bodies {
         let kept = ctx.response_body.get_or_insert_with(String::new);
         if kept.len() < STREAM_BODY_CAPTURE {
@@ -197,9 +215,23 @@ pub async fn stream_bytes(session: &mut Session, ctx: &mut RequestCtx, bytes: By
 pub async fn finish_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     ctx.body_done = true;
     let mut tail = format!(": x-gw-cost-usd={}\n\n", format_cost(ctx.cost)).into_bytes();
-    tail.extend_from_slice(SSE_DONE);
-    journal(ctx);
+    match ctx.messages_events.as_mut() {
+        Some(events) => tail.extend_from_slice(&events.finish(&ctx.usage)),
+        None => tail.extend_from_slice(SSE_DONE),
+    }
+    journal(ctx, true);
     session.write_response_body(Some(Bytes::from(tail)), true).await.map_err(|e| ProxyError::client_gone(&e))
+}
+
+/// An error's message for a Messages API client (whose SDKs send the key in `x-api-key`).
+fn messages_error(err: &ProxyError) -> String {
+    match err {
+        ProxyError::MissingAuth => {
+            "You didn't provide an API key. Send it as 'x-api-key: <API_KEY>' or 'Authorization: Bearer <API_KEY>'."
+                .into()
+        }
+        _ => err.body().error.message,
+    }
 }
 
 /// Answers with the error: the OpenAI error object and its status, or, once a stream has
@@ -213,14 +245,28 @@ pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError
         if !ctx.stream {
             return Ok(());
         }
-        journal(ctx);
-        return session.write_response_body(Some(err.sse_event()), true).await.map_err(|e| ProxyError::client_gone(&e));
+        journal(ctx, false);
+        let event = match ctx.endpoint {
+            Some(e) if e.is_messages() => Bytes::from(gw_shared::messages::error_event(
+                err.status(),
+                &messages_error(err),
+                &ctx.request_id.to_string(),
+            )),
+            _ => err.sse_event(),
+        };
+        return session.write_response_body(Some(event), true).await.map_err(|e| ProxyError::client_gone(&e));
     }
     if err.closes_connection() {
         // The rest of the request was not read: the connection cannot carry another one.
         session.set_keepalive(None);
     }
-    let body = serde_json::to_vec(&err.body()).map_err(|e| ProxyError::internal("error body", e))?;
+    let body = match ctx.endpoint {
+        Some(e) if e.is_messages() => {
+            let body = gw_shared::messages::error_body(err.status(), &messages_error(err), &ctx.request_id.to_string());
+            body.to_string().into_bytes()
+        }
+        _ => serde_json::to_vec(&err.body()).map_err(|e| ProxyError::internal("error body", e))?,
+    };
     json(session, ctx, err.status(), Bytes::from(body), err.extra_headers()).await
 }
 

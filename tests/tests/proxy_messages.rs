@@ -1,0 +1,270 @@
+//! `POST /v1/messages` and `/v1/messages/count_tokens` (Anthropic's Messages API) on the shared
+//! stack: answered in the Messages shapes (the `message` object, the SSE event sequence, the
+//! error object) whatever serves the model: an OpenAI-compatible deployment (`gpt-4o-mini`) and
+//! an Anthropic one (`claude-test`), each the mock upstream in its own dialect. The key in
+//! `x-api-key` or `Authorization`; tool uses streamed as `input_json_delta` fragments that
+//! reassemble exactly; a tool result answered; the audit row and cost as for chat.
+
+use gw_tests::{db, request_id, Stack, StackOptions};
+use serde_json::{json, Value};
+
+const MODELS: [&str; 2] = ["gpt-4o-mini", "claude-test"];
+
+async fn messages(stack: &Stack, key: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}/v1/messages", stack.proxy))
+        .header("x-api-key", key)
+        .header("anthropic-version", "2023-06-01")
+        .json(&body)
+        .send()
+        .await
+        .expect("messages request")
+}
+
+/// The events of a Messages stream, as (event name, data).
+fn events(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut name = None;
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = Some(n.to_string());
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = Some(serde_json::from_str(d).expect("an event's data is JSON"));
+                }
+            }
+            Some((name?, data?))
+        })
+        .collect()
+}
+
+fn text_of(events: &[(String, Value)]) -> String {
+    events
+        .iter()
+        .filter(|(_, d)| d["delta"]["type"] == "text_delta")
+        .map(|(_, d)| d["delta"]["text"].as_str().unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_message_comes_back_in_the_messages_shape_from_either_kind_of_deployment() {
+    let stack = Stack::shared().await;
+    let (s, key, _) = stack.org_with_key().await;
+    for model in MODELS {
+        let body = json!({"model": model, "max_tokens": 64, "system": "Be brief.",
+                          "messages": [{"role": "user", "content": "Say hello"}]});
+        let r = messages(&stack, &key, body).await;
+        assert_eq!(r.status(), 200, "{model}");
+        let id = request_id(&r);
+        assert!(r.headers().get("x-gw-cost-usd").is_some());
+        let m: Value = r.json().await.unwrap();
+        assert_eq!(m["type"], "message");
+        assert_eq!(m["role"], "assistant");
+        assert_eq!(m["model"], model);
+        assert_eq!(m["id"], format!("msg_{}", id.simple()));
+        assert_eq!(m["stop_reason"], "end_turn");
+        assert!(m["stop_sequence"].is_null());
+        assert_eq!(m["content"][0]["type"], "text");
+        assert!(!m["content"][0]["text"].as_str().unwrap().is_empty());
+        for field in ["input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"] {
+            assert!(m["usage"][field].is_u64(), "{model}: usage.{field}");
+        }
+        assert!(m["usage"]["input_tokens"].as_u64().unwrap() > 0);
+        let row = db::audit_row(s.org_id, id).await;
+        assert_eq!(row.endpoint, "/v1/messages");
+        assert!(row.cost_usd > rust_decimal::Decimal::ZERO, "{model}: a message reaching an upstream is billed");
+        assert_eq!(row.prompt_tokens as u64, m["usage"]["input_tokens"].as_u64().unwrap());
+    }
+}
+
+#[tokio::test]
+async fn a_stream_is_the_messages_event_sequence_and_says_what_the_plain_answer_says() {
+    let stack = Stack::shared().await;
+    let (_s, key, _) = stack.org_with_key().await;
+    for model in MODELS {
+        let ask = |stream: bool| {
+            json!({"model": model, "max_tokens": 64, "stream": stream,
+                   "messages": [{"role": "user", "content": "Tell me about streams"}]})
+        };
+        let plain: Value = messages(&stack, &key, ask(false)).await.json().await.unwrap();
+        let r = messages(&stack, &key, ask(true)).await;
+        assert_eq!(r.status(), 200);
+        assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+        let ev = events(&r.text().await.unwrap());
+        let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names.first(), Some(&"message_start"), "{model}: {names:?}");
+        assert_eq!(&names[names.len() - 2..], ["message_delta", "message_stop"], "{model}");
+        assert_eq!(names[1], "content_block_start");
+        assert!(names.contains(&"content_block_stop"));
+        assert!(ev.iter().all(|(n, d)| d["type"] == n.as_str()), "every event's type is its name");
+        assert_eq!(ev[0].1["message"]["model"], model);
+        assert_eq!(text_of(&ev), plain["content"][0]["text"].as_str().unwrap(), "{model}");
+        let delta = &ev[ev.len() - 2].1;
+        assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+        assert_eq!(delta["usage"]["output_tokens"], plain["usage"]["output_tokens"], "{model}");
+        assert_eq!(delta["usage"]["input_tokens"], plain["usage"]["input_tokens"], "{model}");
+    }
+}
+
+/// An OpenAI-compatible deployment whose answers are calls of the request's first tool (the
+/// mock makes OpenAI tool calls only when a knob says so, and a Messages body has no room for
+/// the mock's per-request knobs).
+fn tool_calling() -> String {
+    "[[providers]]\nname = \"tool-caller\"\nkind = \"openai\"\n\
+     base_url = \"{mock}/k/tool_call_arguments=%7B%22city%22%3A%22Paris%22%7D,chunk_chars=3/v1\"\n\
+     api_key_env = \"GW_TEST_UPSTREAM_KEY\"\n\
+     [[models]]\nname = \"gpt-tools\"\ndeployments = [{ provider = \"tool-caller\", model = \"gpt-4o-mini\" }]\n"
+        .into()
+}
+
+#[tokio::test]
+async fn a_streamed_tool_use_reassembles_exactly_and_its_result_is_answered() {
+    let stack = Stack::start_with(StackOptions { extra_config: tool_calling(), ..Default::default() }).await;
+    let (_s, key, _) = stack.org_with_key().await;
+    let tools = json!([{"name": "get_weather", "description": "The weather in a city",
+                        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    // The calling model, and the one the result goes back to.
+    for (model, answering) in [("gpt-tools", "gpt-4o-mini"), ("claude-test", "claude-test")] {
+        let ask = json!({"model": model, "max_tokens": 64, "stream": true, "tools": tools,
+                         "messages": [{"role": "user", "content": "What is the weather in Paris?"}]});
+        let r = messages(&stack, &key, ask).await;
+        assert_eq!(r.status(), 200);
+        let ev = events(&r.text().await.unwrap());
+        let start = ev
+            .iter()
+            .find(|(n, d)| n == "content_block_start" && d["content_block"]["type"] == "tool_use")
+            .unwrap_or_else(|| panic!("{model}: no tool_use block in {ev:?}"));
+        let block = &start.1["content_block"];
+        assert_eq!(block["name"], "get_weather");
+        assert_eq!(block["input"], json!({}));
+        let index = &start.1["index"];
+        let json_text: String = ev
+            .iter()
+            .filter(|(_, d)| d["index"] == *index && d["delta"]["type"] == "input_json_delta")
+            .map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(serde_json::from_str::<Value>(&json_text).unwrap(), json!({"city": "Paris"}), "{model}");
+        assert_eq!(ev[ev.len() - 2].1["delta"]["stop_reason"], "tool_use");
+
+        // The result goes back as a tool_result block.
+        let id = block["id"].as_str().unwrap();
+        let follow = json!({"model": answering, "max_tokens": 64, "tools": tools, "messages": [
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "get_weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "18C and sunny"}]}
+        ]});
+        let r = messages(&stack, &key, follow).await;
+        assert_eq!(r.status(), 200);
+        let m: Value = r.json().await.unwrap();
+        assert_eq!(m["stop_reason"], "end_turn");
+        if answering == "claude-test" {
+            // The Anthropic mock answers a tool result by quoting it: it arrived as one.
+            assert_eq!(m["content"][0]["text"], "The tool said: 18C and sunny");
+        }
+    }
+}
+
+#[tokio::test]
+async fn count_tokens_estimates_the_prompt() {
+    let stack = Stack::shared().await;
+    let (_s, key, _) = stack.org_with_key().await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/messages/count_tokens", stack.proxy))
+        .bearer_auth(&key)
+        .json(&json!({"model": "claude-test", "messages": [{"role": "user", "content": "x".repeat(400)}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    // The message's 415 bytes (its text and its field names and role) at four a token, plus the
+    // framing of one message and the reply's priming: gw's limits estimate (docs/limits.md).
+    assert_eq!(body, json!({"input_tokens": 104 + 4 + 3}));
+}
+
+/// An error's status and body, its `request_id` checked and taken out.
+async fn error(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let id = request_id(&r);
+    let mut body: Value = r.json().await.unwrap();
+    assert_eq!(body["request_id"], id.to_string());
+    body.as_object_mut().unwrap().remove("request_id");
+    (status, body)
+}
+
+#[tokio::test]
+async fn a_missing_key_is_an_authentication_error() {
+    let stack = Stack::shared().await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/messages", stack.proxy))
+        .json(&json!({"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    insta::assert_json_snapshot!(error(r).await, @r#"
+    [
+      401,
+      {
+        "error": {
+          "message": "You didn't provide an API key. Send it as 'x-api-key: <API_KEY>' or 'Authorization: Bearer <API_KEY>'.",
+          "type": "authentication_error"
+        },
+        "type": "error"
+      }
+    ]
+    "#);
+}
+
+#[tokio::test]
+async fn a_message_without_max_tokens_is_an_invalid_request() {
+    let stack = Stack::shared().await;
+    let (_s, key, _) = stack.org_with_key().await;
+    let r =
+        messages(&stack, &key, json!({"model": "claude-test", "messages": [{"role": "user", "content": "x"}]})).await;
+    insta::assert_json_snapshot!(error(r).await, @r#"
+    [
+      400,
+      {
+        "error": {
+          "message": "max_tokens: Field required",
+          "type": "invalid_request_error"
+        },
+        "type": "error"
+      }
+    ]
+    "#);
+}
+
+#[tokio::test]
+async fn an_unknown_model_is_not_found() {
+    let stack = Stack::shared().await;
+    let (_s, key, _) = stack.org_with_key().await;
+    let body = json!({"model": "claude-nope", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]});
+    let r = messages(&stack, &key, body).await;
+    insta::assert_json_snapshot!(error(r).await, @r#"
+    [
+      404,
+      {
+        "error": {
+          "message": "The model 'claude-nope' does not exist or you do not have access to it.",
+          "type": "not_found_error"
+        },
+        "type": "error"
+      }
+    ]
+    "#);
+}
+
+#[tokio::test]
+async fn a_key_for_chat_only_may_not_send_messages() {
+    let stack = Stack::shared().await;
+    let s = stack.register().await;
+    let created: Value =
+        stack.create_key(&s, json!({"name": "chat only", "permissions": ["proxy:chat"]})).await.json().await.unwrap();
+    let key = created["key"].as_str().unwrap();
+    let body = json!({"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]});
+    let (status, body) = error(messages(&stack, key, body).await).await;
+    assert_eq!(status, 403);
+    assert_eq!(body["error"]["type"], "permission_error");
+}
