@@ -27,7 +27,15 @@ use crate::metrics::Metrics;
 /// A row on its way to Postgres, with its hold on the journal file it was written to first.
 struct Queued {
     entry: AuditEntry,
-    _ticket: Option<Ticket>,
+    ticket: Option<Ticket>,
+}
+
+/// Lets go of the journal's copies of rows now written or spooled (`durable`); otherwise the
+/// tickets are dropped unreleased and their journal files kept for a replay.
+fn settle(tickets: Vec<Option<Ticket>>, durable: bool) {
+    if durable {
+        tickets.into_iter().flatten().for_each(Ticket::release);
+    }
 }
 
 /// The request path's end of the audit channel.
@@ -51,7 +59,7 @@ impl AuditSink {
     /// `ticket`: the row's hold on the journal (`audit_journal`), let go once it is written or
     /// spooled.
     pub fn record(&self, entry: AuditEntry, ticket: Option<Ticket>) {
-        match self.tx.try_send(Queued { entry, _ticket: ticket }) {
+        match self.tx.try_send(Queued { entry, ticket }) {
             Ok(()) => {
                 self.metrics.audit_enqueued.inc();
                 self.metrics.audit_queue.inc();
@@ -61,15 +69,16 @@ impl AuditSink {
             }
             Err(mpsc::error::TrySendError::Full(queued)) | Err(mpsc::error::TrySendError::Closed(queued)) => {
                 self.metrics.audit_enqueued.inc();
-                spill(&self.spool, &self.metrics, &self.dropped_log, std::slice::from_ref(&queued.entry));
+                let spooled = spill(&self.spool, &self.metrics, &self.dropped_log, std::slice::from_ref(&queued.entry));
+                settle(vec![queued.ticket], spooled);
             }
         }
     }
 }
 
 /// Spills entries that are not (or no longer) counted in the queue gauge; a full or broken
-/// spool drops them, counted and logged.
-fn spill(spool: &Spool, metrics: &Metrics, log: &RateLimitedLog, entries: &[AuditEntry]) {
+/// spool drops them, counted and logged. Whether they were spooled.
+fn spill(spool: &Spool, metrics: &Metrics, log: &RateLimitedLog, entries: &[AuditEntry]) -> bool {
     if let Err(e) = spool.append(entries) {
         metrics.audit_dropped.inc_by(entries.len() as u64);
         let first = entries.first().map(|e| (e.record.id, e.record.org_id));
@@ -79,7 +88,9 @@ fn spill(spool: &Spool, metrics: &Metrics, log: &RateLimitedLog, entries: &[Audi
             }
             _ => format!("audit spool write failed ({e}): dropped {} audit record(s)", entries.len()),
         });
+        return false;
     }
+    true
 }
 
 /// Largest batch: what a backlog (Postgres away, then back) is replayed in.
@@ -182,8 +193,9 @@ struct BatchWriter {
 impl BatchWriter {
     /// Writes one batch. A batch Postgres cannot take now spills to the spool (the replayer
     /// brings it back); one Postgres refuses as data (not as an outage) is written row by row so
-    /// one bad row cannot hold back the rest.
-    async fn write(&self, batch: &[AuditEntry]) {
+    /// one bad row cannot hold back the rest. False when some row could be neither written nor
+    /// spooled (a row Postgres refuses as data is dropped for good, counted and logged).
+    async fn write(&self, batch: &[AuditEntry]) -> bool {
         let started = Instant::now();
         let mut maybe_written = false;
         loop {
@@ -195,32 +207,31 @@ impl BatchWriter {
                     self.metrics.audit_flush_duration.observe(started.elapsed().as_secs_f64());
                     self.written(batch.len());
                     self.touch(batch).await;
-                    return;
+                    return true;
                 }
                 Err(CopyError::Duplicate(_)) if !maybe_written => maybe_written = true,
                 Err(e @ (CopyError::Data(_) | CopyError::Duplicate(_))) => {
                     log::error!("audit batch of {} rows refused ({e}); writing rows one by one", batch.len());
-                    self.one_by_one(batch).await;
-                    return;
+                    return self.one_by_one(batch).await;
                 }
                 Err(e @ CopyError::Unavailable(_)) => {
                     self.metrics.audit_flush_errors.inc();
                     self.log.warn(|| format!("audit batch of {} rows failed, spilling to the spool: {e}", batch.len()));
                     self.metrics.audit_queue.sub(batch.len() as i64);
-                    spill(&self.spool, &self.metrics, &self.dropped_log, batch);
-                    return;
+                    return spill(&self.spool, &self.metrics, &self.dropped_log, batch);
                 }
             }
         }
     }
 
-    async fn one_by_one(&self, batch: &[AuditEntry]) {
+    async fn one_by_one(&self, batch: &[AuditEntry]) -> bool {
+        let mut durable = true;
         for entry in batch {
             match self.copier.write(std::slice::from_ref(entry), true).await {
                 Ok(()) => self.written(1),
                 Err(CopyError::Unavailable(_)) => {
                     self.metrics.audit_queue.dec();
-                    spill(&self.spool, &self.metrics, &self.dropped_log, std::slice::from_ref(entry));
+                    durable &= spill(&self.spool, &self.metrics, &self.dropped_log, std::slice::from_ref(entry));
                 }
                 Err(e) => {
                     log::error!("dropping audit row {} (org {}): {e}", entry.record.id, entry.record.org_id);
@@ -229,6 +240,7 @@ impl BatchWriter {
                 }
             }
         }
+        durable
     }
 
     /// Writes spooled batches back in order while Postgres takes them; returns when the spool
@@ -316,29 +328,29 @@ impl AuditFlusher {
     /// Each row's journal ticket is let go once the row is written or spilled.
     async fn dispatch(&self, slots: &Arc<Semaphore>, queued: Vec<Queued>) {
         let (batch, tickets): (Vec<AuditEntry>, Vec<Option<Ticket>>) =
-            queued.into_iter().map(|q| (q.entry, q._ticket)).unzip();
+            queued.into_iter().map(|q| (q.entry, q.ticket)).unzip();
         if !self.writer.spool.is_empty() {
-            self.spill_queued(&batch);
+            settle(tickets, self.spill_queued(&batch));
             return;
         }
         let permit = match tokio::time::timeout(self.spill_after, slots.clone().acquire_owned()).await {
             Ok(Ok(p)) => p,
             Ok(Err(_)) | Err(_) => {
-                self.spill_queued(&batch);
+                settle(tickets, self.spill_queued(&batch));
                 return;
             }
         };
         let writer = self.writer.clone();
         tokio::spawn(async move {
-            writer.write(&batch).await;
-            drop(tickets);
+            let durable = writer.write(&batch).await;
+            settle(tickets, durable);
             drop(permit);
         });
     }
 
-    fn spill_queued(&self, batch: &[AuditEntry]) {
+    fn spill_queued(&self, batch: &[AuditEntry]) -> bool {
         self.writer.metrics.audit_queue.sub(batch.len() as i64);
-        spill(&self.writer.spool, &self.writer.metrics, &self.writer.dropped_log, batch);
+        spill(&self.writer.spool, &self.writer.metrics, &self.writer.dropped_log, batch)
     }
 }
 

@@ -4,8 +4,9 @@
 //!
 //! The row travels on through the audit queue as before; the journal is only read after a crash.
 //! Each row holds a [`Ticket`] on its journal file until the flusher has written it to Postgres
-//! or to the spool; a file no longer appended to (past [`SEGMENT_BYTES`]) is removed when its
-//! last ticket is gone. A process that finds journal files in a folder it opens (its own after a
+//! or to the spool and releases it; a file no longer appended to is removed when its last ticket
+//! is released. A ticket dropped without release (its row neither written nor spooled: a full
+//! spool, a task that died) keeps the file, for the next process on the folder to replay. A process that finds journal files in a folder it opens (its own after a
 //! restart, or one it adopts) replays them like spooled segments (`audit_spool`): a replay skips
 //! rows already written, so rows written before the crash are not duplicated.
 //!
@@ -14,6 +15,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gw_shared::audit::AuditEntry;
@@ -28,21 +30,44 @@ fn segment_bytes(max_body: usize) -> usize {
     (4 << 20).max(max_body.saturating_mul(12).saturating_add(1 << 20))
 }
 
-/// One journal file. Removed when the journal has moved past it and no row's ticket holds it.
+/// One journal file. Removed when the journal has moved past it and every row's ticket on it was
+/// released.
 struct Segment {
     path: PathBuf,
+    /// A ticket was dropped without release: a row in the file may be nowhere else.
+    keep: AtomicBool,
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        if self.keep.load(Ordering::Relaxed) {
+            log::warn!("keeping the audit journal file {}: some of its rows were not written", self.path.display());
+            return;
+        }
         if let Err(e) = std::fs::remove_file(&self.path) {
             log::warn!("removing the audit journal file {}: {e}", self.path.display());
         }
     }
 }
 
-/// Held by a journaled row until it is written to Postgres or spooled: its file stays until then.
-pub struct Ticket(#[allow(dead_code)] Arc<Segment>);
+/// Held by a journaled row until it is written to Postgres or spooled ([`Ticket::release`]): its
+/// file stays until then, and for good if the ticket is dropped instead.
+pub struct Ticket(Option<Arc<Segment>>);
+
+impl Ticket {
+    /// The row is in Postgres or the spool: the journal's copy is no longer needed.
+    pub fn release(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(segment) = self.0.take() {
+            segment.keep.store(true, Ordering::Relaxed);
+        }
+    }
+}
 
 /// The file being appended to: allocated to its full size when started, so a row's write moves
 /// neither the file's size nor its allocation (no filesystem journal transaction per row).
@@ -65,6 +90,8 @@ pub struct Journal {
 struct State {
     current: Option<Current>,
     next_id: u64,
+    /// The flusher has stopped: rows go straight to the spool, the journal takes no more.
+    closed: bool,
 }
 
 impl Journal {
@@ -75,7 +102,7 @@ impl Journal {
             dir: dir.to_path_buf(),
             max_body,
             segment_bytes: segment_bytes(max_body),
-            state: Mutex::new(State { current: None, next_id: 1 }),
+            state: Mutex::new(State { current: None, next_id: 1, closed: false }),
             metrics,
             log: RateLimitedLog::new(module_path!(), std::time::Duration::from_secs(5)),
         }
@@ -85,7 +112,7 @@ impl Journal {
     /// goes on through the queue without the journal's protection.
     pub fn keep(&self, entry: &AuditEntry) -> Option<Ticket> {
         match self.append(entry) {
-            Ok(ticket) => Some(ticket),
+            Ok(ticket) => ticket,
             Err(e) => {
                 self.metrics.audit_journal_failures.inc();
                 self.log.error(|| format!("audit journal write failed ({e}): the row is queued unprotected"));
@@ -94,13 +121,17 @@ impl Journal {
         }
     }
 
-    /// Appends one row; its ticket keeps the file until the row is written elsewhere.
-    pub fn append(&self, entry: &AuditEntry) -> Result<Ticket, SpoolError> {
+    /// Appends one row; its ticket keeps the file until the row is written elsewhere. `None` once
+    /// the journal is closed.
+    pub fn append(&self, entry: &AuditEntry) -> Result<Option<Ticket>, SpoolError> {
         let frame = frame(std::slice::from_ref(entry))?;
         if frame.len() > self.segment_bytes {
             return Err(std::io::Error::other("an audit row larger than a journal file").into());
         }
         let mut st = self.state.lock().map_err(|_| std::io::Error::other("audit journal lock poisoned"))?;
+        if st.closed {
+            return Ok(None);
+        }
         if st.current.as_ref().is_none_or(|c| c.len + frame.len() > self.segment_bytes) {
             st.current = None;
             st.current = Some(self.start(&mut st.next_id)?);
@@ -112,7 +143,7 @@ impl Journal {
             return Err(e.into());
         }
         current.len += frame.len();
-        Ok(Ticket(current.segment.clone()))
+        Ok(Some(Ticket(Some(current.segment.clone()))))
     }
 
     fn start(&self, next_id: &mut u64) -> Result<Current, SpoolError> {
@@ -124,7 +155,7 @@ impl Journal {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e.into()),
             };
-            let segment = Arc::new(Segment { path });
+            let segment = Arc::new(Segment { path, keep: AtomicBool::new(false) });
             let size = self.segment_bytes as u64;
             if rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, size).is_err() {
                 file.set_len(size)?; // a filesystem without fallocate: a sparse file
@@ -138,6 +169,7 @@ impl Journal {
     pub fn close(&self) {
         if let Ok(mut st) = self.state.lock() {
             st.current = None;
+            st.closed = true;
         }
     }
 }
@@ -182,17 +214,31 @@ mod tests {
     fn a_file_goes_once_the_journal_moved_past_it_and_its_rows_are_written() {
         let d = dir();
         let journal = Journal::new(&d, 1024, Arc::new(Metrics::new().unwrap()));
-        let first = journal.append(&entry(1)).unwrap();
-        let second = journal.append(&entry(2)).unwrap();
+        let first = journal.append(&entry(1)).unwrap().unwrap();
+        let second = journal.append(&entry(2)).unwrap().unwrap();
         assert_eq!(files(&d, JOURNAL_SUFFIX), 1);
-        drop(first);
-        drop(second);
+        first.release();
+        second.release();
         assert_eq!(files(&d, JOURNAL_SUFFIX), 1, "the file being appended to stays");
-        let third = journal.append(&entry(3)).unwrap();
+        let third = journal.append(&entry(3)).unwrap().unwrap();
         journal.close();
         assert_eq!(files(&d, JOURNAL_SUFFIX), 1, "a row not yet written keeps its file");
-        drop(third);
+        third.release();
         assert_eq!(files(&d, JOURNAL_SUFFIX), 0);
+        assert!(journal.append(&entry(4)).unwrap().is_none(), "a closed journal takes no more");
+        assert_eq!(files(&d, JOURNAL_SUFFIX), 0);
+    }
+
+    #[test]
+    fn a_ticket_dropped_without_release_keeps_its_file() {
+        let d = dir();
+        let journal = Journal::new(&d, 1024, Arc::new(Metrics::new().unwrap()));
+        let written = journal.append(&entry(1)).unwrap().unwrap();
+        let lost = journal.append(&entry(2)).unwrap().unwrap();
+        written.release();
+        drop(lost); // a full spool refused it: the journal holds the only copy
+        journal.close();
+        assert_eq!(files(&d, JOURNAL_SUFFIX), 1);
     }
 
     #[test]
@@ -204,12 +250,12 @@ mod tests {
         let size = frame(&[entry(0)]).unwrap().len();
         while written + size <= segment_bytes(1024) {
             written += size;
-            held.push(journal.append(&entry(0)).unwrap());
+            held.push(journal.append(&entry(0)).unwrap().unwrap());
         }
         assert_eq!(files(&d, JOURNAL_SUFFIX), 1);
-        held.push(journal.append(&entry(0)).unwrap());
+        held.push(journal.append(&entry(0)).unwrap().unwrap());
         assert_eq!(files(&d, JOURNAL_SUFFIX), 2);
-        held.clear();
+        held.into_iter().for_each(Ticket::release);
         assert_eq!(files(&d, JOURNAL_SUFFIX), 1, "the full file went with its last row");
     }
 
@@ -223,7 +269,7 @@ mod tests {
             let journal = Journal::new(&d, 1024, Arc::new(Metrics::new().unwrap()));
             for n in 2..=4 {
                 // The process dies with the rows queued: tickets and files are never let go.
-                std::mem::forget(journal.append(&entry(n)).unwrap());
+                std::mem::forget(journal.append(&entry(n)).unwrap().unwrap());
             }
             std::mem::forget(journal);
         }
@@ -244,8 +290,8 @@ mod tests {
         let metrics = Arc::new(Metrics::new().unwrap());
         {
             let journal = Journal::new(&d, 1024, metrics.clone());
-            std::mem::forget(journal.append(&entry(1)).unwrap());
-            std::mem::forget(journal.append(&entry(2)).unwrap());
+            std::mem::forget(journal.append(&entry(1)).unwrap().unwrap());
+            std::mem::forget(journal.append(&entry(2)).unwrap().unwrap());
             std::mem::forget(journal);
         }
         let path = std::fs::read_dir(&d)

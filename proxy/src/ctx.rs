@@ -33,6 +33,8 @@ pub enum Endpoint {
     /// Anthropic's Messages API: run as a chat request, answered in the Messages shapes.
     Messages,
     MessagesCountTokens,
+    /// OpenAI's Responses API (stateless): run as a chat request, answered as a `response`.
+    Responses,
 }
 
 impl Endpoint {
@@ -43,6 +45,7 @@ impl Endpoint {
             Endpoint::Embeddings => "/v1/embeddings",
             Endpoint::Messages => "/v1/messages",
             Endpoint::MessagesCountTokens => "/v1/messages/count_tokens",
+            Endpoint::Responses => "/v1/responses",
         }
     }
 
@@ -55,9 +58,11 @@ impl Endpoint {
     pub fn provider_endpoint(self) -> gw_shared::providers::Endpoint {
         match self {
             Endpoint::Embeddings => gw_shared::providers::Endpoint::Embeddings,
-            Endpoint::ChatCompletions | Endpoint::Models | Endpoint::Messages | Endpoint::MessagesCountTokens => {
-                gw_shared::providers::Endpoint::ChatCompletions
-            }
+            Endpoint::ChatCompletions
+            | Endpoint::Models
+            | Endpoint::Messages
+            | Endpoint::MessagesCountTokens
+            | Endpoint::Responses => gw_shared::providers::Endpoint::ChatCompletions,
         }
     }
 
@@ -194,6 +199,9 @@ pub struct RequestCtx {
     pub log_bodies: bool,
     /// The answer as sent, when bodies are logged (bounded).
     pub response_body: Option<String>,
+    /// The request body as the audit row keeps it, taken before the route step (which holds the
+    /// request outside the context while it runs).
+    pub logged_request: Option<String>,
     /// The prompt template and version the request rendered (the template step's).
     pub template: Option<(Uuid, i32)>,
     /// The experiment the request takes part in and its variant (the experiment step's).
@@ -212,6 +220,10 @@ pub struct RequestCtx {
     pub answered_row: Option<gw_shared::audit::AuditEntry>,
     /// A streamed Messages answer's re-framing of the pipeline's chunks.
     pub messages_events: Option<Box<gw_shared::messages::EventEncoder>>,
+    /// What a Responses API answer repeats of its request.
+    pub responses_echo: Option<Box<gw_shared::responses::Echo>>,
+    /// A streamed Responses answer's re-framing of the pipeline's chunks.
+    pub responses_events: Option<Box<gw_shared::responses::EventEncoder>>,
 }
 
 impl RequestCtx {
@@ -259,6 +271,7 @@ impl RequestCtx {
             region: None,
             log_bodies: false,
             response_body: None,
+            logged_request: None,
             template: None,
             experiment: None,
             in_flight: None,
@@ -266,6 +279,8 @@ impl RequestCtx {
             journaled: None,
             answered_row: None,
             messages_events: None,
+            responses_echo: None,
+            responses_events: None,
         }
     }
 

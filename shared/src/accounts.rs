@@ -18,13 +18,16 @@ pub const ROLE_MEMBER: &str = "member";
 
 /// Permission strings an API key may carry (`docs/api.md`, "Permissions"): `proxy:llm` is
 /// every proxy endpoint; the others are one endpoint each.
-pub const KNOWN_PERMISSIONS: &[&str] = &[PERM_LLM, PERM_CHAT, PERM_EMBEDDINGS, PERM_MODELS, PERM_MESSAGES];
+pub const KNOWN_PERMISSIONS: &[&str] =
+    &[PERM_LLM, PERM_CHAT, PERM_EMBEDDINGS, PERM_MODELS, PERM_MESSAGES, PERM_RESPONSES];
 pub const PERM_LLM: &str = "proxy:llm";
 pub const PERM_CHAT: &str = "proxy:chat";
 pub const PERM_EMBEDDINGS: &str = "proxy:embeddings";
 pub const PERM_MODELS: &str = "proxy:models";
 /// Anthropic's Messages API (`/v1/messages`, `/v1/messages/count_tokens`).
 pub const PERM_MESSAGES: &str = "proxy:messages";
+/// OpenAI's Responses API (`/v1/responses`).
+pub const PERM_RESPONSES: &str = "proxy:responses";
 pub const DEFAULT_PERMISSION: &str = PERM_LLM;
 
 /// Whether a key's permissions allow an endpoint's scope (`proxy:chat`, `proxy:embeddings`,

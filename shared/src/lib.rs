@@ -31,6 +31,7 @@ pub mod prompt_template;
 pub mod providers;
 pub mod reconcile;
 pub mod redis;
+pub mod responses;
 pub mod roles;
 pub mod routing;
 pub mod sso;

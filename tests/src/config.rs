@@ -266,3 +266,40 @@ pub(crate) fn with_admin_keys(config: &str, extra: &str) -> String {
     }
     out
 }
+
+/// An address the tool-calling deployments of [`tool_calling_models`] put in their arguments.
+pub const TOOL_EMAIL: &str = "jane.roe@example.com";
+
+/// Extra config for a private stack: OpenAI-compatible deployments of the mock that answer with a
+/// call of the request's first tool (the mock makes OpenAI tool calls only when a knob says so,
+/// and the Messages and Responses APIs' bodies have no room for its per-request knobs), streamed
+/// three characters a delta. `gpt-tools` calls with `{"city":"Paris"}`, `gpt-pii-tools` with
+/// `{"email":"<TOOL_EMAIL>","city":"Paris"}`.
+pub fn tool_calling_models() -> String {
+    let knob = |args: &str| {
+        let encoded: String = args
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || ".@".contains(c) {
+                    c.to_string()
+                } else {
+                    format!("%{:02X}", c as u32)
+                }
+            })
+            .collect();
+        format!("tool_call_arguments={encoded},chunk_chars=3")
+    };
+    let mut out = String::new();
+    for (name, args) in [
+        ("gpt-tools", r#"{"city":"Paris"}"#.to_string()),
+        ("gpt-pii-tools", format!(r#"{{"email":"{TOOL_EMAIL}","city":"Paris"}}"#)),
+    ] {
+        out.push_str(&format!(
+            "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{{mock}}/k/{}/v1\"\n\
+             api_key_env = \"GW_TEST_UPSTREAM_KEY\"\n\
+             [[models]]\nname = \"{name}\"\ndeployments = [{{ provider = \"{name}\", model = \"gpt-4o-mini\" }}]\n",
+            knob(&args)
+        ));
+    }
+    out
+}

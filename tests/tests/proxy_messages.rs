@@ -5,7 +5,7 @@
 //! `x-api-key` or `Authorization`; tool uses streamed as `input_json_delta` fragments that
 //! reassemble exactly; a tool result answered; the audit row and cost as for chat.
 
-use gw_tests::{db, request_id, Stack, StackOptions};
+use gw_tests::{db, request_id, tool_calling_models, Stack, StackOptions, TOOL_EMAIL};
 use serde_json::{json, Value};
 
 const MODELS: [&str; 2] = ["gpt-4o-mini", "claude-test"];
@@ -107,20 +107,9 @@ async fn a_stream_is_the_messages_event_sequence_and_says_what_the_plain_answer_
     }
 }
 
-/// An OpenAI-compatible deployment whose answers are calls of the request's first tool (the
-/// mock makes OpenAI tool calls only when a knob says so, and a Messages body has no room for
-/// the mock's per-request knobs).
-fn tool_calling() -> String {
-    "[[providers]]\nname = \"tool-caller\"\nkind = \"openai\"\n\
-     base_url = \"{mock}/k/tool_call_arguments=%7B%22city%22%3A%22Paris%22%7D,chunk_chars=3/v1\"\n\
-     api_key_env = \"GW_TEST_UPSTREAM_KEY\"\n\
-     [[models]]\nname = \"gpt-tools\"\ndeployments = [{ provider = \"tool-caller\", model = \"gpt-4o-mini\" }]\n"
-        .into()
-}
-
 #[tokio::test]
 async fn a_streamed_tool_use_reassembles_exactly_and_its_result_is_answered() {
-    let stack = Stack::start_with(StackOptions { extra_config: tool_calling(), ..Default::default() }).await;
+    let stack = Stack::start_with(StackOptions { extra_config: tool_calling_models(), ..Default::default() }).await;
     let (_s, key, _) = stack.org_with_key().await;
     let tools = json!([{"name": "get_weather", "description": "The weather in a city",
                         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
@@ -267,4 +256,38 @@ async fn a_key_for_chat_only_may_not_send_messages() {
     let (status, body) = error(messages(&stack, key, body).await).await;
     assert_eq!(status, 403);
     assert_eq!(body["error"]["type"], "permission_error");
+}
+
+#[tokio::test]
+async fn under_pii_redact_a_streamed_tool_use_argument_never_reaches_the_client_raw() {
+    let stack = Stack::start_with(StackOptions { extra_config: tool_calling_models(), ..Default::default() }).await;
+    let (s, key, _) = stack.org_with_key().await;
+    let doc = json!({"policies": [{"name": "pii_out", "guardrails": [{"type": "pii_redact", "output": true}]}]});
+    gw_tests::json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
+    let body = json!({"model": "gpt-pii-tools", "max_tokens": 64, "stream": true,
+        "tools": [{"name": "send_mail", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "Mail the report, please"}]});
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/messages", stack.proxy))
+        .header("x-api-key", &key)
+        .header("x-gw-policy", "pii_out")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let raw = r.text().await.unwrap();
+    // The address arrived from the upstream three characters a delta; no piece of its local part
+    // gets through.
+    let local = &TOOL_EMAIL[..TOOL_EMAIL.find('@').unwrap()];
+    for start in 0..=local.len() - 3 {
+        assert!(!raw.contains(&local[start..start + 3]), "{:?} got through: {raw}", &local[start..start + 3]);
+    }
+    let ev = events(&raw);
+    let input: String = ev
+        .iter()
+        .filter(|(_, d)| d["delta"]["type"] == "input_json_delta")
+        .map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(serde_json::from_str::<Value>(&input).unwrap(), json!({"email": "[EMAIL_1]", "city": "Paris"}));
 }

@@ -32,12 +32,24 @@ fn request_body(ctx: &RequestCtx, max: usize) -> Option<String> {
     if !ctx.log_bodies {
         return None;
     }
+    if let Some(kept) = &ctx.logged_request {
+        return Some(kept.clone());
+    }
     let body = match (&ctx.request, &ctx.embeddings) {
         (Some(r), _) => serde_json::to_string(r.body()).ok()?,
         (None, Some(e)) => serde_json::to_string(e.body()).ok()?,
         (None, None) => return None,
     };
     Some(audit_body(&body, max))
+}
+
+/// Keeps the request body for the audit row before the route step takes the request out of the
+/// context for its attempts: the row is built (and journaled) as the answer's end goes out,
+/// while the request is still out.
+pub fn keep_request_body(ctx: &mut RequestCtx, max: usize) {
+    if ctx.log_bodies && ctx.logged_request.is_none() {
+        ctx.logged_request = request_body(ctx, max);
+    }
 }
 
 /// The audit entry, for requests that authenticated (others belong to no tenant).

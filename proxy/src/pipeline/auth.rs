@@ -11,7 +11,7 @@ use crate::error::ProxyError;
 use crate::lookup::LookupError;
 use crate::state::Gateway;
 
-use gw_shared::accounts::{permits, PERM_CHAT, PERM_EMBEDDINGS, PERM_MESSAGES, PERM_MODELS};
+use gw_shared::accounts::{permits, PERM_CHAT, PERM_EMBEDDINGS, PERM_MESSAGES, PERM_MODELS, PERM_RESPONSES};
 
 use crate::ctx::Endpoint;
 
@@ -21,6 +21,7 @@ fn scope(endpoint: Option<Endpoint>) -> &'static str {
         Some(Endpoint::Models) => PERM_MODELS,
         Some(Endpoint::Embeddings) => PERM_EMBEDDINGS,
         Some(Endpoint::Messages | Endpoint::MessagesCountTokens) => PERM_MESSAGES,
+        Some(Endpoint::Responses) => PERM_RESPONSES,
         Some(Endpoint::ChatCompletions) | None => PERM_CHAT,
     }
 }

@@ -61,7 +61,9 @@ async fn plan(gw: &Gateway, session: &Session, ctx: &RequestCtx) -> Result<Optio
     let directives = directives(text(http::header::CACHE_CONTROL.as_str()), text(headers::CACHE_TTL))
         .map_err(|message| ProxyError::BadRequest { message, param: Some(headers::CACHE_TTL.into()) })?;
     let (endpoint, body) = match (ctx.endpoint, &ctx.request, &ctx.embeddings) {
-        (Some(Endpoint::ChatCompletions | Endpoint::Messages), Some(r), _) => (Endpoint::ChatCompletions, r.body()),
+        (Some(Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::Responses), Some(r), _) => {
+            (Endpoint::ChatCompletions, r.body())
+        }
         (Some(Endpoint::Embeddings), _, Some(r)) => (Endpoint::Embeddings, r.body()),
         _ => return Ok(None),
     };

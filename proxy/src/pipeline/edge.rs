@@ -17,6 +17,7 @@ pub fn endpoint(session: &Session) -> Result<Endpoint, ProxyError> {
         "/v1/embeddings" => (Endpoint::Embeddings, http::Method::POST, "POST"),
         "/v1/messages" => (Endpoint::Messages, http::Method::POST, "POST"),
         "/v1/messages/count_tokens" => (Endpoint::MessagesCountTokens, http::Method::POST, "POST"),
+        "/v1/responses" => (Endpoint::Responses, http::Method::POST, "POST"),
         _ => return Err(ProxyError::NotFound { method: echo(req.method.as_str()), path: echo(path) }),
     };
     if req.method != allowed {

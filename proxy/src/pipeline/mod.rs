@@ -41,6 +41,7 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
         Endpoint::ChatCompletions => parse::run(gw, session, ctx).await?,
         Endpoint::Embeddings => parse::run_embeddings(gw, session, ctx).await?,
         Endpoint::Messages => parse::run_messages(gw, session, ctx).await?,
+        Endpoint::Responses => parse::run_responses(gw, session, ctx).await?,
         Endpoint::MessagesCountTokens => {
             parse::run_messages(gw, session, ctx).await?;
             resolve::run(gw, session, ctx).await?;

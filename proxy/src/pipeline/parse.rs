@@ -43,6 +43,29 @@ pub async fn run_messages(gw: &Gateway, session: &mut Session, ctx: &mut Request
     Ok(())
 }
 
+/// A Responses API request, run as the chat request it amounts to.
+pub async fn run_responses(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    use gw_shared::responses;
+    let body = ctx.within_deadline(read_bounded(session, gw.limits.max_body_bytes)).await??;
+    let bad = |message: String, param: Option<String>| ProxyError::BadRequest { message, param };
+    let value: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| bad(format!("We could not parse the JSON body of your request: {e}"), None))?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(bad("The request body must be a JSON object.".into(), None));
+    };
+    let chat = responses::chat_body(&map).map_err(|p| bad(p.message, p.param))?;
+    let req = ChatRequest::from_map(chat).map_err(|p| bad(p.message, p.param))?;
+    ctx.model = Some(req.model.clone());
+    ctx.stream = req.stream;
+    let echo = responses::Echo::new(&map, responses::response_id(ctx.request_id), ctx.created_at.timestamp());
+    if req.stream {
+        ctx.responses_events = Some(Box::new(responses::EventEncoder::new(echo.clone())));
+    }
+    ctx.responses_echo = Some(Box::new(echo));
+    ctx.request = Some(req);
+    Ok(())
+}
+
 pub async fn run_embeddings(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     let body = ctx.within_deadline(read_bounded(session, gw.limits.max_body_bytes)).await??;
     let req =

@@ -125,7 +125,8 @@ pub async fn logged_usage(
          coalesce(sum(cached_tokens), 0)::bigint AS cached_tokens, coalesce(sum(cost_usd), 0) AS cost_usd \
          FROM audit_logs WHERE org_id = $1 AND provider = $2 AND created_at >= $3 AND created_at < $4 \
          AND status_code < 400 AND cache_status NOT IN ('L1', 'L2', 'L3') \
-         AND endpoint = '/v1/chat/completions' AND routing -> -1 ->> 'credential' = $5 \
+         AND endpoint IN ('/v1/chat/completions', '/v1/messages', '/v1/responses') \
+         AND routing -> -1 ->> 'credential' = $5 \
          GROUP BY 1, 2",
     )
     .bind::<SqlUuid, _>(org_id)

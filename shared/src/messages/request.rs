@@ -25,8 +25,10 @@ pub fn chat_body(body: &Map<String, Value>, count_only: bool) -> Result<Map<Stri
     out.insert("model".into(), Value::String(model));
     if !count_only {
         match body.get("max_tokens").map(|v| (v, v.as_u64())) {
+            // `max_completion_tokens`: OpenAI's reasoning models refuse `max_tokens`, and every
+            // adapter and the limits' estimate read it first.
             Some((_, Some(n))) if (1..=MAX_TOKENS).contains(&n) => {
-                out.insert("max_tokens".into(), n.into());
+                out.insert("max_completion_tokens".into(), n.into());
             }
             Some((_, Some(_))) => {
                 return Err(problem(format!("max_tokens: must be between 1 and {MAX_TOKENS}"), "max_tokens"))

@@ -161,6 +161,12 @@ impl EventEncoder {
         Self { id, model, started: false, open: None, blocks: 0, finish: None }
     }
 
+    /// The model the answer names, when it is known only after the request was parsed (an
+    /// experiment's variant).
+    pub fn set_model(&mut self, model: &str) {
+        self.model = model.to_string();
+    }
+
     fn start(&mut self, out: &mut Vec<u8>) {
         if self.started {
             return;
@@ -226,7 +232,9 @@ impl EventEncoder {
             }
             self.delta(out, json!({"type": "thinking_delta", "thinking": r}));
         }
-        if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        // A refusal is said as text, as in a plain answer.
+        let text = delta.get("content").and_then(Value::as_str).filter(|s| !s.is_empty());
+        if let Some(t) = text.or_else(|| delta.get("refusal").and_then(Value::as_str).filter(|s| !s.is_empty())) {
             if self.open != Some(Block::Text) {
                 self.open(out, Block::Text, text_block(""));
             }

@@ -35,7 +35,7 @@ fn a_conversation_with_system_images_tools_and_results_becomes_the_chat_request(
     assert_eq!(
         Value::Object(chat),
         json!({
-            "model": "claude-x", "max_tokens": 100,
+            "model": "claude-x", "max_completion_tokens": 100,
             "messages": [
                 {"role": "system", "content": "Be brief.\nBe kind."},
                 {"role": "user", "content": [

@@ -11,7 +11,8 @@
 //! `created_at`), for tests that move time; such a stack needs a database of its own, or its jobs
 //! would schedule other tests' work by that clock. `GW_STACK_BILLING` holds more `[billing]` keys
 //! (the usage sync's meters and timings), and `GW_STACK_BILLING_API_BASE` replaces the billing
-//! provider (the mock's Stripe dialect) with another (`localstripe`).
+//! provider (the mock's Stripe dialect) with another (`localstripe`). `GW_STACK_EXTRA` holds more
+//! config (providers and models of a test module's own).
 
 use std::io::Read;
 
@@ -42,10 +43,14 @@ async fn main() {
     env.push(("STRIPE_SECRET_KEY".to_string(), "sk_test_gw_stack".to_string()));
     let billing = std::env::var("GW_STACK_BILLING").unwrap_or_default();
     let api_base = std::env::var("GW_STACK_BILLING_API_BASE").unwrap_or_else(|_| "{mock}".into());
-    let extra_config = format!(
+    let mut extra_config = format!(
         "[billing]\napi_base = \"{api_base}\"\ngrace_check_secs = 1\n{billing}\n[billing.prices]\ngrowth = \"price_growth\"\n\
          enterprise = \"price_enterprise\""
     );
+    if let Ok(extra) = std::env::var("GW_STACK_EXTRA") {
+        extra_config.push('\n');
+        extra_config.push_str(&extra);
+    }
     if let Ok(file) = std::env::var("GW_STACK_CLOCK_FILE") {
         env.push(("GW_TEST_CLOCK_FILE".to_string(), file));
     }

@@ -42,7 +42,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
 pub struct CreateApiKey {
     name: String,
     /// Default `["proxy:llm"]`. Known: `proxy:llm` (every proxy endpoint), `proxy:chat`,
-    /// `proxy:embeddings`, `proxy:models`, `proxy:messages` (Anthropic's Messages API).
+    /// `proxy:embeddings`, `proxy:models`, `proxy:messages` (Anthropic's Messages API), `proxy:responses` (OpenAI's Responses API).
     #[serde(default)]
     permissions: Option<Vec<String>>,
     /// The team whose budget the key's usage counts toward; required for members.

@@ -36,7 +36,7 @@ pub async fn plain(gw: &Gateway, ctx: &RequestCtx, dep: &Deployment, body: Bytes
     let Some(plan) = ctx.cache_plan.as_ref() else { return };
     // Chat answers are kept as templates a replay stamps in place; embeddings as they came.
     let body = match ctx.endpoint {
-        Some(Endpoint::ChatCompletions | Endpoint::Messages) => match template(&body) {
+        Some(Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::Responses) => match template(&body) {
             Some(t) => t,
             None => return,
         },

@@ -143,7 +143,11 @@ pub async fn json(
     body: Bytes,
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<(), ProxyError> {
-    let body = if status == 200 && ctx.endpoint == Some(Endpoint::Messages) { as_message(ctx, &body) } else { body };
+    let body = match ctx.endpoint {
+        Some(Endpoint::Messages) if status == 200 => as_message(ctx, &body),
+        Some(Endpoint::Responses) if status == 200 => as_response(ctx, &body),
+        _ => body,
+    };
     let mut parts = header(ctx, status, JSON)?;
     parts.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     for (name, value) in extra {
@@ -167,6 +171,15 @@ fn as_message(ctx: &RequestCtx, body: &[u8]) -> Bytes {
     Bytes::from(message.to_string())
 }
 
+/// A chat completion body as the Responses API's `response`.
+fn as_response(ctx: &mut RequestCtx, body: &[u8]) -> Bytes {
+    let model = ctx.model.clone().unwrap_or_default();
+    let Some(echo) = ctx.responses_echo.as_deref_mut() else { return Bytes::copy_from_slice(body) };
+    echo.model = model;
+    let chat: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    Bytes::from(gw_shared::responses::response(echo, &chat, &ctx.usage).to_string())
+}
+
 /// The audit row as the answer's end goes out, into the journal first: a process killed after
 /// those bytes are sent loses no row of a request it answered (`crate::audit_journal`). The
 /// logging step queues the row with the journal's hold on it. `complete`: nothing about the
@@ -186,6 +199,16 @@ fn journal(ctx: &mut RequestCtx, complete: bool) {
 
 /// Starts an SSE response; the body follows in pieces.
 pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    // The model a re-framed stream names: the one that served the request (an experiment may
+    // have changed it after the request was parsed).
+    if let Some(model) = ctx.model.as_deref() {
+        if let Some(events) = ctx.messages_events.as_deref_mut() {
+            events.set_model(model);
+        }
+        if let Some(events) = ctx.responses_events.as_deref_mut() {
+            events.set_model(model);
+        }
+    }
     let mut parts = header(ctx, 200, EVENT_STREAM)?;
     parts.headers.insert(http::header::CACHE_CONTROL, NO_CACHE);
     parts.headers.insert(http::header::TRANSFER_ENCODING, CHUNKED);
@@ -198,9 +221,10 @@ pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result
 const STREAM_BODY_CAPTURE: usize = 1024 * 1024;
 
 pub async fn stream_bytes(session: &mut Session, ctx: &mut RequestCtx, bytes: Bytes) -> Result<(), ProxyError> {
-    let bytes = match ctx.messages_events.as_mut() {
-        Some(events) => Bytes::from(events.frames(&bytes)),
-        None => bytes,
+    let bytes = match (ctx.messages_events.as_mut(), ctx.responses_events.as_mut()) {
+        (Some(events), _) => Bytes::from(events.frames(&bytes)),
+        (None, Some(events)) => Bytes::from(events.frames(&bytes)),
+        (None, None) => bytes,
     };
     if ctx.log_bodies {
         let kept = ctx.response_body.get_or_insert_with(String::new);
@@ -215,9 +239,11 @@ pub async fn stream_bytes(session: &mut Session, ctx: &mut RequestCtx, bytes: By
 pub async fn finish_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     ctx.body_done = true;
     let mut tail = format!(": x-gw-cost-usd={}\n\n", format_cost(ctx.cost)).into_bytes();
-    match ctx.messages_events.as_mut() {
-        Some(events) => tail.extend_from_slice(&events.finish(&ctx.usage)),
-        None => tail.extend_from_slice(SSE_DONE),
+    match (ctx.messages_events.as_mut(), ctx.responses_events.as_mut()) {
+        (Some(events), _) => tail.extend_from_slice(&events.finish(&ctx.usage)),
+        // The Responses API's stream ends with `response.completed`, no `[DONE]`.
+        (None, Some(events)) => tail.extend_from_slice(&events.finish(&ctx.usage)),
+        (None, None) => tail.extend_from_slice(SSE_DONE),
     }
     journal(ctx, true);
     session.write_response_body(Some(Bytes::from(tail)), true).await.map_err(|e| ProxyError::client_gone(&e))
@@ -252,6 +278,18 @@ pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError
                 &messages_error(err),
                 &ctx.request_id.to_string(),
             )),
+            Some(Endpoint::Responses) => match ctx.responses_events.as_mut() {
+                Some(events) => {
+                    let body = err.body();
+                    let e = &body.error;
+                    Bytes::from(events.error(
+                        e.code.as_deref().unwrap_or(e.kind.as_str()),
+                        &e.message,
+                        e.param.as_deref(),
+                    ))
+                }
+                None => err.sse_event(),
+            },
             _ => err.sse_event(),
         };
         return session.write_response_body(Some(event), true).await.map_err(|e| ProxyError::client_gone(&e));

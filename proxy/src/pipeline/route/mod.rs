@@ -57,6 +57,7 @@ impl Routed for Prompt<'_> {
 }
 
 pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    super::audit::keep_request_body(ctx, gw.audit_max_body);
     if let Some(req) = ctx.request.take() {
         let result = try_routes(gw, session, ctx, Prompt::Chat(&req)).await;
         ctx.request = Some(req);
