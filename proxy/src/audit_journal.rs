@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use gw_shared::audit::AuditEntry;
 
-use crate::audit_spool::{frame, SpoolError, HEADER, JOURNAL_SUFFIX};
+use crate::audit_spool::{frame, SpoolError, JOURNAL_SUFFIX};
 use crate::logline::RateLimitedLog;
 use crate::metrics::Metrics;
 
@@ -174,25 +174,10 @@ impl Journal {
     }
 }
 
-/// The length of a journal file's frames: a journal file is sized ahead and its unused tail is
-/// zeros, which end it (a frame's header is written after its payload).
-pub fn used_length(bytes: &[u8]) -> usize {
-    let h = HEADER as usize;
-    let mut pos = 0;
-    while pos + h <= bytes.len() {
-        let len = u32::from_le_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]]) as usize;
-        if len == 0 || pos + h + len > bytes.len() {
-            break;
-        }
-        pos += h + len;
-    }
-    pos
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit_spool::Spool;
+    use crate::audit_spool::{used_length, Spool};
     use crate::metrics::Metrics;
 
     fn entry(n: i32) -> AuditEntry {

@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 
 /// A segment is closed and a new one started past this size.
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-pub const HEADER: u64 = 8;
+const HEADER: u64 = 8;
 /// Largest frame accepted back (a corrupt length must not make replay allocate gigabytes).
 const MAX_FRAME: u64 = 256 * 1024 * 1024;
 
@@ -154,6 +154,21 @@ pub fn frame(entries: &[AuditEntry]) -> Result<Vec<u8>, SpoolError> {
     Ok(frame)
 }
 
+/// The length of a journal file's frames: a journal file is allocated ahead and its unused tail
+/// is zeros, which end it (a frame torn by a crash is caught by its checksum when read).
+pub fn used_length(bytes: &[u8]) -> usize {
+    let h = HEADER as usize;
+    let mut pos = 0;
+    while pos + h <= bytes.len() {
+        let len = u32::from_le_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]]) as usize;
+        if len == 0 || pos + h + len > bytes.len() {
+            break;
+        }
+        pos += h + len;
+    }
+    pos
+}
+
 /// Renames the journal files a dead process left in `dir` into segments after `last` (the
 /// newest segment id), oldest first; returns the new newest id.
 fn adopt_journals(dir: &Path, mut last: u64) -> Result<u64, SpoolError> {
@@ -164,7 +179,7 @@ fn adopt_journals(dir: &Path, mut last: u64) -> Result<u64, SpoolError> {
     journals.sort_unstable();
     for (_, path) in journals {
         // Its unused tail (zeros: a journal file is allocated ahead) is not frames.
-        let used = crate::audit_journal::used_length(&std::fs::read(&path)?);
+        let used = used_length(&std::fs::read(&path)?);
         OpenOptions::new().write(true).open(&path)?.set_len(used as u64)?;
         last += 1;
         std::fs::rename(&path, segment_path(dir, last))?;

@@ -112,6 +112,16 @@ pub fn config_text_with_routing(
     let (proxy_port, metrics_port, admin_port) = ports;
     let extra = extra.replace("{mock}", mock);
     let database = database_keys(db);
+    // The harness's own limits, unless the stack's `[proxy]` keys set them.
+    let proxy_defaults: String =
+        ["max_body_bytes = 65536", "upstream_connect_timeout_ms = 1000", "upstream_read_timeout_ms = 5000"]
+            .iter()
+            .filter(|line| {
+                let key = line.split_once('=').map_or("", |(k, _)| k.trim());
+                !proxy_extra.lines().any(|l| l.split_once('=').is_some_and(|(k, _)| k.trim() == key))
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
     format!(
         r#"
 [database]
@@ -125,10 +135,7 @@ pool_size = 4
 listen = "127.0.0.1:{proxy_port}"
 metrics_listen = "127.0.0.1:{metrics_port}"
 threads = 1
-max_body_bytes = 65536
-upstream_connect_timeout_ms = 1000
-upstream_read_timeout_ms = 5000
-audit_spool_dir = "{spool}"
+{proxy_defaults}audit_spool_dir = "{spool}"
 {proxy_extra}
 [admin]
 listen = "127.0.0.1:{admin_port}"

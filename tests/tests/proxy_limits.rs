@@ -532,3 +532,53 @@ async fn a_deployments_rpm_cap_is_shared_by_three_replicas() {
     // Past the cap the model has no deployment to offer.
     assert_eq!(statuses.iter().filter(|s| **s == 503).count(), 24, "{statuses:?}");
 }
+
+/// `/v1/messages` and `/v1/responses` run the same admission and settlement as chat: a budget
+/// near its end, spent through both across three replicas, overshoots by at most one request
+/// and then refuses on both, each in its own error shape.
+#[tokio::test]
+async fn a_budget_holds_across_three_replicas_through_messages_and_responses() {
+    let (stack, replicas) = stack_with_replicas(StackOptions::default()).await;
+    let proxies: Vec<String> =
+        std::iter::once(stack.proxy.clone()).chain(replicas.iter().map(|r| r.1.clone())).collect();
+    let s = stack.register().await;
+    let budget_usd = 0.0002;
+    let (key, _) = stack.key_with(&s, json!({"budget": {"amount_usd": budget_usd, "period": "day"}})).await;
+    let http = reqwest::Client::new();
+    let text = "spend my budget through the other APIs";
+    let messages = json!({"model": "mock-model", "max_tokens": 50, "messages": [{"role": "user", "content": text}]});
+    let responses = json!({"model": "mock-model", "max_output_tokens": 50, "input": text});
+    // One request's maximum cost at the mock's prices (0.15 / 0.60 per million), either API.
+    let max_cost =
+        ((messages.to_string().len().max(responses.to_string().len()) as f64 + 7.0) * 0.15 + 50.0 * 0.60) / 1e6;
+    let send = |i: usize| {
+        let (path, body) = if i.is_multiple_of(2) { ("messages", &messages) } else { ("responses", &responses) };
+        http.post(format!("{}/v1/{path}", proxies[i % 3])).bearer_auth(&key).json(body).send()
+    };
+    let mut sent = 0;
+    let mut answered = 0;
+    for _round in 0..30 {
+        let round: Vec<u16> =
+            join_all((0..120).map(send)).await.iter().map(|r| r.as_ref().unwrap().status().as_u16()).collect();
+        sent += 120;
+        assert!(round.iter().all(|s| *s == 200 || *s == 429), "{round:?}");
+        answered += round.iter().filter(|s| **s == 200).count();
+        let spent = settled_spend(s.org_id, sent).await.to_f64().unwrap();
+        assert!(spent <= budget_usd + max_cost, "spent {spent} of a {budget_usd} budget (max cost {max_cost})");
+        if round.iter().all(|s| *s == 429) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let spent = settled_spend(s.org_id, sent).await.to_f64().unwrap();
+    assert!(spent >= budget_usd - max_cost, "the budget stopped at {spent} of {budget_usd}");
+    assert!(answered > 0);
+    // Refused on both, each in its own shape.
+    let r = send(0).await.unwrap();
+    assert_eq!(r.status(), 429);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!((&e["type"], &e["error"]["type"]), (&json!("error"), &json!("rate_limit_error")));
+    let r = send(1).await.unwrap();
+    let e = expect_openai_error(r, 429).await;
+    assert_eq!(e["error"]["code"], "budget_exceeded");
+}

@@ -186,22 +186,39 @@ async fn store_true_is_refused() {
 }
 
 #[tokio::test]
-async fn a_built_in_tool_is_refused() {
+async fn a_tool_type_gw_cannot_offer_is_refused() {
     let stack = Stack::shared().await;
     let (_s, key, _) = stack.org_with_key().await;
-    let r =
-        responses(&stack, &key, json!({"model": "gpt-4o-mini", "input": "x", "tools": [{"type": "web_search"}]})).await;
+    let r = responses(&stack, &key, json!({"model": "gpt-4o-mini", "input": "x", "tools": [{"type": "local_shell"}]}))
+        .await;
     let b = expect_openai_error(r, 400).await;
     insta::assert_json_snapshot!(b, @r#"
     {
       "error": {
         "code": "invalid_request",
-        "message": "Tools of type 'web_search' are not supported: only 'function'.",
+        "message": "Tools of type 'local_shell' are not supported.",
         "param": "tools",
         "type": "invalid_request_error"
       }
     }
     "#);
+}
+
+#[tokio::test]
+async fn a_hosted_tool_is_left_out_and_the_answer_comes_without_it() {
+    let stack = Stack::shared().await;
+    let (_s, key, _) = stack.org_with_key().await;
+    let tools = json!([{"type": "web_search", "external_web_access": false}]);
+    let r = responses(&stack, &key, json!({"model": "gpt-4o-mini", "input": "Say hello", "tools": tools})).await;
+    assert_eq!(r.status(), 200);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["status"], "completed");
+    assert_eq!(b["output"][0]["type"], "message");
+    assert_eq!(b["tools"], tools, "the response repeats the tools as sent");
+    // Forcing it is refused: nothing behind gw can run it.
+    let forced = json!({"model": "gpt-4o-mini", "input": "x", "tools": tools, "tool_choice": {"type": "web_search"}});
+    let b = expect_openai_error(responses(&stack, &key, forced).await, 400).await;
+    assert_eq!(b["error"]["param"], "tool_choice");
 }
 
 #[tokio::test]

@@ -121,8 +121,10 @@ pub fn chat_body(body: &Map<String, Value>, count_only: bool) -> Result<Map<Stri
                     .ok_or_else(|| problem("thinking.enabled.budget_tokens: Field required", "thinking"))?;
                 out.insert("reasoning_effort".into(), Value::String(effort(budget).into()));
             }
-            Some("disabled") => {}
-            _ => return Err(problem("thinking: type must be 'enabled' or 'disabled'", "thinking")),
+            // Adaptive thinking (the model decides) has no counterpart a translated request can
+            // carry to every provider: left to the model's default.
+            Some("disabled") | Some("adaptive") => {}
+            _ => return Err(problem("thinking: type must be 'enabled', 'adaptive' or 'disabled'", "thinking")),
         }
     }
     if !count_only && body.get("stream").and_then(Value::as_bool) == Some(true) {
@@ -147,17 +149,27 @@ fn translate_message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Re
     let role = m.get("role").and_then(Value::as_str);
     let content = m.get("content");
     match (role, content) {
-        (Some("user") | Some("assistant"), Some(Value::String(s))) => {
+        (Some("user") | Some("assistant") | Some("system"), Some(Value::String(s))) => {
             out.push(json!({"role": role, "content": s}));
+            Ok(())
+        }
+        // A system turn inside the conversation (Claude Code sends them): its text blocks.
+        (Some("system"), Some(Value::Array(blocks))) => {
+            let mut text = String::new();
+            for (j, b) in blocks.iter().enumerate() {
+                let part = text_part(b, &format!("messages.{i}.content.{j}"))?;
+                text.push_str(part["text"].as_str().unwrap_or_default());
+            }
+            out.push(json!({"role": "system", "content": text}));
             Ok(())
         }
         (Some("user"), Some(Value::Array(blocks))) => user_blocks(blocks, i, out),
         (Some("assistant"), Some(Value::Array(blocks))) => assistant_blocks(blocks, i, out),
-        (Some("user") | Some("assistant"), _) => Err(problem(
+        (Some("user") | Some("assistant") | Some("system"), _) => Err(problem(
             format!("messages.{i}.content: Input should be a valid string or list of content blocks"),
             "messages",
         )),
-        _ => Err(problem(format!("messages.{i}.role: Input should be 'user' or 'assistant'"), "messages")),
+        _ => Err(problem(format!("messages.{i}.role: Input should be 'user', 'assistant' or 'system'"), "messages")),
     }
 }
 

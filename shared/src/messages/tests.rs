@@ -63,7 +63,7 @@ fn what_the_messages_api_requires_is_required() {
         (json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}), "max_tokens"),
         (json!({"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}), "max_tokens"),
         (json!({"model": "m", "max_tokens": 1}), "messages"),
-        (json!({"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": "x"}]}), "messages"),
+        (json!({"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": "x"}]}), "messages"),
         (
             json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "video"}]}]}),
             "messages",

@@ -72,7 +72,10 @@ pub fn chat_body(body: &Map<String, Value>) -> Result<Map<String, Value>, Reques
         let Some(tools) = tools.as_array() else {
             return Err(problem("Invalid type for 'tools': expected an array.", "tools"));
         };
-        let converted = tools.iter().enumerate().map(|(i, t)| translate_tool(t, i)).collect::<Result<Vec<_>, _>>()?;
+        let mut converted = Vec::new();
+        for (i, t) in tools.iter().enumerate() {
+            translate_tool(t, i, &mut converted)?;
+        }
         if !converted.is_empty() {
             out.insert("tools".into(), Value::Array(converted));
         }
@@ -194,15 +197,40 @@ fn translate_part(p: &Value, at: &str, role: &str) -> Result<Value, RequestProbl
     }
 }
 
-fn translate_tool(t: &Value, i: usize) -> Result<Value, RequestProblem> {
+/// Tools OpenAI runs itself: no provider behind a translation can, so they are left out (the
+/// model answers without them); one named in `tool_choice` is refused there.
+const HOSTED_TOOLS: &[&str] = &[
+    "web_search",
+    "web_search_preview",
+    "web_search_2025_08_26",
+    "web_search_preview_2025_03_11",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "computer_use_preview",
+    "mcp",
+];
+
+/// One tool as the chat request's function tools: a function as one, a namespace's functions
+/// each (their calls come back naming the namespace), a hosted tool as none.
+fn translate_tool(t: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), RequestProblem> {
     match t.get("type").and_then(Value::as_str) {
         Some("function") => {}
-        Some(other) => {
-            return Err(problem(
-                format!("Tools of type '{}' are not supported: only 'function'.", echo(other)),
-                "tools",
-            ))
+        Some("namespace") => {
+            let inner = t.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+            for (j, f) in inner.iter().enumerate() {
+                if f.get("type").and_then(Value::as_str) != Some("function") {
+                    return Err(problem(
+                        format!("'tools[{i}].tools[{j}]': a namespace holds functions only."),
+                        "tools",
+                    ));
+                }
+                translate_tool(f, i, out)?;
+            }
+            return Ok(());
         }
+        Some(kind) if HOSTED_TOOLS.contains(&kind) => return Ok(()),
+        Some(other) => return Err(problem(format!("Tools of type '{}' are not supported.", echo(other)), "tools")),
         None => return Err(problem(format!("Missing required parameter: 'tools[{i}].type'."), "tools")),
     }
     let name = t
@@ -215,7 +243,8 @@ fn translate_tool(t: &Value, i: usize) -> Result<Value, RequestProblem> {
             function[field] = v.clone();
         }
     }
-    Ok(json!({"type": "function", "function": function}))
+    out.push(json!({"type": "function", "function": function}));
+    Ok(())
 }
 
 fn translate_tool_choice(choice: &Value) -> Result<Value, RequestProblem> {

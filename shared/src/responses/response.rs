@@ -12,6 +12,8 @@ pub struct Echo {
     pub model: String,
     pub created_at: i64,
     fields: Map<String, Value>,
+    /// The namespace of each namespaced function (a call of it names its namespace).
+    namespaces: Vec<(String, String)>,
 }
 
 impl Echo {
@@ -31,11 +33,23 @@ impl Echo {
         fields.insert("text".into(), get("text").unwrap_or_else(|| json!({"format": {"type": "text"}})));
         fields.insert("reasoning".into(), get("reasoning").unwrap_or(Value::Null));
         fields.insert("store".into(), Value::Bool(false));
+        let mut namespaces = Vec::new();
+        for ns in body.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+            if ns.get("type").and_then(Value::as_str) != Some("namespace") {
+                continue;
+            }
+            let Some(space) = ns.get("name").and_then(Value::as_str) else { continue };
+            for f in ns.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+                if let Some(name) = f.get("name").and_then(Value::as_str) {
+                    namespaces.push((name.to_string(), space.to_string()));
+                }
+            }
+        }
         fields.insert("truncation".into(), json!("disabled"));
         if let Some(user) = get("user") {
             fields.insert("user".into(), user);
         }
-        Self { id, model, created_at, fields }
+        Self { id, model, created_at, fields, namespaces }
     }
 
     /// The `response` object with this `status`, `output` and `usage`.
@@ -92,8 +106,12 @@ fn message_item(id: &str, status: &str, content: Vec<Value>) -> Value {
     json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
 }
 
-fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
-    json!({"type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": arguments, "status": status})
+fn call_item(echo: &Echo, id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    let mut item = json!({"type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": arguments, "status": status});
+    if let Some((_, space)) = echo.namespaces.iter().find(|(n, _)| n == name) {
+        item["namespace"] = Value::String(space.clone());
+    }
+    item
 }
 
 /// The `response` object for a chat completion body.
@@ -116,6 +134,7 @@ pub fn response(echo: &Echo, chat: &Value, u: &TokenUsage) -> Value {
         msg.get("tool_calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default().iter().enumerate()
     {
         output.push(call_item(
+            echo,
             &format!("fc_{}_{n}", echo.id.trim_start_matches("resp_")),
             call["id"].as_str().unwrap_or_default(),
             call["function"]["name"].as_str().unwrap_or_default(),
@@ -205,7 +224,7 @@ impl EventEncoder {
                     json!({"type": "response.function_call_arguments.done", "item_id": id,
                                        "output_index": index, "name": name, "arguments": arguments}),
                 );
-                call_item(&id, &call_id, &name, &arguments, "completed")
+                call_item(&self.echo, &id, &call_id, &name, &arguments, "completed")
             }
         };
         self.event(out, json!({"type": "response.output_item.done", "output_index": index, "item": done}));
@@ -273,7 +292,7 @@ impl EventEncoder {
                 self.event(
                     out,
                     json!({"type": "response.output_item.added", "output_index": index,
-                                       "item": call_item(&id, &call_id, &name, "", "in_progress")}),
+                                       "item": call_item(&self.echo, &id, &call_id, &name, "", "in_progress")}),
                 );
                 self.open = Some(Item::Call { id, call_id, name, arguments: String::new(), index: n });
             }

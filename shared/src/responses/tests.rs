@@ -64,7 +64,8 @@ fn what_needs_stored_state_or_unknown_tools_is_refused_by_name() {
         (json!({"input": "x"}), "model"),
         (json!({"model": "m"}), "input"),
         (json!({"model": "m", "input": [{"type": "web_search_call"}]}), "input"),
-        (json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}), "tools"),
+        (json!({"model": "m", "input": "x", "tools": [{"type": "local_shell"}]}), "tools"),
+        (json!({"model": "m", "input": "x", "tool_choice": {"type": "web_search"}}), "tool_choice"),
         (json!({"model": "m", "input": "x", "max_output_tokens": 0}), "max_output_tokens"),
         (json!({"model": "m", "input": "x", "text": {"format": {"type": "yaml"}}}), "text.format"),
     ];
@@ -182,4 +183,29 @@ fn chunks_become_the_event_sequence_numbered_in_order() {
     assert_eq!(done["output"][1]["output_index"], Value::Null);
     assert_eq!(done["usage"]["total_tokens"], 8);
     assert_eq!(ev[9]["output_index"], 1);
+}
+
+#[test]
+fn namespaced_functions_are_offered_flat_and_called_by_namespace_and_hosted_tools_left_out() {
+    let body = obj(json!({"model": "m", "input": "x", "tools": [
+        {"type": "function", "name": "exec", "parameters": {"type": "object"}},
+        {"type": "namespace", "name": "agents", "description": "Sub-agents", "tools": [
+            {"type": "function", "name": "spawn", "parameters": {"type": "object"}}
+        ]},
+        {"type": "web_search", "external_web_access": false}
+    ]}));
+    let chat = chat_body(&body).unwrap();
+    let names: Vec<&str> =
+        chat["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["exec", "spawn"]);
+    let echo = Echo::new(&body, "resp_1".into(), 1);
+    let answer = json!({"choices": [{"finish_reason": "tool_calls", "message": {"content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "spawn", "arguments": "{}"}},
+        {"id": "c2", "type": "function", "function": {"name": "exec", "arguments": "{}"}}
+    ]}}]});
+    let r = response(&echo, &answer, &TokenUsage::default());
+    assert_eq!(r["output"][0]["namespace"], "agents");
+    assert!(r["output"][1].get("namespace").is_none());
+    // The echo repeats the tools as sent.
+    assert_eq!(r["tools"].as_array().unwrap().len(), 3);
 }

@@ -12,7 +12,8 @@
 //! would schedule other tests' work by that clock. `GW_STACK_BILLING` holds more `[billing]` keys
 //! (the usage sync's meters and timings), and `GW_STACK_BILLING_API_BASE` replaces the billing
 //! provider (the mock's Stripe dialect) with another (`localstripe`). `GW_STACK_EXTRA` holds more
-//! config (providers and models of a test module's own).
+//! config (providers and models of a test module's own), `GW_STACK_PROXY` the `[proxy]` keys
+//! (replacing the harness's own).
 
 use std::io::Read;
 
@@ -54,6 +55,7 @@ async fn main() {
     if let Ok(file) = std::env::var("GW_STACK_CLOCK_FILE") {
         env.push(("GW_TEST_CLOCK_FILE".to_string(), file));
     }
+    let proxy_config = std::env::var("GW_STACK_PROXY").unwrap_or_default();
     let fresh = std::env::var("GW_STACK_FRESH_DB").is_ok_and(|v| v == "1");
     let (stack, database_url) = if catalog {
         let url = db::fresh_database().await;
@@ -72,7 +74,8 @@ async fn main() {
             StackOptions { database_url: Some(url.clone()), admin_config, env, extra_config, ..Default::default() };
         (Stack::start_with(opts).await, Some(url))
     } else {
-        (Stack::start_with(StackOptions { admin_config, env, extra_config, ..Default::default() }).await, None)
+        let opts = StackOptions { admin_config, env, extra_config, proxy_config, ..Default::default() };
+        (Stack::start_with(opts).await, None)
     };
     let config = database_url.as_ref().map(|_| stack.config_path().display().to_string());
     println!(
