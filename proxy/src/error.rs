@@ -309,6 +309,30 @@ impl ProxyError {
         }
     }
 
+    /// The message a Messages API client reads (its SDKs send the key in `x-api-key`).
+    fn messages_message(&self) -> String {
+        match self {
+            ProxyError::MissingAuth => {
+                "You didn't provide an API key. Send it as 'x-api-key: <API_KEY>' or 'Authorization: Bearer <API_KEY>'."
+                    .into()
+            }
+            _ => self.body().error.message,
+        }
+    }
+
+    /// The error in Anthropic's Messages API shape (`/v1/messages`): same status, Anthropic's
+    /// error type for it.
+    pub fn messages_body(&self, request_id: uuid::Uuid) -> Vec<u8> {
+        gw_shared::messages::error_body(self.status(), &self.messages_message(), &request_id.to_string())
+            .to_string()
+            .into_bytes()
+    }
+
+    /// [`Self::messages_body`] as the `error` event ending a stream.
+    pub fn messages_event(&self, request_id: uuid::Uuid) -> Vec<u8> {
+        gw_shared::messages::error_event(self.status(), &self.messages_message(), &request_id.to_string())
+    }
+
     /// Whether the connection must close after the answer (the rest of the request was not read).
     pub fn closes_connection(&self) -> bool {
         matches!(self, ProxyError::BodyTooLarge(_) | ProxyError::HeaderTooLarge(_))

@@ -4,8 +4,9 @@
 # OpenAI-compatible upstream (`bench`, bytes forwarded as they come) and as Anthropic's Messages
 # API (`bench-anthropic`, request and every stream event translated). Each is also called
 # directly (OpenAI body to /v1/chat/completions, Anthropic body to /v1/messages), so the time gw
-# adds is measured per dialect and the mock's own per-dialect cost cancels out. Prints c=1
-# p50/p99, plain and streamed. Release build. Usage:
+# adds is measured per dialect and the mock's own per-dialect cost cancels out. Then the inbound
+# Messages API (`/v1/messages` on gw) to each of the two upstreams, against chat passthrough.
+# Prints c=1 p50/p99, plain and streamed. Release build. Usage:
 #   tests/bench/translation.sh [seconds-per-run]   (default 10)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -50,11 +51,14 @@ script oa_plain bench false; script oa_sse bench true
 script an_plain bench-anthropic false; script an_sse bench-anthropic true
 script d_oa_plain bench false; script d_oa_sse bench true
 script d_an_plain claude-bench false ',"max_tokens":1024'; script d_an_sse claude-bench true ',"max_tokens":1024'
+script in_oa_plain bench false ',"max_tokens":1024'; script in_oa_sse bench true ',"max_tokens":1024'
+script in_an_plain bench-anthropic false ',"max_tokens":1024'; script in_an_sse bench-anthropic true ',"max_tokens":1024'
 PROXY="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
+MESSAGES="http://127.0.0.1:$PROXY_PORT/v1/messages"
 DIRECT_OA="http://127.0.0.1:$MOCK_PORT/v1/chat/completions"
 DIRECT_AN="http://127.0.0.1:$MOCK_PORT/v1/messages"
-url_of() { case $1 in d_oa_*) echo "$DIRECT_OA";; d_an_*) echo "$DIRECT_AN";; *) echo "$PROXY";; esac; }
-ALL="d_oa_plain d_an_plain oa_plain an_plain d_oa_sse d_an_sse oa_sse an_sse"
+url_of() { case $1 in d_oa_*) echo "$DIRECT_OA";; d_an_*) echo "$DIRECT_AN";; in_*) echo "$MESSAGES";; *) echo "$PROXY";; esac; }
+ALL="d_oa_plain d_an_plain oa_plain an_plain in_oa_plain in_an_plain d_oa_sse d_an_sse oa_sse an_sse in_oa_sse in_an_sse"
 for s in $ALL; do "${LOAD[@]}" wrk -t1 -c2 -d2s -s "$WORK/$s.lua" "$(url_of $s)" >/dev/null; done
 settle() {
   for _ in $(seq 1 300); do
@@ -79,3 +83,14 @@ for kind in plain sse; do
   done
 done
 echo "non-2xx: $(for s in $ALL; do printf '%s=%s ' $s "$(field "${R[$s]}" non2xx)"; done)"
+echo
+echo "/v1/messages inbound (to an OpenAI-compatible and an Anthropic upstream) vs chat passthrough, c=1 (us added by gw)"
+printf '%-10s %14s %18s %18s\n' "" "chat->OA" "messages->OA" "messages->AN"
+for kind in plain sse; do
+  for p in p50 p99; do
+    od=$(field "${R[d_oa_$kind]}" ${p}_us); og=$(field "${R[oa_$kind]}" ${p}_us)
+    ad=$(field "${R[d_an_$kind]}" ${p}_us)
+    io=$(field "${R[in_oa_$kind]}" ${p}_us); ia=$(field "${R[in_an_$kind]}" ${p}_us)
+    printf '%-10s %14s %18s %18s\n' "$kind $p" "$((og - od))" "$((io - od))" "$((ia - ad))"
+  done
+done

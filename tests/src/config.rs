@@ -310,3 +310,24 @@ pub fn tool_calling_models() -> String {
     }
     out
 }
+
+/// The `pii_redact` policy (prompts and answers) [`org_with_output_pii_policy`] sets up.
+pub const OUTPUT_PII_POLICY: &str = "pii_out";
+
+/// A new organization with [`OUTPUT_PII_POLICY`] (requests opt in with `x-gw-policy`); its key.
+pub async fn org_with_output_pii_policy(stack: &crate::Stack) -> String {
+    let (s, key, _) = stack.org_with_key().await;
+    let doc = serde_json::json!({"policies": [{"name": OUTPUT_PII_POLICY, "guardrails": [{"type": "pii_redact", "output": true}]}]});
+    crate::json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
+    key
+}
+
+/// Asserts that no piece of [`TOOL_EMAIL`]'s local part three characters long is in `text` (the
+/// tool-calling deployments stream their arguments three characters a delta).
+pub fn assert_no_piece_of_tool_email(text: &str) {
+    let local = &TOOL_EMAIL[..TOOL_EMAIL.find('@').unwrap_or(0)];
+    for start in 0..=local.len().saturating_sub(3) {
+        let piece = &local[start..start + 3];
+        assert!(!text.contains(piece), "{piece:?} of the address got through: {text}");
+    }
+}

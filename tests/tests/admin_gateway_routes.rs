@@ -248,8 +248,13 @@ async fn a_version_a_proxy_cannot_load_leaves_the_last_good_one_in_use() {
     // A version this proxy cannot read (as from a newer gw writing a field it does not know).
     {
         use diesel_async::{AsyncConnection, RunQueryDsl};
-        let url = std::fs::read_to_string(stack.config_path()).unwrap();
-        let url = url.lines().find_map(|l| l.strip_prefix("url = \"postgres")).unwrap().trim_end_matches('"');
+        let config = std::fs::read_to_string(stack.config_path()).unwrap();
+        // The database itself, not the PgBouncer gw may reach it through (a plain driver's
+        // prepared statements do not survive a transaction pooler).
+        let url =
+            |key: &str| config.lines().find_map(|l| l.strip_prefix(&format!("{key} = \"postgres")).map(str::to_string));
+        let url = url("direct_url").or_else(|| url("url")).unwrap();
+        let url = url.trim_end_matches('"');
         let mut conn = diesel_async::AsyncPgConnection::establish(&format!("postgres{url}")).await.unwrap();
         diesel::sql_query(
             "INSERT INTO route_catalog_versions (version, routes, change) VALUES (3, '{\"providers\": [], \"models\": [], \"shards\": 4}', 'manual')",

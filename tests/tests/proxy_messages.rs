@@ -5,7 +5,10 @@
 //! `x-api-key` or `Authorization`; tool uses streamed as `input_json_delta` fragments that
 //! reassemble exactly; a tool result answered; the audit row and cost as for chat.
 
-use gw_tests::{db, request_id, tool_calling_models, Stack, StackOptions, TOOL_EMAIL};
+use gw_tests::{
+    assert_no_piece_of_tool_email, db, org_with_output_pii_policy, request_id, tool_calling_models, Stack,
+    StackOptions, OUTPUT_PII_POLICY,
+};
 use serde_json::{json, Value};
 
 const MODELS: [&str; 2] = ["gpt-4o-mini", "claude-test"];
@@ -261,28 +264,21 @@ async fn a_key_for_chat_only_may_not_send_messages() {
 #[tokio::test]
 async fn under_pii_redact_a_streamed_tool_use_argument_never_reaches_the_client_raw() {
     let stack = Stack::start_with(StackOptions { extra_config: tool_calling_models(), ..Default::default() }).await;
-    let (s, key, _) = stack.org_with_key().await;
-    let doc = json!({"policies": [{"name": "pii_out", "guardrails": [{"type": "pii_redact", "output": true}]}]});
-    gw_tests::json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
+    let key = org_with_output_pii_policy(&stack).await;
     let body = json!({"model": "gpt-pii-tools", "max_tokens": 64, "stream": true,
         "tools": [{"name": "send_mail", "input_schema": {"type": "object"}}],
         "messages": [{"role": "user", "content": "Mail the report, please"}]});
     let r = reqwest::Client::new()
         .post(format!("{}/v1/messages", stack.proxy))
         .header("x-api-key", &key)
-        .header("x-gw-policy", "pii_out")
+        .header("x-gw-policy", OUTPUT_PII_POLICY)
         .json(&body)
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
     let raw = r.text().await.unwrap();
-    // The address arrived from the upstream three characters a delta; no piece of its local part
-    // gets through.
-    let local = &TOOL_EMAIL[..TOOL_EMAIL.find('@').unwrap()];
-    for start in 0..=local.len() - 3 {
-        assert!(!raw.contains(&local[start..start + 3]), "{:?} got through: {raw}", &local[start..start + 3]);
-    }
+    assert_no_piece_of_tool_email(&raw);
     let ev = events(&raw);
     let input: String = ev
         .iter()

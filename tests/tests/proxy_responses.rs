@@ -4,7 +4,10 @@
 //! deltas that reassemble exactly, and their outputs answered; what needs stored state refused by
 //! name; the audit row and cost as for chat.
 
-use gw_tests::{db, expect_openai_error, request_id, tool_calling_models, Stack, StackOptions, TOOL_EMAIL};
+use gw_tests::{
+    assert_no_piece_of_tool_email, db, expect_openai_error, org_with_output_pii_policy, request_id,
+    tool_calling_models, Stack, StackOptions, OUTPUT_PII_POLICY,
+};
 use serde_json::{json, Value};
 
 const MODELS: [&str; 2] = ["gpt-4o-mini", "claude-test"];
@@ -235,25 +238,20 @@ async fn a_key_for_chat_only_may_not_create_responses() {
 #[tokio::test]
 async fn under_pii_redact_a_streamed_function_call_argument_never_reaches_the_client_raw() {
     let stack = Stack::start_with(StackOptions { extra_config: tool_calling_models(), ..Default::default() }).await;
-    let (s, key, _) = stack.org_with_key().await;
-    let doc = json!({"policies": [{"name": "pii_out", "guardrails": [{"type": "pii_redact", "output": true}]}]});
-    gw_tests::json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
+    let key = org_with_output_pii_policy(&stack).await;
     let body = json!({"model": "gpt-pii-tools", "stream": true, "input": "Mail the report, please",
         "tools": [{"type": "function", "name": "send_mail", "parameters": {"type": "object"}}]});
     let r = reqwest::Client::new()
         .post(format!("{}/v1/responses", stack.proxy))
         .bearer_auth(&key)
-        .header("x-gw-policy", "pii_out")
+        .header("x-gw-policy", OUTPUT_PII_POLICY)
         .json(&body)
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
     let raw = r.text().await.unwrap();
-    let local = &TOOL_EMAIL[..TOOL_EMAIL.find('@').unwrap()];
-    for start in 0..=local.len() - 3 {
-        assert!(!raw.contains(&local[start..start + 3]), "{:?} got through: {raw}", &local[start..start + 3]);
-    }
+    assert_no_piece_of_tool_email(&raw);
     let ev = events(&raw);
     let done = ev.iter().find(|e| e["type"] == "response.function_call_arguments.done").expect("a function call");
     let args: Value = serde_json::from_str(done["arguments"].as_str().unwrap()).unwrap();

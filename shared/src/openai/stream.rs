@@ -63,6 +63,18 @@ pub fn sse_event<T: Serialize>(payload: &T) -> Result<Bytes, serde_json::Error> 
 
 pub const SSE_DONE: &[u8] = b"data: [DONE]\n\n";
 
+/// The chunk objects of a piece of a chat SSE body made of whole `data:` lines; comments, `[DONE]`
+/// and anything not a JSON object are skipped. For re-framing gw's own stream in another dialect.
+pub fn chunk_objects(bytes: &[u8]) -> impl Iterator<Item = Map<String, Value>> + '_ {
+    bytes.split(|b| *b == b'\n').filter_map(|line| {
+        let data = line.strip_prefix(b"data: ").or_else(|| line.strip_prefix(b"data:"))?;
+        match serde_json::from_slice::<Value>(data) {
+            Ok(Value::Object(chunk)) => Some(chunk),
+            _ => None,
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

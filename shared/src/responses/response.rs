@@ -236,14 +236,8 @@ impl EventEncoder {
     pub fn frames(&mut self, bytes: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         self.start(&mut out);
-        for line in bytes.split(|b| *b == b'\n') {
-            let Some(data) = line.strip_prefix(b"data: ").or_else(|| line.strip_prefix(b"data:")) else { continue };
-            if data.trim_ascii() == b"[DONE]" {
-                continue;
-            }
-            if let Ok(Value::Object(chunk)) = serde_json::from_slice::<Value>(data) {
-                self.chunk(&chunk, &mut out);
-            }
+        for chunk in crate::openai::chunk_objects(bytes) {
+            self.chunk(&chunk, &mut out);
         }
         out
     }

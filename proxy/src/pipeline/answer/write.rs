@@ -249,17 +249,6 @@ pub async fn finish_stream(session: &mut Session, ctx: &mut RequestCtx) -> Resul
     session.write_response_body(Some(Bytes::from(tail)), true).await.map_err(|e| ProxyError::client_gone(&e))
 }
 
-/// An error's message for a Messages API client (whose SDKs send the key in `x-api-key`).
-fn messages_error(err: &ProxyError) -> String {
-    match err {
-        ProxyError::MissingAuth => {
-            "You didn't provide an API key. Send it as 'x-api-key: <API_KEY>' or 'Authorization: Bearer <API_KEY>'."
-                .into()
-        }
-        _ => err.body().error.message,
-    }
-}
-
 /// Answers with the error: the OpenAI error object and its status, or, once a stream has
 /// started, its error event.
 pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError) -> Result<(), ProxyError> {
@@ -273,11 +262,7 @@ pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError
         }
         journal(ctx, false);
         let event = match ctx.endpoint {
-            Some(e) if e.is_messages() => Bytes::from(gw_shared::messages::error_event(
-                err.status(),
-                &messages_error(err),
-                &ctx.request_id.to_string(),
-            )),
+            Some(e) if e.is_messages() => Bytes::from(err.messages_event(ctx.request_id)),
             Some(Endpoint::Responses) => match ctx.responses_events.as_mut() {
                 Some(events) => {
                     let body = err.body();
@@ -299,10 +284,7 @@ pub async fn error(session: &mut Session, ctx: &mut RequestCtx, err: &ProxyError
         session.set_keepalive(None);
     }
     let body = match ctx.endpoint {
-        Some(e) if e.is_messages() => {
-            let body = gw_shared::messages::error_body(err.status(), &messages_error(err), &ctx.request_id.to_string());
-            body.to_string().into_bytes()
-        }
+        Some(e) if e.is_messages() => err.messages_body(ctx.request_id),
         _ => serde_json::to_vec(&err.body()).map_err(|e| ProxyError::internal("error body", e))?,
     };
     json(session, ctx, err.status(), Bytes::from(body), err.extra_headers()).await
