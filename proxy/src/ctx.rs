@@ -132,6 +132,13 @@ pub struct Attempt {
     pub region: Option<Arc<str>>,
     /// Whose credential the attempt used: the organization's own provider key or gw's.
     pub org_key: bool,
+    /// The provider's kind as the GenAI semantic conventions name it (`traces::spans::system_of`).
+    pub system: &'static str,
+    /// The attempt's span (its id goes upstream in `traceparent`).
+    pub span_id: opentelemetry::trace::SpanId,
+    pub began: Instant,
+    /// When the attempt's exchange ended (its answer's last byte, or its failure).
+    pub ended: Option<Instant>,
 }
 
 pub struct RequestCtx {
@@ -224,6 +231,8 @@ pub struct RequestCtx {
     pub responses_echo: Option<Box<gw_shared::responses::Echo>>,
     /// A streamed Responses answer's re-framing of the pipeline's chunks.
     pub responses_events: Option<Box<gw_shared::responses::EventEncoder>>,
+    /// The request's trace (W3C Trace Context), when the client sent one or gw exports spans.
+    pub trace: Option<Box<crate::traces::TraceCtx>>,
 }
 
 impl RequestCtx {
@@ -281,6 +290,7 @@ impl RequestCtx {
             messages_events: None,
             responses_echo: None,
             responses_events: None,
+            trace: None,
         }
     }
 

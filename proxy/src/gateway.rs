@@ -53,6 +53,7 @@ impl ProxyHttp for Gateway {
             .get(http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .map(pipeline::audit::audit_text);
+        ctx.trace = crate::traces::TraceCtx::start(&session.req_header().headers, self.tracer.is_some());
         let Err(err) = pipeline::run(self, session, ctx).await else { return Ok(true) };
         ctx.error = Some(err.label());
         if let ProxyError::ClientGone(why) = err {

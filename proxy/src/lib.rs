@@ -28,6 +28,7 @@ mod server;
 mod sources;
 mod state;
 mod throttle;
+mod traces;
 mod traffic_metrics;
 mod transport;
 

@@ -154,6 +154,7 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
         table.providers().iter().map(|p| p.name.to_string()),
     )?);
     drop(table);
+    let tracer = crate::traces::Tracer::new(&cfg.telemetry, &metrics.registry)?;
     let routes_watch = crate::routes_watch::RoutesWatch {
         builder,
         router: router.clone(),
@@ -196,6 +197,7 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
         ),
         drain_max_bytes: p.stream_drain_max_bytes,
         audit: sink,
+        tracer: tracer.clone(),
         audit_max_body: p.audit_max_body_bytes,
         traffic: traffic.clone(),
         metrics: metrics.clone(),
@@ -250,6 +252,10 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
     server.add_service(background_service("limiter", finishing.track(LimiterService(limiter))));
     server.add_service(background_service("events-outbox", finishing.track(OutboxWriter(outbox))));
     server.add_service(background_service("drain", Drain { finishing, in_flight }));
+    if let Some(tracer) = tracer {
+        log::info!("traces go to {}", cfg.telemetry.otlp_endpoint.as_deref().unwrap_or_default());
+        server.add_service(background_service("trace-exporter", crate::traces::TraceExporter(tracer)));
+    }
     let ops = OpsApp {
         metrics,
         db: db.clone(),

@@ -67,6 +67,8 @@ pub struct Gateway {
     /// guardrail stopped it), to learn what the upstream bills (`stream_drain_max_bytes`).
     pub drain_max_bytes: usize,
     pub audit: AuditSink,
+    /// The trace exporter, when `[telemetry]` names an endpoint.
+    pub tracer: Option<Arc<crate::traces::Tracer>>,
     pub metrics: Arc<Metrics>,
     /// Requests, tokens and spend by model, provider and team (bounded labels).
     pub traffic: Arc<TrafficMetrics>,

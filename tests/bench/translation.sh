@@ -6,7 +6,8 @@
 # directly (OpenAI body to /v1/chat/completions, Anthropic body to /v1/messages), so the time gw
 # adds is measured per dialect and the mock's own per-dialect cost cancels out. Then the inbound
 # Messages API (`/v1/messages` on gw) to each of the two upstreams, against chat passthrough.
-# Prints c=1 p50/p99, plain and streamed. Release build. Usage:
+# Prints c=1 p50/p99 and c=32 requests/s (as a ratio of the upstream called directly), plain
+# and streamed. Release build. Usage:
 #   tests/bench/translation.sh [seconds-per-run]   (default 10)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -42,8 +43,9 @@ wrk.body = '{"model":"$2","stream":$3,$PROMPT${4:-}}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer $KEY"
 done = function(summary, latency, requests)
-  io.write(string.format("RESULT p50_us=%d p99_us=%d non2xx=%d\n",
-    latency:percentile(50), latency:percentile(99), summary.errors.status))
+  io.write(string.format("RESULT p50_us=%d p99_us=%d non2xx=%d rps=%d\n",
+    latency:percentile(50), latency:percentile(99), summary.errors.status,
+    summary.requests / (summary.duration / 1000000)))
 end
 LUA
 }
@@ -71,6 +73,13 @@ declare -A R
 for s in $ALL; do
   settle; R[$s]=$("${LOAD[@]}" wrk -t1 -c1 -d"${DUR}s" -s "$WORK/$s.lua" "$(url_of $s)" | grep '^RESULT')
 done
+# Throughput with 32 connections (the one-core method's c32 cell): requests/s through gw as a
+# ratio of calling the same upstream directly.
+TP="d_oa_plain oa_plain in_oa_plain d_an_plain an_plain in_an_plain d_oa_sse oa_sse in_oa_sse d_an_sse an_sse in_an_sse"
+declare -A T
+for s in $TP; do
+  settle; T[$s]=$("${LOAD[@]}" wrk -t1 -c32 -d"${DUR}s" -s "$WORK/$s.lua" "$(url_of $s)" | grep '^RESULT')
+done
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 echo
 echo "Anthropic translation vs OpenAI passthrough, c=1, one-core cell, ${DUR}s per run (us)"
@@ -94,3 +103,14 @@ for kind in plain sse; do
     printf '%-10s %14s %18s %18s\n' "$kind $p" "$((og - od))" "$((io - od))" "$((ia - ad))"
   done
 done
+echo
+echo "c=32 throughput, requests/s through gw and its ratio to the upstream called directly"
+printf '%-8s %12s %12s %16s %12s %12s %16s\n' "" "OA direct" "chat->OA" "messages->OA" "AN direct" "chat->AN" "messages->AN"
+ratio() { python3 -c "print(f'{$1/$2:.3f}')"; }
+for kind in plain sse; do
+  od=$(field "${T[d_oa_$kind]}" rps); og=$(field "${T[oa_$kind]}" rps); io=$(field "${T[in_oa_$kind]}" rps)
+  ad=$(field "${T[d_an_$kind]}" rps); ag=$(field "${T[an_$kind]}" rps); ia=$(field "${T[in_an_$kind]}" rps)
+  printf '%-8s %12s %12s %16s %12s %12s %16s\n' "$kind" "$od" "$og ($(ratio $og $od))" "$io ($(ratio $io $od))" \
+    "$ad" "$ag ($(ratio $ag $ad))" "$ia ($(ratio $ia $ad))"
+done
+echo "non-2xx: $(for s in $TP; do printf '%s=%s ' $s "$(field "${T[$s]}" non2xx)"; done)"

@@ -37,6 +37,11 @@ pub fn run(gw: &Gateway, ctx: &mut RequestCtx) {
     if let Some(entry) = entry {
         gw.audit.record(entry, ctx.journaled.take());
     }
+    if let Some(tracer) = &gw.tracer {
+        if let Some(spans) = crate::traces::spans::of_request(ctx, std::time::Instant::now()) {
+            tracer.record(spans);
+        }
+    }
 }
 
 /// `policy.blocked` for the outbox, once per request, from its recorded decisions: who, which

@@ -15,6 +15,7 @@ pub mod plans;
 mod proxy;
 mod redis;
 mod routes;
+mod telemetry;
 
 pub use admin::{AdminConfig, SignupMode};
 pub use billing::{BillingConfig, MeterConfig};
@@ -22,6 +23,7 @@ pub use mail::MailConfig;
 pub use proxy::ProxyConfig;
 pub use redis::{RedisConfig, RedisTlsConfig, SentinelConfig, Topology};
 pub use routes::{give_id, RouteError, Routes, RoutesSource, MAX_DEPLOYMENTS, MAX_MODELS, MAX_PROVIDERS};
+pub use telemetry::TelemetryConfig;
 
 use crate::catalog::Catalog;
 use crate::catalog::ModelMode;
@@ -48,6 +50,8 @@ pub struct Config {
     pub billing: BillingConfig,
     #[serde(default)]
     pub routing: RoutingConfig,
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     #[serde(default)]
     pub providers: Vec<ProviderConfig>,
     #[serde(default)]
@@ -436,6 +440,7 @@ impl Config {
         if let Some(v) = env("REDIS_CLUSTER").filter(|s| !s.is_empty()) {
             self.redis.cluster = v.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
         }
+        self.telemetry.apply_env(env);
         if let Some(v) = env("GW_PROXY_LISTEN") {
             self.proxy.listen = v;
         }
@@ -505,6 +510,7 @@ impl Config {
 
     fn validate(&self) -> Result<()> {
         self.redis.validate()?;
+        self.telemetry.validate().map_err(Error::Config)?;
         for (plan, q) in &self.gateway_quota {
             let at = format!("gateway_quota.{plan}");
             if let Some(b) = &q.budget {

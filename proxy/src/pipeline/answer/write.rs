@@ -143,6 +143,11 @@ pub async fn json(
     body: Bytes,
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<(), ProxyError> {
+    if status == 200 {
+        if let Some(trace) = ctx.trace.as_deref_mut() {
+            trace.note_finish_reasons(&body);
+        }
+    }
     let body = match ctx.endpoint {
         Some(Endpoint::Messages) if status == 200 => as_message(ctx, &body),
         Some(Endpoint::Responses) if status == 200 => as_response(ctx, &body),
@@ -221,6 +226,9 @@ pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result
 const STREAM_BODY_CAPTURE: usize = 1024 * 1024;
 
 pub async fn stream_bytes(session: &mut Session, ctx: &mut RequestCtx, bytes: Bytes) -> Result<(), ProxyError> {
+    if let Some(trace) = ctx.trace.as_deref_mut() {
+        trace.note_finish_reasons(&bytes);
+    }
     let bytes = match (ctx.messages_events.as_mut(), ctx.responses_events.as_mut()) {
         (Some(events), _) => Bytes::from(events.frames(&bytes)),
         (None, Some(events)) => Bytes::from(events.frames(&bytes)),

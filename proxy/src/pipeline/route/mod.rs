@@ -188,14 +188,21 @@ async fn exchange_once(
         spent: None,
         region: dep.region.clone(),
         org_key,
+        system: crate::traces::spans::system_of(&dep.provider.kind),
+        span_id: crate::traces::context::new_span_id(),
+        began: Instant::now(),
+        ended: None,
     });
-    let began = std::time::Instant::now();
+    let began = Instant::now();
     let result = {
         let _inflight = dep.state.begin();
         attempt(gw, session, ctx, req, dep, api_key).await
     };
-    if let Some(a) = ctx.attempts.last_mut().filter(|a| a.latency.is_none()) {
-        a.spent = Some(began.elapsed());
+    if let Some(a) = ctx.attempts.last_mut() {
+        if a.latency.is_none() {
+            a.spent = Some(began.elapsed());
+        }
+        a.ended = Some(Instant::now());
     }
     let outcome = match &result {
         Ok(()) => AttemptOutcome::Answered,
@@ -275,7 +282,10 @@ async fn attempt(
     let stream = req.stream();
     let sent = Instant::now();
     let (head, mut body) = match exchange {
-        Exchange::Http(up) => {
+        Exchange::Http(mut up) => {
+            if let (Some(trace), Some(a)) = (ctx.trace.as_deref(), ctx.attempts.last()) {
+                up.headers.extend(trace.upstream_headers(a.span_id));
+            }
             let url = provider
                 .upstream
                 .as_ref()

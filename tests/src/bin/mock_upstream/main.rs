@@ -91,7 +91,8 @@
 //!
 //! - `GET /_mock/stats`: the number of model requests (every dialect; not `/v1/models`) since
 //!   start or the last `POST /_mock/config`, and the last request body; `?tag=T` the same for
-//!   the requests whose knobs carry `"tag": "T"` (counted since start). Tests sharing one mock
+//!   the requests whose knobs carry `"tag": "T"` (counted since start), with the last one's
+//!   `traceparent` header (`last_traceparent`). Tests sharing one mock
 //!   use tags to stay apart. Without a tag it also gives `abandoned_bodies`: streamed bodies the
 //!   client hung up on before their end (since start).
 //! - `GET /_mock/credentials`: `{"credentials": {"<value>": {"count", "first_ms", "last_ms"}}}`,
@@ -250,6 +251,8 @@ struct Knobs {
 struct TagStats {
     requests: u64,
     last_body: Value,
+    /// The last request's W3C `traceparent` header, when it had one.
+    last_traceparent: Option<String>,
 }
 
 /// One credential's sightings.
@@ -274,12 +277,13 @@ struct State {
 
 impl State {
     /// Counts a request under its tag; returns its position among the tag's requests.
-    fn count_tag(&self, tag: Option<&str>, body: &Value) -> Option<u64> {
+    fn count_tag(&self, tag: Option<&str>, body: &Value, traceparent: Option<&str>) -> Option<u64> {
         let tag = tag?;
         let mut tags = self.tags.lock().ok()?;
         let t = tags.entry(tag.to_string()).or_default();
         t.requests += 1;
         t.last_body = body.clone();
+        t.last_traceparent = traceparent.map(str::to_string);
         Some(t.requests)
     }
 
@@ -657,7 +661,8 @@ async fn dispatch(state: web::Data<State>, req: HttpRequest, raw: web::Bytes) ->
         Err(e) => return route.error(400, &e, Some("mock")),
     };
     // The position of this request among those with its tag, else among all.
-    let seen = state.count_tag(k.tag.as_deref(), &body).unwrap_or(n);
+    let traceparent = req.headers().get("traceparent").and_then(|v| v.to_str().ok());
+    let seen = state.count_tag(k.tag.as_deref(), &body, traceparent).unwrap_or(n);
     if matches!(route, Route::Converse(_)) && credential.is_none() {
         return bedrock::missing_token();
     }
@@ -706,16 +711,17 @@ struct StatsQuery {
 #[get("/_mock/stats")]
 async fn stats(state: web::Data<State>, q: web::Query<StatsQuery>) -> HttpResponse {
     if let Some(tag) = &q.tag {
-        let (requests, last) = state
+        let (requests, last, traceparent) = state
             .tags
             .lock()
             .ok()
             .and_then(|tags| {
                 let t = tags.get(tag)?;
-                Some((t.requests, t.last_body.clone()))
+                Some((t.requests, t.last_body.clone(), t.last_traceparent.clone()))
             })
-            .unwrap_or((0, Value::Null));
-        return HttpResponse::Ok().json(json!({"requests": requests, "last_body": last}));
+            .unwrap_or((0, Value::Null, None));
+        return HttpResponse::Ok()
+            .json(json!({"requests": requests, "last_body": last, "last_traceparent": traceparent}));
     }
     let last = state.last_body.lock().map(|v| v.clone()).unwrap_or(Value::Null);
     HttpResponse::Ok().json(json!({
