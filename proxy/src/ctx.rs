@@ -233,6 +233,21 @@ pub struct RequestCtx {
     pub responses_events: Option<Box<gw_shared::responses::EventEncoder>>,
     /// The request's trace (W3C Trace Context), when the client sent one or gw exports spans.
     pub trace: Option<Box<crate::traces::TraceCtx>>,
+    /// A Messages request as the client sent it, for an Anthropic deployment to get unchanged.
+    pub messages_raw: Option<Box<MessagesRaw>>,
+    /// The attempt under way passes the client's Messages body to an Anthropic deployment and
+    /// its answer back as they are (`pipeline::route`, docs/messages.md).
+    pub passthrough: bool,
+}
+
+/// What a Messages request passes through to an Anthropic deployment.
+#[derive(Debug)]
+pub struct MessagesRaw {
+    pub body: bytes::Bytes,
+    /// The model the body names.
+    pub model: String,
+    /// The client's `anthropic-beta` header (the features its body may use).
+    pub beta: Option<http::HeaderValue>,
 }
 
 impl RequestCtx {
@@ -291,6 +306,8 @@ impl RequestCtx {
             responses_echo: None,
             responses_events: None,
             trace: None,
+            messages_raw: None,
+            passthrough: false,
         }
     }
 

@@ -3,7 +3,9 @@
 //! error object) whatever serves the model: an OpenAI-compatible deployment (`gpt-4o-mini`) and
 //! an Anthropic one (`claude-test`), each the mock upstream in its own dialect. The key in
 //! `x-api-key` or `Authorization`; tool uses streamed as `input_json_delta` fragments that
-//! reassemble exactly; a tool result answered; the audit row and cost as for chat.
+//! reassemble exactly; a tool result answered; the audit row and cost as for chat. To the
+//! Anthropic deployment a request passes through as the client sent it (its model aside) and the
+//! answer comes back as the deployment sent it, unless a guardrail must read or change either.
 
 use gw_tests::{
     assert_no_piece_of_tool_email, db, org_with_output_pii_policy, request_id, tool_calling_models, Stack,
@@ -12,6 +14,15 @@ use gw_tests::{
 use serde_json::{json, Value};
 
 const MODELS: [&str; 2] = ["gpt-4o-mini", "claude-test"];
+
+/// The model an answer names: gw's translation names the model asked for; a passed-through
+/// answer (the Anthropic deployment's) names the deployment's model.
+fn answering(model: &str) -> &str {
+    match model {
+        "claude-test" => "claude-sonnet-4-5",
+        m => m,
+    }
+}
 
 async fn messages(stack: &Stack, key: &str, body: Value) -> reqwest::Response {
     reqwest::Client::new()
@@ -64,8 +75,10 @@ async fn a_message_comes_back_in_the_messages_shape_from_either_kind_of_deployme
         let m: Value = r.json().await.unwrap();
         assert_eq!(m["type"], "message");
         assert_eq!(m["role"], "assistant");
-        assert_eq!(m["model"], model);
-        assert_eq!(m["id"], format!("msg_{}", id.simple()));
+        assert_eq!(m["model"], answering(model));
+        if model == "gpt-4o-mini" {
+            assert_eq!(m["id"], format!("msg_{}", id.simple()));
+        }
         assert_eq!(m["stop_reason"], "end_turn");
         assert!(m["stop_sequence"].is_null());
         assert_eq!(m["content"][0]["type"], "text");
@@ -101,12 +114,18 @@ async fn a_stream_is_the_messages_event_sequence_and_says_what_the_plain_answer_
         assert_eq!(names[1], "content_block_start");
         assert!(names.contains(&"content_block_stop"));
         assert!(ev.iter().all(|(n, d)| d["type"] == n.as_str()), "every event's type is its name");
-        assert_eq!(ev[0].1["message"]["model"], model);
+        assert_eq!(ev[0].1["message"]["model"], answering(model));
         assert_eq!(text_of(&ev), plain["content"][0]["text"].as_str().unwrap(), "{model}");
         let delta = &ev[ev.len() - 2].1;
         assert_eq!(delta["delta"]["stop_reason"], "end_turn");
         assert_eq!(delta["usage"]["output_tokens"], plain["usage"]["output_tokens"], "{model}");
-        assert_eq!(delta["usage"]["input_tokens"], plain["usage"]["input_tokens"], "{model}");
+        // Anthropic says the input tokens in `message_start` (gw's re-framing repeats them in the
+        // last `message_delta`).
+        let input = match &delta["usage"]["input_tokens"] {
+            Value::Null => &ev[0].1["message"]["usage"]["input_tokens"],
+            n => n,
+        };
+        assert_eq!(input, &plain["usage"]["input_tokens"], "{model}");
     }
 }
 
@@ -158,13 +177,13 @@ async fn a_streamed_tool_use_reassembles_exactly_and_its_result_is_answered() {
 }
 
 #[tokio::test]
-async fn count_tokens_estimates_the_prompt() {
+async fn count_tokens_estimates_the_prompt_of_a_deployment_that_is_not_anthropic() {
     let stack = Stack::shared().await;
     let (_s, key, _) = stack.org_with_key().await;
     let r = reqwest::Client::new()
         .post(format!("{}/v1/messages/count_tokens", stack.proxy))
         .bearer_auth(&key)
-        .json(&json!({"model": "claude-test", "messages": [{"role": "user", "content": "x".repeat(400)}]}))
+        .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x".repeat(400)}]}))
         .send()
         .await
         .unwrap();
@@ -173,6 +192,34 @@ async fn count_tokens_estimates_the_prompt() {
     // The message's 415 bytes (its text and its field names and role) at four a token, plus the
     // framing of one message and the reply's priming: gw's limits estimate (docs/limits.md).
     assert_eq!(body, json!({"input_tokens": 104 + 4 + 3}));
+}
+
+#[tokio::test]
+async fn count_tokens_of_an_anthropic_deployment_is_anthropic_s_own_count() {
+    let stack = Stack::shared().await;
+    let (_s, key, _) = stack.org_with_key().await;
+    let tag = format!("count-{}", uuid::Uuid::new_v4().simple());
+    let prompt = json!([{"role": "user", "content": "How many tokens are in this short question of mine?"}]);
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/messages/count_tokens", stack.proxy))
+        .header("x-api-key", &key)
+        .json(&json!({"model": "claude-test", "messages": prompt, "mock": {"tag": tag}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let counted: Value = r.json().await.unwrap();
+    let seen = mock_seen(&stack, &tag).await;
+    assert_eq!(seen["requests"], 1, "the count was asked of the deployment");
+    assert_eq!(seen["last_body"]["model"], "claude-sonnet-4-5");
+    // What a message with that prompt is billed for, as the deployment counts it.
+    let m: Value = messages(&stack, &key, json!({"model": "claude-test", "max_tokens": 16, "messages": prompt}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let billed = m["usage"]["input_tokens"].as_u64().unwrap() + m["usage"]["cache_read_input_tokens"].as_u64().unwrap();
+    assert_eq!(counted, json!({"input_tokens": billed}));
 }
 
 /// An error's status and body, its `request_id` checked and taken out.
@@ -286,4 +333,76 @@ async fn under_pii_redact_a_streamed_tool_use_argument_never_reaches_the_client_
         .map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(serde_json::from_str::<Value>(&input).unwrap(), json!({"email": "[EMAIL_1]", "city": "Paris"}));
+}
+
+/// The mock counts a request under the tag its body's `mock` knobs name: a field gw's translation
+/// would drop, so only a passed-through body carries it.
+async fn mock_seen(stack: &Stack, tag: &str) -> Value {
+    reqwest::get(format!("{}/_mock/stats?tag={tag}", stack.mock)).await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn to_an_anthropic_deployment_the_request_and_answer_pass_through_unchanged() {
+    let stack = Stack::shared().await;
+    let (_s, key, _) = stack.org_with_key().await;
+    for stream in [false, true] {
+        let tag = format!("passthrough-{}", uuid::Uuid::new_v4().simple());
+        let body = json!({"model": "claude-test", "max_tokens": 64, "stream": stream, "top_k": 7,
+            "metadata": {"user_id": "u-1"}, "mock": {"tag": tag},
+            "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": "Say hello"}]});
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/messages", stack.proxy))
+            .header("x-api-key", &key)
+            .header("anthropic-version", "2023-06-01")
+            .header("anthropic-beta", "prompt-caching-2024-07-31")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let id = request_id(&r);
+        let text = r.text().await.unwrap();
+        let seen = mock_seen(&stack, &tag).await;
+        assert_eq!(seen["requests"], 1, "the body reached the deployment with its own fields");
+        let mut expected = body.clone();
+        expected["model"] = json!("claude-sonnet-4-5");
+        assert_eq!(seen["last_body"], expected, "only the model changed");
+        if stream {
+            let ev = events(&text);
+            let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+            // The deployment's own events, its `ping` among them (gw's re-framing sends none).
+            assert!(names.contains(&"ping"), "{names:?}");
+            assert_eq!(names.last(), Some(&"message_stop"));
+            assert_ne!(ev[0].1["message"]["id"], format!("msg_{}", id.simple()));
+            assert!(!text.contains("[DONE]"));
+        } else {
+            let m: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(m["model"], "claude-sonnet-4-5");
+            assert_ne!(m["id"], format!("msg_{}", id.simple()), "the deployment's own message id");
+        }
+    }
+}
+
+#[tokio::test]
+async fn with_an_output_guardrail_the_anthropic_answer_is_translated_to_be_read() {
+    let stack = Stack::shared().await;
+    let key = org_with_output_pii_policy(&stack).await;
+    let tag = format!("translated-{}", uuid::Uuid::new_v4().simple());
+    let body = json!({"model": "claude-test", "max_tokens": 64, "mock": {"tag": tag},
+        "messages": [{"role": "user", "content": "Say hello"}]});
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/messages", stack.proxy))
+        .header("x-api-key", &key)
+        .header("x-gw-policy", OUTPUT_PII_POLICY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let id = request_id(&r);
+    let m: Value = r.json().await.unwrap();
+    assert_eq!(m["id"], format!("msg_{}", id.simple()), "gw's own message, the guardrails' reading");
+    assert_eq!(m["model"], "claude-test");
+    assert_eq!(mock_seen(&stack, &tag).await["requests"], 0, "the translation carries no unknown field");
 }

@@ -45,7 +45,8 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
         Endpoint::MessagesCountTokens => {
             parse::run_messages(gw, session, ctx).await?;
             resolve::run(gw, session, ctx).await?;
-            return answer::count_tokens(session, ctx).await;
+            let counted = route::anthropic_count(gw, ctx).await;
+            return answer::count_tokens(session, ctx, counted).await;
         }
     }
     experiment::run(gw, session, ctx).await?;

@@ -21,10 +21,12 @@ pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> R
 /// A Messages API request (`/v1/messages` or its `count_tokens`), run as the chat request it
 /// amounts to.
 pub async fn run_messages(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
-    let map = read_object(gw, session, ctx).await?;
+    let (raw, map) = read_object(gw, session, ctx).await?;
     let count_only = ctx.endpoint == Some(crate::ctx::Endpoint::MessagesCountTokens);
     let chat = gw_shared::messages::chat_body(&map, count_only).map_err(|p| bad(p.message, p.param))?;
     let req = ChatRequest::from_map(chat).map_err(|p| bad(p.message, p.param))?;
+    let beta = session.req_header().headers.get("anthropic-beta").cloned();
+    ctx.messages_raw = Some(Box::new(crate::ctx::MessagesRaw { body: raw, model: req.model.clone(), beta }));
     ctx.model = Some(req.model.clone());
     ctx.stream = req.stream;
     if req.stream {
@@ -40,7 +42,7 @@ pub async fn run_messages(gw: &Gateway, session: &mut Session, ctx: &mut Request
 /// A Responses API request, run as the chat request it amounts to.
 pub async fn run_responses(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     use gw_shared::responses;
-    let map = read_object(gw, session, ctx).await?;
+    let (_, map) = read_object(gw, session, ctx).await?;
     let chat = responses::chat_body(&map).map_err(|p| bad(p.message, p.param))?;
     let req = ChatRequest::from_map(chat).map_err(|p| bad(p.message, p.param))?;
     ctx.model = Some(req.model.clone());
@@ -58,17 +60,18 @@ fn bad(message: String, param: Option<String>) -> ProxyError {
     ProxyError::BadRequest { message, param }
 }
 
-/// The body of another dialect's request (translated to chat by its module), as a JSON object.
+/// The body of another dialect's request (translated to chat by its module): its bytes and the
+/// JSON object they hold.
 async fn read_object(
     gw: &Gateway,
     session: &mut Session,
     ctx: &RequestCtx,
-) -> Result<serde_json::Map<String, serde_json::Value>, ProxyError> {
+) -> Result<(bytes::Bytes, serde_json::Map<String, serde_json::Value>), ProxyError> {
     let body = ctx.within_deadline(read_bounded(session, gw.limits.max_body_bytes)).await??;
     let value: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| bad(format!("We could not parse the JSON body of your request: {e}"), None))?;
     match value {
-        serde_json::Value::Object(map) => Ok(map),
+        serde_json::Value::Object(map) => Ok((body, map)),
         _ => Err(bad("The request body must be a JSON object.".into(), None)),
     }
 }

@@ -9,6 +9,22 @@ mod response;
 pub use request::chat_body;
 pub use response::{error_body, error_event, error_type, message, stop_reason, usage, EventEncoder};
 
+/// The body an Anthropic deployment gets when a Messages request passes through: the client's
+/// bytes as they came when the deployment serves the model the client named, else the same body
+/// with the deployment's model.
+pub fn passthrough_body(
+    raw: &bytes::Bytes,
+    client_model: &str,
+    upstream_model: &str,
+) -> serde_json::Result<bytes::Bytes> {
+    if client_model == upstream_model {
+        return Ok(raw.clone());
+    }
+    let mut body: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(raw)?;
+    body.insert("model".into(), serde_json::Value::String(upstream_model.to_string()));
+    serde_json::to_vec(&body).map(bytes::Bytes::from)
+}
+
 /// The `id` of a message gw answers (`msg_` and the request id).
 pub fn message_id(request_id: uuid::Uuid) -> String {
     format!("msg_{}", request_id.simple())

@@ -230,3 +230,12 @@ fn errors_take_anthropic_s_types() {
         json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}, "request_id": "r1"})
     );
 }
+
+#[test]
+fn a_passed_through_body_changes_only_its_model() {
+    let raw = bytes::Bytes::from_static(br#"{"model":"claude","max_tokens":5,"top_k":3,"messages":[]}"#);
+    assert_eq!(super::passthrough_body(&raw, "claude", "claude").unwrap(), raw);
+    let moved: serde_json::Value =
+        serde_json::from_slice(&super::passthrough_body(&raw, "claude", "claude-sonnet-4-5").unwrap()).unwrap();
+    assert_eq!(moved, serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "top_k": 3, "messages": []}));
+}

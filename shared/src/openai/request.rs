@@ -25,6 +25,9 @@ pub struct ChatRequest {
     /// A prompt template the request references (`prompt`, taken out of the body); the
     /// template step renders it and puts its messages first.
     pub prompt: Option<crate::prompt_template::PromptRef>,
+    /// gw added to the request (a template's messages, a cap on completion tokens): it is no
+    /// longer what the client sent. Guardrails' rewrites are recorded as their decisions.
+    edited: bool,
 }
 
 impl ChatRequest {
@@ -57,12 +60,13 @@ impl ChatRequest {
                 .and_then(|o| o.get("include_usage"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-        Ok(Self { body, model, stream, include_usage, openai_tail: OnceLock::new(), prompt })
+        Ok(Self { body, model, stream, include_usage, openai_tail: OnceLock::new(), prompt, edited: false })
     }
 
     /// Puts a rendered template's messages before the request's own.
     pub fn prepend_messages(&mut self, first: Vec<Value>) {
         self.openai_tail = OnceLock::new();
+        self.edited = true;
         let own = match self.body.remove("messages") {
             Some(Value::Array(m)) => m,
             _ => Vec::new(),
@@ -82,11 +86,17 @@ impl ChatRequest {
         &self.body
     }
 
+    /// Whether gw added to the request (see the field).
+    pub fn edited(&self) -> bool {
+        self.edited
+    }
+
     /// Caps the answer at `max` completion tokens, for a request that set no limit of its own
     /// (a budget reserved for that many). `max_tokens`, which every OpenAI-compatible server
     /// and every adapter reads.
     pub fn cap_completion_tokens(&mut self, max: u64) {
         self.openai_tail = OnceLock::new();
+        self.edited = true;
         self.body.insert("max_tokens".into(), Value::from(max));
     }
 

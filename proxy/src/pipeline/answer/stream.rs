@@ -1,6 +1,8 @@
 //! An upstream's stream: upstream bytes → SSE events → the adapter's translator → the output
 //! guardrails → the client. Every event that arrived in one upstream read leaves in one
 //! downstream write. The loop knows no provider format: a new adapter brings its translator.
+//! A passed-through Messages stream (`ctx.passthrough`) goes out as the deployment's own events;
+//! its translation still runs, for billing, the cache and traces.
 //!
 //! However the stream ends, what the upstream bills is billed. When the client leaves, or an
 //! output guardrail stops the answer (its error goes out at once), the upstream is still read,
@@ -12,6 +14,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use bytes::{BufMut, BytesMut};
 use eventsource_stream2::{Event, EventStreamError, Eventsource};
 use futures::{FutureExt, Stream, StreamExt};
 use gw_shared::policy::{PolicyAction, PolicyDecision, Stage};
@@ -76,7 +79,9 @@ pub async fn stream(
     });
     let mut events = std::pin::pin!(chunks.eventsource());
     let provider = &up.dep.provider.name;
-    let mut end = relay(session, ctx, &mut events, &mut *translator, &mut sink, ends_at_eof, provider).await;
+    let mut out = Out { sink, raw: ctx.passthrough.then(BytesMut::new) };
+    let mut end = relay(session, ctx, &mut events, &mut *translator, &mut out, ends_at_eof, provider).await;
+    let Out { mut sink, mut raw } = out;
     if matches!(end, End::Done) {
         sink.finish_filter();
         if sink.blocked.is_some() {
@@ -88,7 +93,7 @@ pub async fn stream(
     match end {
         End::Done => {
             sink.saw_content();
-            if let Err(e) = flush(session, ctx, &mut sink).await {
+            if let Err(e) = flush(session, ctx, &mut sink, &mut raw).await {
                 bill_stream(gw, ctx, up, &sink, true);
                 return Err(e);
             }
@@ -132,7 +137,7 @@ pub async fn stream(
         }
         End::Cut | End::Failed(_) => {
             sink.saw_content();
-            let flushed = flush(session, ctx, &mut sink).await;
+            let flushed = flush(session, ctx, &mut sink, &mut raw).await;
             bill_stream(gw, ctx, up, &sink, false);
             flushed?;
             Err(match end {
@@ -144,13 +149,35 @@ pub async fn stream(
     }
 }
 
+/// What the relay loop writes: the translator's chunks, or (passing through) the upstream's
+/// own events.
+struct Out {
+    sink: StreamSink,
+    raw: Option<BytesMut>,
+}
+
+/// An upstream event as it came, for a passed-through stream.
+fn push_event(raw: &mut BytesMut, ev: &Event) {
+    if !ev.event.is_empty() {
+        raw.put_slice(b"event: ");
+        raw.put_slice(ev.event.as_bytes());
+        raw.put_u8(b'\n');
+    }
+    for line in ev.data.split('\n') {
+        raw.put_slice(b"data: ");
+        raw.put_slice(line.as_bytes());
+        raw.put_u8(b'\n');
+    }
+    raw.put_u8(b'\n');
+}
+
 /// Relays events until the stream ends one way or another.
 async fn relay<S>(
     session: &mut Session,
     ctx: &mut RequestCtx,
     events: &mut std::pin::Pin<&mut S>,
     translator: &mut dyn StreamTranslator,
-    sink: &mut StreamSink,
+    out: &mut Out,
     ends_at_eof: bool,
     provider: &std::sync::Arc<str>,
 ) -> End
@@ -162,21 +189,28 @@ where
         let next = match events.next().now_or_never() {
             Some(next) => next,
             None => {
-                if let Err(e) = flush(session, ctx, sink).await {
+                if let Err(e) = flush(session, ctx, &mut out.sink, &mut out.raw).await {
                     return End::Gone(e);
                 }
                 events.next().await
             }
         };
+        let sink = &mut out.sink;
         match next {
             None if ends_at_eof && (ctx.header_sent || sink.pending() > 0) => return End::Done,
             None => return End::Cut,
-            Some(Ok(ev)) => match translator.event(&ev.event, &ev.data, sink) {
-                _ if sink.blocked.is_some() => return End::Blocked,
-                Ok(Flow::Continue) => {}
-                Ok(Flow::Done) => return End::Done,
-                Err(e) => return End::Failed(ProxyError::upstream(provider, e)),
-            },
+            Some(Ok(ev)) => {
+                let flow = translator.event(&ev.event, &ev.data, sink);
+                if let (Some(raw), Ok(_)) = (out.raw.as_mut(), &flow) {
+                    push_event(raw, &ev);
+                }
+                match flow {
+                    _ if sink.blocked.is_some() => return End::Blocked,
+                    Ok(Flow::Continue) => {}
+                    Ok(Flow::Done) => return End::Done,
+                    Err(e) => return End::Failed(ProxyError::upstream(provider, e)),
+                }
+            }
             Some(Err(e)) => return End::Failed(read_error(provider, e)),
         }
     }
@@ -262,11 +296,32 @@ fn blocked(ctx: &mut RequestCtx, sink: &mut StreamSink) -> ProxyError {
 /// Writes what the sink gathered; the first write starts the response. It waits for the first
 /// chunk with content (at most the role chunk waits with it): that moment is the TTFT the header
 /// reports, and a failure before it can still fall back to another deployment.
-async fn flush(session: &mut Session, ctx: &mut RequestCtx, sink: &mut StreamSink) -> Result<(), ProxyError> {
+async fn flush(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    sink: &mut StreamSink,
+    raw: &mut Option<BytesMut>,
+) -> Result<(), ProxyError> {
     if !ctx.header_sent && !sink.content_seen {
         return Ok(());
     }
-    let Some(bytes) = sink.take() else { return Ok(()) };
+    let chunks = sink.take();
+    let bytes = match raw {
+        // The translation was only for billing, the cache and traces.
+        Some(raw) => {
+            if let (Some(trace), Some(c)) = (ctx.trace.as_deref_mut(), &chunks) {
+                trace.note_finish_reasons(c);
+            }
+            if raw.is_empty() {
+                return Ok(());
+            }
+            raw.split().freeze()
+        }
+        None => match chunks {
+            Some(c) => c,
+            None => return Ok(()),
+        },
+    };
     if !ctx.header_sent {
         ctx.ttft = Some(ctx.started.elapsed());
         write::start_stream(session, ctx).await?;

@@ -143,12 +143,14 @@ pub async fn json(
     body: Bytes,
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<(), ProxyError> {
-    if status == 200 {
+    let passed_through = ctx.passthrough && status == 200;
+    if status == 200 && !passed_through {
         if let Some(trace) = ctx.trace.as_deref_mut() {
             trace.note_finish_reasons(&body);
         }
     }
     let body = match ctx.endpoint {
+        _ if passed_through => body,
         Some(Endpoint::Messages) if status == 200 => as_message(ctx, &body),
         Some(Endpoint::Responses) if status == 200 => as_response(ctx, &body),
         _ => body,
@@ -225,14 +227,19 @@ pub async fn start_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result
 /// `audit_max_body_bytes`; this only bounds what is held meanwhile).
 const STREAM_BODY_CAPTURE: usize = 1024 * 1024;
 
+/// Writes a piece of a stream: the pipeline's chunks (re-framed for the Messages and Responses
+/// APIs), or a passed-through stream's own events.
 pub async fn stream_bytes(session: &mut Session, ctx: &mut RequestCtx, bytes: Bytes) -> Result<(), ProxyError> {
-    if let Some(trace) = ctx.trace.as_deref_mut() {
-        trace.note_finish_reasons(&bytes);
+    if !ctx.passthrough {
+        if let Some(trace) = ctx.trace.as_deref_mut() {
+            trace.note_finish_reasons(&bytes);
+        }
     }
-    let bytes = match (ctx.messages_events.as_mut(), ctx.responses_events.as_mut()) {
-        (Some(events), _) => Bytes::from(events.frames(&bytes)),
-        (None, Some(events)) => Bytes::from(events.frames(&bytes)),
-        (None, None) => bytes,
+    let bytes = match (ctx.passthrough, ctx.messages_events.as_mut(), ctx.responses_events.as_mut()) {
+        (true, _, _) => bytes,
+        (false, Some(events), _) => Bytes::from(events.frames(&bytes)),
+        (false, None, Some(events)) => Bytes::from(events.frames(&bytes)),
+        (false, None, None) => bytes,
     };
     if ctx.log_bodies {
         let kept = ctx.response_body.get_or_insert_with(String::new);
@@ -247,11 +254,13 @@ pub async fn stream_bytes(session: &mut Session, ctx: &mut RequestCtx, bytes: By
 pub async fn finish_stream(session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     ctx.body_done = true;
     let mut tail = format!(": x-gw-cost-usd={}\n\n", format_cost(ctx.cost)).into_bytes();
-    match (ctx.messages_events.as_mut(), ctx.responses_events.as_mut()) {
-        (Some(events), _) => tail.extend_from_slice(&events.finish(&ctx.usage)),
+    match (ctx.passthrough, ctx.messages_events.as_mut(), ctx.responses_events.as_mut()) {
+        // The deployment's own `message_stop` has gone out.
+        (true, _, _) => {}
+        (false, Some(events), _) => tail.extend_from_slice(&events.finish(&ctx.usage)),
         // The Responses API's stream ends with `response.completed`, no `[DONE]`.
-        (None, Some(events)) => tail.extend_from_slice(&events.finish(&ctx.usage)),
-        (None, None) => tail.extend_from_slice(SSE_DONE),
+        (false, None, Some(events)) => tail.extend_from_slice(&events.finish(&ctx.usage)),
+        (false, None, None) => tail.extend_from_slice(SSE_DONE),
     }
     journal(ctx, true);
     session.write_response_body(Some(Bytes::from(tail)), true).await.map_err(|e| ProxyError::client_gone(&e))

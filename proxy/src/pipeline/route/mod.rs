@@ -6,7 +6,10 @@
 //! and hands it to the answer step. A failure before anything reached the client moves on when
 //! the error says it may.
 
+mod count;
 pub(crate) mod credentials;
+
+pub use count::anthropic_count;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -260,6 +263,7 @@ async fn attempt(
 ) -> Result<(), ProxyError> {
     let provider = &dep.provider;
     let created = ctx.created_at.timestamp();
+    ctx.passthrough = matches!(req, Prompt::Chat(r) if passes_through(ctx, dep, r));
     let exchange = match req {
         Prompt::Chat(r) => provider.adapter.build(&call(Endpoint::ChatCompletions, r, dep, api_key, ctx)),
         Prompt::Embeddings(r) => provider.adapter.build_embeddings(&call(Endpoint::Embeddings, r, dep, api_key, ctx)),
@@ -285,6 +289,13 @@ async fn attempt(
         Exchange::Http(mut up) => {
             if let (Some(trace), Some(a)) = (ctx.trace.as_deref(), ctx.attempts.last()) {
                 up.headers.extend(trace.upstream_headers(a.span_id));
+            }
+            if let Some(raw) = ctx.messages_raw.as_deref().filter(|_| ctx.passthrough) {
+                up.body = gw_shared::messages::passthrough_body(&raw.body, &raw.model, &dep.upstream_model)
+                    .map_err(|e| ProxyError::internal("the Messages body", e))?;
+                if let Some(beta) = &raw.beta {
+                    up.headers.push((http::HeaderName::from_static("anthropic-beta"), beta.clone()));
+                }
             }
             let url = provider
                 .upstream
@@ -352,7 +363,22 @@ async fn attempt(
         }
     }
     .map_err(|e| ProxyError::upstream(&provider.name, e))?;
-    answer::plain(gw, session, ctx, &up, completion).await
+    let raw = ctx.passthrough.then_some(bytes);
+    answer::plain(gw, session, ctx, &up, completion, raw).await
+}
+
+/// Whether a Messages request goes to an Anthropic deployment as the client sent it (its model
+/// aside) and the answer comes back as the deployment sent it: when nothing gw does changes
+/// either (no template or token cap added, no input rewritten by a guardrail, no output
+/// guardrail), as a client calling Anthropic directly would see it. Otherwise it is translated
+/// like every other dialect.
+fn passes_through(ctx: &RequestCtx, dep: &Deployment, req: &gw_shared::openai::ChatRequest) -> bool {
+    use gw_shared::policy::{PolicyAction, Stage};
+    ctx.messages_raw.is_some()
+        && dep.provider.kind == "anthropic"
+        && ctx.output_guard.is_none()
+        && !req.edited()
+        && !ctx.policy.iter().any(|d| d.stage == Stage::Input && d.action == PolicyAction::Redacted)
 }
 
 /// What the adapter is told about this attempt.

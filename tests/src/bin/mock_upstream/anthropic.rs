@@ -1,4 +1,4 @@
-//! Anthropic Messages: `POST /v1/messages`.
+//! Anthropic Messages: `POST /v1/messages` and `POST /v1/messages/count_tokens`.
 
 use actix_web::HttpResponse;
 use bytes::Bytes;
@@ -82,6 +82,19 @@ fn conversation(body: &Value) -> Result<Conversation, String> {
     Ok(conv)
 }
 
+/// The input tokens a message would be billed for (its `usage.input_tokens` and cache reads):
+/// `{"input_tokens": N}`.
+pub fn count_tokens(call: Call) -> HttpResponse {
+    let Call { body, .. } = call;
+    if body.get("model").and_then(Value::as_str).is_none() {
+        return error(400, "model: Field required");
+    }
+    match conversation(&body) {
+        Ok(conv) => HttpResponse::Ok().json(json!({"input_tokens": conv.answer().prompt_tokens})),
+        Err(e) => error(400, &e),
+    }
+}
+
 /// A message; with it, what the answer spent when it goes out whole.
 pub fn messages(call: Call) -> (HttpResponse, Option<Spent>) {
     let Call { k, body, .. } = call;
@@ -103,8 +116,14 @@ pub fn messages(call: Call) -> (HttpResponse, Option<Spent>) {
         output_tokens: out.completion_tokens,
         cached_tokens: cached,
     });
-    let mut usage = json!({"input_tokens": out.prompt_tokens - cached, "output_tokens": out.completion_tokens,
-                           "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached});
+    // Every field Anthropic's published document requires (what the mock has no value for, null).
+    let delta_usage = json!({"input_tokens": out.prompt_tokens - cached, "output_tokens": out.completion_tokens,
+                           "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached,
+                           "output_tokens_details": null, "server_tool_use": null});
+    let mut usage = delta_usage.clone();
+    for field in ["cache_creation", "inference_geo", "service_tier"] {
+        usage[field] = Value::Null;
+    }
     let id = format!("msg_{}", out.digest);
     let tool_id = format!("toolu_{}", out.digest);
     let (stop_reason, stop_sequence) = match &out.answer {
@@ -115,11 +134,13 @@ pub fn messages(call: Call) -> (HttpResponse, Option<Spent>) {
 
     if !stream {
         let block = match &out.answer {
-            Answer::Text { text, .. } => json!({"type": "text", "text": text}),
-            Answer::Tool { name, input } => json!({"type": "tool_use", "id": tool_id, "name": name, "input": input}),
+            Answer::Text { text, .. } => json!({"type": "text", "text": text, "citations": null}),
+            Answer::Tool { name, input } => json!({"type": "tool_use", "id": tool_id, "name": name, "input": input,
+                                                   "caller": {"type": "direct"}}),
         };
         let mut resp = json!({"id": id, "type": "message", "role": "assistant", "model": model,
-                              "content": [block], "stop_reason": stop_reason, "stop_sequence": stop_sequence});
+                              "content": [block], "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+                              "stop_details": null, "container": null});
         if !k.no_usage {
             resp["usage"] = usage;
         }
@@ -127,18 +148,18 @@ pub fn messages(call: Call) -> (HttpResponse, Option<Spent>) {
     }
 
     let mut message = json!({"id": id, "type": "message", "role": "assistant", "model": model, "content": [],
-                             "stop_reason": null, "stop_sequence": null});
+                             "stop_reason": null, "stop_sequence": null, "stop_details": null, "container": null});
     if !k.no_usage {
         usage["output_tokens"] = json!(1);
         message["usage"] = usage;
     }
     let (start, deltas): (Value, Vec<Value>) = match &out.answer {
         Answer::Text { text, .. } => (
-            json!({"type": "text", "text": ""}),
+            json!({"type": "text", "text": "", "citations": null}),
             pieces(text, 3).into_iter().map(|p| json!({"type": "text_delta", "text": p})).collect(),
         ),
         Answer::Tool { name, input } => (
-            json!({"type": "tool_use", "id": tool_id, "name": name, "input": {}}),
+            json!({"type": "tool_use", "id": tool_id, "name": name, "input": {}, "caller": {"type": "direct"}}),
             char_pieces(&input.to_string(), 8)
                 .into_iter()
                 .map(|p| json!({"type": "input_json_delta", "partial_json": p}))
@@ -154,10 +175,10 @@ pub fn messages(call: Call) -> (HttpResponse, Option<Spent>) {
         events.push(sse("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": delta})));
     }
     events.push(sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
-    let mut end =
-        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence}});
+    let mut end = json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence,
+                                                             "stop_details": null, "container": null}});
     if !k.no_usage {
-        end["usage"] = json!({"output_tokens": out.completion_tokens});
+        end["usage"] = delta_usage;
     }
     events.push(sse("message_delta", &end));
     events.push(sse("message_stop", &json!({"type": "message_stop"})));

@@ -17,7 +17,8 @@
 //!   without `api-version`. Credential: `api-key` (else a bearer token).
 //! - Anthropic Messages: `POST /v1/messages` (400 without `max_tokens`); `"stream": true` gives
 //!   SSE with `event:` lines (`message_start`, `content_block_start`, `ping`,
-//!   `content_block_delta`..., `content_block_stop`, `message_delta`, `message_stop`).
+//!   `content_block_delta`..., `content_block_stop`, `message_delta`, `message_stop`);
+//!   `POST /v1/messages/count_tokens` gives `{"input_tokens"}` as a message's usage would.
 //!   Credential: `x-api-key` (else a bearer token).
 //! - Gemini: `POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent` (SSE
 //!   `data:` events with `?alt=sse`, no `[DONE]`; without it one JSON array of the fragments),
@@ -413,6 +414,8 @@ enum Route {
     Models,
     /// Anthropic Messages.
     Messages,
+    /// Anthropic's token count of a Messages request.
+    CountTokens,
     /// Gemini: the model and the method.
     Gemini(String, gemini::Method),
     /// Bedrock Converse: the model id.
@@ -427,6 +430,7 @@ impl Route {
             "/v1/embeddings" if post => return Some(Route::Embeddings(None)),
             "/v1/models" if *method == Method::GET => return Some(Route::Models),
             "/v1/messages" if post => return Some(Route::Messages),
+            "/v1/messages/count_tokens" if post => return Some(Route::CountTokens),
             _ if !post => return None,
             _ => {}
         }
@@ -451,7 +455,7 @@ impl Route {
         match self {
             Route::Chat(None) | Route::Embeddings(None) | Route::Models => bearer(req),
             Route::Chat(Some(_)) | Route::Embeddings(Some(_)) => header(req, "api-key").or_else(|| bearer(req)),
-            Route::Messages => header(req, "x-api-key").or_else(|| bearer(req)),
+            Route::Messages | Route::CountTokens => header(req, "x-api-key").or_else(|| bearer(req)),
             Route::Gemini(..) => {
                 header(req, "x-goog-api-key").or_else(|| query.get("key").cloned()).or_else(|| bearer(req))
             }
@@ -463,7 +467,7 @@ impl Route {
     fn error(&self, status: u16, message: &str, param: Option<&str>) -> HttpResponse {
         match self {
             Route::Chat(_) | Route::Embeddings(_) | Route::Models => openai::error(status, message, param),
-            Route::Messages => anthropic::error(status, message),
+            Route::Messages | Route::CountTokens => anthropic::error(status, message),
             Route::Gemini(..) => gemini::error(status, message),
             Route::Converse(_) => bedrock::error(status, message),
         }
@@ -685,6 +689,7 @@ async fn dispatch(state: web::Data<State>, req: HttpRequest, raw: web::Bytes) ->
         Route::Embeddings(deployment) => (openai::embeddings(call, deployment.as_deref()), None),
         Route::Models => (openai::models(), None),
         Route::Messages => anthropic::messages(call),
+        Route::CountTokens => (anthropic::count_tokens(call), None),
         Route::Gemini(model, method) => (gemini::handle(call, &model, method), None),
         Route::Converse(model) => (bedrock::converse(call, &model), None),
     };
