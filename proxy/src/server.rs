@@ -251,11 +251,17 @@ pub fn run_with(cfg: Config, registry: Registry, opts: RunOptions) -> Result<(),
     server.add_service(background_service("cache-writer", CacheWriter(responses)));
     server.add_service(background_service("limiter", finishing.track(LimiterService(limiter))));
     server.add_service(background_service("events-outbox", finishing.track(OutboxWriter(outbox))));
-    server.add_service(background_service("drain", Drain { finishing, in_flight }));
     if let Some(tracer) = tracer {
-        log::info!("traces go to {}", cfg.telemetry.otlp_endpoint.as_deref().unwrap_or_default());
-        server.add_service(background_service("trace-exporter", crate::traces::TraceExporter(tracer)));
+        let endpoint = cfg.telemetry.otlp_endpoint.as_deref().map(gw_shared::config::shown_endpoint);
+        log::info!("traces go to {}", endpoint.unwrap_or_default());
+        let exporter = crate::traces::TraceExporter {
+            tracer,
+            in_flight: in_flight.clone(),
+            grace: Duration::from_secs(p.shutdown_grace_secs.max(1)),
+        };
+        server.add_service(background_service("trace-exporter", finishing.track(exporter)));
     }
+    server.add_service(background_service("drain", Drain { finishing, in_flight }));
     let ops = OpsApp {
         metrics,
         db: db.clone(),

@@ -170,10 +170,11 @@ def test_a_chat_request_continues_the_client_trace_and_passes_it_upstream(traced
     # The upstream got the trace, with gw's attempt span as its parent.
     seen = mock_stats(traced, "otel-up")["last_traceparent"]
     assert seen == f"00-{trace_id.hex()}-{up.span_id.hex()}-01"
-    # Nothing the prompt or the answer said is in any span: this organization keeps no bodies.
-    for body in receiver.bodies:
-        assert b"marmalade" not in body
-        assert r.choices[0].message.content.encode() not in body
+    # Nothing the prompt or the answer said is in its spans: this organization keeps no bodies.
+    for _, s in spans:
+        encoded = s.SerializeToString()
+        assert b"marmalade" not in encoded
+        assert r.choices[0].message.content.encode() not in encoded
     resource = {kv.key: kv.value.string_value for kv in spans[0][0].attributes}
     assert resource["service.name"] == "gw-proxy"
 

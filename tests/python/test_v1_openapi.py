@@ -37,7 +37,8 @@ def success_headers(path, method):
 def test_the_document_is_valid_openapi_3_1():
     validate(DOC)
     assert DOC["openapi"].startswith("3.1")
-    for path in ["/v1/models", "/v1/chat/completions", "/v1/embeddings", "/v1/openapi.json"]:
+    for path in ["/v1/models", "/v1/chat/completions", "/v1/embeddings", "/v1/messages",
+                 "/v1/messages/count_tokens", "/v1/responses", "/v1/openapi.json"]:
         assert path in DOC["paths"], path
 
 
@@ -61,6 +62,11 @@ def test_successes_match_the_document(stack, org):
         ("/v1/chat/completions", "post",
          {"model": "mock-model", "messages": [{"role": "user", "content": "hello"}]}, "ChatCompletion"),
         ("/v1/embeddings", "post", {"model": "mock-embedding", "input": "hello"}, "EmbeddingList"),
+        ("/v1/messages", "post",
+         {"model": "mock-model", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}]}, "Message"),
+        ("/v1/messages/count_tokens", "post",
+         {"model": "mock-model", "messages": [{"role": "user", "content": "hello"}]}, "CountTokensResponse"),
+        ("/v1/responses", "post", {"model": "mock-model", "input": "hello"}, "Response"),
     ]
     for path, method, body, schema in cases:
         r = httpx.request(method.upper(), proxy + path, json=body, headers=auth, timeout=30)
@@ -97,3 +103,20 @@ def test_errors_match_the_document(stack, org):
     assert r.status_code == 405
     check("ErrorBody", r.json())
     assert r.json()["error"]["code"] in codes
+
+
+def test_messages_errors_match_the_document(stack, org):
+    key = org.create_key()["key"]
+    proxy = stack["proxy"]
+    body = {"model": "mock-model", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]}
+    cases = [
+        ("/v1/messages", {}, body, 401),
+        ("/v1/messages", {"x-api-key": key}, {**body, "model": "no-such-model"}, 404),
+        ("/v1/messages", {"x-api-key": key}, {k: v for k, v in body.items() if k != "max_tokens"}, 400),
+        ("/v1/messages/count_tokens", {}, {"model": "mock-model", "messages": body["messages"]}, 401),
+    ]
+    for path, headers, payload, status in cases:
+        r = httpx.post(proxy + path, json=payload, headers=headers, timeout=30)
+        assert r.status_code == status, (path, payload, r.text)
+        check("MessagesErrorBody", r.json())
+        assert str(status) in DOC["paths"][path]["post"]["responses"], (path, status)

@@ -406,3 +406,89 @@ async fn with_an_output_guardrail_the_anthropic_answer_is_translated_to_be_read(
     assert_eq!(m["model"], "claude-test");
     assert_eq!(mock_seen(&stack, &tag).await["requests"], 0, "the translation carries no unknown field");
 }
+
+/// An Anthropic deployment that always fails (503) before an OpenAI-compatible one, and a model
+/// named as its Anthropic deployment names it.
+const PASSTHROUGH_MODELS: &str = r#"
+[[providers]]
+name = "anthropic-down"
+kind = "anthropic"
+base_url = "{mock}/k/status=503/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+[[models]]
+name = "claude-then-gpt"
+deployments = [{ provider = "anthropic-down", model = "claude-sonnet-4-5" }, { provider = "upstream", model = "gpt-4o-mini-2024-07-18" }]
+[[models]]
+name = "claude-sonnet-4-5"
+deployments = [{ provider = "anthropic", model = "claude-sonnet-4-5" }]
+"#;
+
+#[tokio::test]
+async fn passthrough_edges_byte_for_byte_a_fallback_a_policy_and_a_count_under_policy() {
+    let stack = Stack::start_with(StackOptions { extra_config: PASSTHROUGH_MODELS.into(), ..Default::default() }).await;
+    let (s, key, _) = stack.org_with_key().await;
+    let post = |path: &'static str, body: String, policy: Option<&'static str>| {
+        let mut r = reqwest::Client::new()
+            .post(format!("{}{path}", stack.proxy))
+            .header("x-api-key", &key)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(p) = policy {
+            r = r.header("x-gw-policy", p);
+        }
+        r.send()
+    };
+
+    // The model the deployment serves: the body arrives as the client wrote it, spacing and order.
+    let tag = format!("bytes-{}", uuid::Uuid::new_v4().simple());
+    let written = format!(
+        r#"{{ "messages":[{{"role":"user","content":"Say hello"}}],  "model":"claude-sonnet-4-5","max_tokens":16, "mock":{{"tag":"{tag}"}} }}"#
+    );
+    let r = post("/v1/messages", written.clone(), None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(mock_seen(&stack, &tag).await["last_raw"], written.as_str(), "byte for byte");
+
+    // The Anthropic deployment fails, the OpenAI-compatible one answers: gw's translation, whole.
+    for stream in [false, true] {
+        let body = json!({"model": "claude-then-gpt", "max_tokens": 32, "stream": stream,
+                          "messages": [{"role": "user", "content": "Tell me about fallbacks"}]});
+        let r = post("/v1/messages", body.to_string(), None).await.unwrap();
+        assert_eq!(r.status(), 200, "stream {stream}");
+        assert_eq!(r.headers()["x-gw-provider"], "upstream");
+        let id = request_id(&r);
+        let text = r.text().await.unwrap();
+        if stream {
+            let ev = events(&text);
+            let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names.first(), Some(&"message_start"), "{names:?}");
+            assert_eq!(names.last(), Some(&"message_stop"));
+            assert!(!names.contains(&"ping"), "gw's own events, none of the failed deployment's");
+            assert_eq!(ev[0].1["message"]["id"], format!("msg_{}", id.simple()));
+            assert!(!text_of(&ev).is_empty());
+        } else {
+            let m: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(m["id"], format!("msg_{}", id.simple()));
+            assert_eq!(m["model"], "claude-then-gpt");
+        }
+    }
+
+    // Under an input policy the request is translated (the guardrails read what goes upstream),
+    // and a count is gw's estimate (no prompt leaves for a count the guardrails never read).
+    let doc = json!({"policies": [{"name": "in-pii", "guardrails": [{"type": "pii_redact"}]}]});
+    gw_tests::json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
+    let tag = format!("policy-{}", uuid::Uuid::new_v4().simple());
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "mock": {"tag": tag},
+                      "messages": [{"role": "user", "content": "Mail jane.doe@example.com a hello"}]});
+    let r = post("/v1/messages", body.to_string(), Some("in-pii")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let id = request_id(&r);
+    let m: Value = r.json().await.unwrap();
+    assert_eq!(m["id"], format!("msg_{}", id.simple()), "translated");
+    assert_eq!(mock_seen(&stack, &tag).await["requests"], 0, "the client's own body never went upstream");
+    let count = json!({"model": "claude-sonnet-4-5", "mock": {"tag": tag},
+                       "messages": [{"role": "user", "content": "jane.doe@example.com"}]});
+    let r = post("/v1/messages/count_tokens", count.to_string(), Some("in-pii")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.json::<Value>().await.unwrap()["input_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(mock_seen(&stack, &tag).await["requests"], 0, "the count was not asked upstream");
+}

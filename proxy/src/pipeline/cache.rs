@@ -67,15 +67,26 @@ async fn plan(gw: &Gateway, session: &Session, ctx: &RequestCtx) -> Result<Optio
         (Some(Endpoint::Embeddings), _, Some(r)) => (Endpoint::Embeddings, r.body()),
         _ => return Ok(None),
     };
+    // A Messages request is keyed by its own body too (what an Anthropic deployment receives).
+    let (whole, scope);
+    let (exact_body, scope_body) = match ctx.messages_raw.as_deref() {
+        Some(raw) if endpoint == Endpoint::ChatCompletions => {
+            let beta = raw.beta.as_ref().and_then(|b| b.to_str().ok());
+            whole = key::with_messages_body(body, &raw.body, beta, true);
+            scope = key::with_messages_body(body, &raw.body, beta, false);
+            (&whole, &scope)
+        }
+        _ => (body, body),
+    };
     let semantic = match endpoint {
         Endpoint::ChatCompletions if settings.l3 && gw.cache.semantic_ready() => {
-            key::semantic(org_id, embed::LOCAL_MODEL, body)
+            key::semantic(org_id, embed::LOCAL_MODEL, scope_body)
         }
         _ => None,
     };
     // Embeddings answers have no prompt to compare: exact tiers only.
     settings.l3 &= semantic.is_some();
-    let mut exact = key::exact(org_id, endpoint.path(), body);
+    let mut exact = key::exact(org_id, endpoint.path(), exact_body);
     exact.generation = org_settings.generations.of(&exact.model);
     Ok(Some(Plan {
         key: exact,

@@ -25,7 +25,7 @@ pub async fn run_messages(gw: &Gateway, session: &mut Session, ctx: &mut Request
     let count_only = ctx.endpoint == Some(crate::ctx::Endpoint::MessagesCountTokens);
     let chat = gw_shared::messages::chat_body(&map, count_only).map_err(|p| bad(p.message, p.param))?;
     let req = ChatRequest::from_map(chat).map_err(|p| bad(p.message, p.param))?;
-    let beta = session.req_header().headers.get("anthropic-beta").cloned();
+    let beta = anthropic_beta(session.req_header());
     ctx.messages_raw = Some(Box::new(crate::ctx::MessagesRaw { body: raw, model: req.model.clone(), beta }));
     ctx.model = Some(req.model.clone());
     ctx.stream = req.stream;
@@ -120,5 +120,15 @@ async fn read_bounded(session: &mut Session, max: usize) -> Result<Bytes, ProxyE
                 })
             }
         }
+    }
+}
+
+/// The client's `anthropic-beta` values, several headers as one list.
+fn anthropic_beta(req: &pingora::http::RequestHeader) -> Option<http::HeaderValue> {
+    let values: Vec<&[u8]> = req.headers.get_all("anthropic-beta").iter().map(|v| v.as_bytes()).collect();
+    match values.as_slice() {
+        [] => None,
+        [one] => http::HeaderValue::from_bytes(one).ok(),
+        many => http::HeaderValue::from_bytes(&many.join(&b","[..])).ok(),
     }
 }

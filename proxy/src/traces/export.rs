@@ -3,6 +3,7 @@
 //! as protobuf. A failed export is dropped and counted, not retried: traces are worth less than
 //! the requests they describe, and the collector's outage must not build up work in gw.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ struct TraceMetrics {
     exported: IntCounter,
     /// By reason: `queue_full`, `export_failed`.
     dropped: IntCounterVec,
+    /// Spans waiting or being sent.
     queued: IntGauge,
 }
 
@@ -36,6 +38,9 @@ pub struct Tracer {
     endpoint: String,
     headers: http::HeaderMap,
     batch: usize,
+    /// Encoded bytes of the spans waiting or being sent, and their bound.
+    bytes: AtomicUsize,
+    max_bytes: usize,
     interval: Duration,
     timeout: Duration,
     resource: Resource,
@@ -86,6 +91,8 @@ impl Tracer {
             endpoint,
             headers,
             batch: cfg.batch_spans.max(1),
+            bytes: AtomicUsize::new(0),
+            max_bytes: cfg.queue_bytes.max(1),
             interval: Duration::from_millis(cfg.export_interval_ms.max(1)),
             timeout: Duration::from_millis(cfg.export_timeout_ms.max(1)),
             resource,
@@ -94,10 +101,14 @@ impl Tracer {
         })))
     }
 
-    /// Queues a request's spans; never waits.
+    /// Queues a request's spans; never waits. A span that would take the queue past its count
+    /// or its bytes is dropped.
     pub fn record(&self, spans: Vec<Span>) {
         for span in spans {
-            if self.tx.try_send(span).is_err() {
+            let size = span.encoded_len();
+            let held = self.bytes.fetch_add(size, Ordering::Relaxed);
+            if held + size > self.max_bytes || self.tx.try_send(span).is_err() {
+                self.bytes.fetch_sub(size, Ordering::Relaxed);
                 self.metrics.dropped.with_label_values(&["queue_full"]).inc();
                 self.log.warn(|| "the trace export queue is full: spans are dropped".into());
             } else {
@@ -174,34 +185,43 @@ impl Tracer {
                     Ok(_) => {}
                 }
             }
-            self.metrics.queued.sub(batch.len() as i64);
+            let (n, size) = (batch.len(), batch.iter().map(Message::encoded_len).sum::<usize>());
             self.export(&client, std::mem::take(&mut batch)).await;
+            // Only now: shutdown waits for what is being sent too.
+            self.metrics.queued.sub(n as i64);
+            self.bytes.fetch_sub(size, Ordering::Relaxed);
         }
     }
 
-    /// Spans still waiting, for the shutdown's last export.
+    /// Spans still waiting or being sent, for the shutdown's last export.
     fn waiting(&self) -> i64 {
         self.metrics.queued.get()
     }
 }
 
-/// The exporter's background service.
-pub struct TraceExporter(pub Arc<Tracer>);
+/// The exporter's background service. A stopping process keeps it until the requests in flight
+/// have finished and their spans have had their export (within the shutdown grace period).
+pub struct TraceExporter {
+    pub tracer: Arc<Tracer>,
+    pub in_flight: crate::drain::InFlight,
+    pub grace: Duration,
+}
 
 #[async_trait]
 impl BackgroundService for TraceExporter {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         crate::priority::background_thread();
-        let tracer = self.0.clone();
+        let tracer = self.tracer.clone();
         let task = tokio::spawn(async move { tracer.run().await });
         while !*shutdown.borrow() {
             if shutdown.changed().await.is_err() {
                 break;
             }
         }
-        // The spans of requests finishing during shutdown: one more interval and export.
-        let until = tokio::time::Instant::now() + self.0.interval + self.0.timeout;
-        while self.0.waiting() > 0 && tokio::time::Instant::now() < until {
+        // Requests finishing during shutdown still record spans; each batch waits at most one
+        // interval and one export.
+        let until = tokio::time::Instant::now() + self.grace;
+        while (self.in_flight.count() > 0 || self.tracer.waiting() > 0) && tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         task.abort();

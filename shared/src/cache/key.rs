@@ -101,6 +101,33 @@ pub fn exact(org_id: Uuid, endpoint: &str, body: &Map<String, Value>) -> CacheKe
     CacheKey { org_id, model: model_tag(model), digest: h.finalize().into(), generation: (0, 0) }
 }
 
+/// A Messages request's body as its cache keys read it: the chat translation, with a digest of
+/// the Anthropic body as the client sent it (and its `anthropic-beta`) under `x-gw-messages`.
+/// An Anthropic deployment gets that body as it is (passthrough), fields the translation does
+/// not carry included, so two requests that translate alike may still be answered differently.
+/// `turns`: the digest covers `messages` (the exact tier's key); without, it is part of the
+/// semantic tier's scope, which reads the turns itself.
+pub fn with_messages_body(
+    chat: &Map<String, Value>,
+    raw: &[u8],
+    beta: Option<&str>,
+    turns: bool,
+) -> Map<String, Value> {
+    let mut out = chat.clone();
+    if let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(raw) {
+        if !turns {
+            body.remove("messages");
+        }
+        if let Some(beta) = beta {
+            body.insert("anthropic-beta".into(), Value::String(beta.to_string()));
+        }
+        let mut canon = Vec::with_capacity(raw.len());
+        canonical_object(&body, &|k| !DELIVERY.contains(&k), &mut canon);
+        out.insert("x-gw-messages".into(), Value::String(hex::encode(Sha256::digest(&canon))));
+    }
+    out
+}
+
 /// What the semantic tier compares: the last user turn's text, embedded, within a scope that
 /// must match exactly (organization, embedder, model, every other parameter, and a digest of
 /// the system prompt and earlier turns).

@@ -23,7 +23,7 @@ pub use mail::MailConfig;
 pub use proxy::ProxyConfig;
 pub use redis::{RedisConfig, RedisTlsConfig, SentinelConfig, Topology};
 pub use routes::{give_id, RouteError, Routes, RoutesSource, MAX_DEPLOYMENTS, MAX_MODELS, MAX_PROVIDERS};
-pub use telemetry::TelemetryConfig;
+pub use telemetry::{shown as shown_endpoint, TelemetryConfig};
 
 use crate::catalog::Catalog;
 use crate::catalog::ModelMode;

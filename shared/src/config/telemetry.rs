@@ -18,6 +18,8 @@ pub struct TelemetryConfig {
     /// Spans waiting for the exporter, at most; past it spans are dropped (counted in
     /// `gw_otel_spans_dropped_total`), never waited for.
     pub queue_spans: usize,
+    /// Bytes (encoded) the waiting spans may hold, at most: spans carrying bodies are large.
+    pub queue_bytes: usize,
     /// Spans per export request, at most.
     pub batch_spans: usize,
     /// How long a span waits for its batch to fill before it is sent anyway.
@@ -33,6 +35,7 @@ impl Default for TelemetryConfig {
             otlp_headers: BTreeMap::new(),
             service_name: "gw-proxy".into(),
             queue_spans: 8192,
+            queue_bytes: 32 * 1024 * 1024,
             batch_spans: 512,
             export_interval_ms: 1000,
             export_timeout_ms: 5000,
@@ -44,7 +47,7 @@ impl std::fmt::Debug for TelemetryConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Header values are credentials more often than not.
         f.debug_struct("TelemetryConfig")
-            .field("otlp_endpoint", &self.otlp_endpoint)
+            .field("otlp_endpoint", &self.otlp_endpoint.as_deref().map(shown))
             .field("otlp_headers", &self.otlp_headers.keys().collect::<Vec<_>>())
             .field("service_name", &self.service_name)
             .field("queue_spans", &self.queue_spans)
@@ -64,7 +67,8 @@ impl TelemetryConfig {
                 set("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
             });
         }
-        for var in ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"] {
+        // The traces-specific variable wins over the general one.
+        for var in ["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"] {
             for (k, v) in set(var).as_deref().map(parse_headers).unwrap_or_default() {
                 self.otlp_headers.entry(k).or_insert(v);
             }
@@ -89,10 +93,25 @@ impl TelemetryConfig {
             http::HeaderValue::from_str(v)
                 .map_err(|_| format!("telemetry.otlp_headers: the value of {k:?} is not a header value"))?;
         }
-        if self.queue_spans == 0 || self.batch_spans == 0 {
-            return Err("telemetry.queue_spans and telemetry.batch_spans must be positive".into());
+        if self.queue_spans == 0 || self.batch_spans == 0 || self.queue_bytes == 0 {
+            return Err("telemetry.queue_spans, queue_bytes and batch_spans must be positive".into());
         }
         Ok(())
+    }
+}
+
+/// An endpoint as logs may show it: scheme, host, port and path (credentials in its user part
+/// or query left out).
+pub fn shown(endpoint: &str) -> String {
+    match url::Url::parse(endpoint) {
+        Ok(u) => format!(
+            "{}://{}{}{}",
+            u.scheme(),
+            u.host_str().unwrap_or_default(),
+            u.port().map(|p| format!(":{p}")).unwrap_or_default(),
+            u.path()
+        ),
+        Err(_) => "<unparsable>".into(),
     }
 }
 
@@ -101,7 +120,8 @@ fn parse_headers(text: &str) -> Vec<(String, String)> {
     text.split(',')
         .filter_map(|pair| {
             let (k, v) = pair.split_once('=')?;
-            let value = url::form_urlencoded::parse(format!("v={}", v.trim()).as_bytes()).next()?.1.into_owned();
+            // Percent-decoding only: a `+` stays a `+` (base64 keys hold them).
+            let value = percent_encoding::percent_decode_str(v.trim()).decode_utf8().ok()?.into_owned();
             Some((k.trim().to_ascii_lowercase(), value))
         })
         .filter(|(k, _)| !k.is_empty())
@@ -121,11 +141,13 @@ mod tests {
         let mut t = TelemetryConfig::default();
         t.apply_env(&env(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
-            ("OTEL_EXPORTER_OTLP_HEADERS", "x-team=a%20b, Authorization=Bearer%20t"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-team=a%20b, Authorization=Bearer%20t, x-key=ab+c/d=="),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-team=traces"),
             ("OTEL_SERVICE_NAME", "edge-gw"),
         ]));
         assert_eq!(t.otlp_endpoint.as_deref(), Some("http://collector:4318/v1/traces"));
-        assert_eq!(t.otlp_headers.get("x-team").map(String::as_str), Some("a b"));
+        assert_eq!(t.otlp_headers.get("x-team").map(String::as_str), Some("traces"));
+        assert_eq!(t.otlp_headers.get("x-key").map(String::as_str), Some("ab+c/d=="));
         assert_eq!(t.otlp_headers.get("authorization").map(String::as_str), Some("Bearer t"));
         assert_eq!(t.service_name, "edge-gw");
         assert!(t.validate().is_ok());
@@ -146,5 +168,11 @@ mod tests {
         assert!(t.validate().is_err());
         assert!(TelemetryConfig { queue_spans: 0, ..Default::default() }.validate().is_err());
         assert!(format!("{:?}", TelemetryConfig::default()).contains("otlp_endpoint"));
+        let secret = TelemetryConfig {
+            otlp_endpoint: Some("https://u:tok@c.example:4318/v1/traces?k=s".into()),
+            ..Default::default()
+        };
+        let shown = format!("{secret:?}");
+        assert!(shown.contains("https://c.example:4318/v1/traces") && !shown.contains("tok") && !shown.contains("k=s"));
     }
 }

@@ -25,6 +25,19 @@ pub fn passthrough_body(
     serde_json::to_vec(&body).map(bytes::Bytes::from)
 }
 
+/// The client's `anthropic-beta` features gw passes on: all but those Anthropic bills at rates
+/// gw's prices do not know (`context-1m-*`: long-context pricing), which would be billed short.
+/// `None` when nothing is left.
+pub fn billable_betas(header: &http::HeaderValue) -> Option<http::HeaderValue> {
+    let text = header.to_str().ok()?;
+    let kept: Vec<&str> =
+        text.split(',').map(str::trim).filter(|b| !b.is_empty() && !b.starts_with("context-1m")).collect();
+    if kept.is_empty() {
+        return None;
+    }
+    http::HeaderValue::from_str(&kept.join(",")).ok()
+}
+
 /// The `id` of a message gw answers (`msg_` and the request id).
 pub fn message_id(request_id: uuid::Uuid) -> String {
     format!("msg_{}", request_id.simple())

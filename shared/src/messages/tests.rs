@@ -239,3 +239,14 @@ fn a_passed_through_body_changes_only_its_model() {
         serde_json::from_slice(&super::passthrough_body(&raw, "claude", "claude-sonnet-4-5").unwrap()).unwrap();
     assert_eq!(moved, serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "top_k": 3, "messages": []}));
 }
+
+#[test]
+fn betas_billed_at_unknown_rates_are_not_passed_on() {
+    let h = |v: &'static str| http::HeaderValue::from_static(v);
+    assert_eq!(super::billable_betas(&h("prompt-caching-2024-07-31")), Some(h("prompt-caching-2024-07-31")));
+    assert_eq!(
+        super::billable_betas(&h("context-1m-2025-08-07, interleaved-thinking-2025-05-14")),
+        Some(h("interleaved-thinking-2025-05-14"))
+    );
+    assert_eq!(super::billable_betas(&h("context-1m-2025-08-07")), None);
+}

@@ -203,6 +203,11 @@ where
                 let flow = translator.event(&ev.event, &ev.data, sink);
                 if let (Some(raw), Ok(_)) = (out.raw.as_mut(), &flow) {
                     push_event(raw, &ev);
+                    // Any block's delta is the model's output going out (thinking included,
+                    // which the translation does not count as content).
+                    if ev.event == "content_block_delta" {
+                        sink.saw_content();
+                    }
                 }
                 match flow {
                     _ if sink.blocked.is_some() => return End::Blocked,

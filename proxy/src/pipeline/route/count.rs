@@ -1,6 +1,7 @@
 //! `POST /v1/messages/count_tokens` asked of Anthropic: when the deployment that would serve the
 //! request first is Anthropic's, the count is Anthropic's own (its tokenizer, its framing), from
-//! the client's body as it came (the deployment's model put in). Any other deployment, or a
+//! the client's body as it came (the deployment's model put in). Any other deployment, a request
+//! policies apply to (guardrails never read a count request, so its text goes nowhere), or a
 //! count Anthropic could not give, leaves the answer to gw's estimate (`answer::count_tokens`).
 
 use gw_shared::providers::anthropic::{credentials as anthropic_headers, MESSAGES_PATH};
@@ -13,6 +14,9 @@ use crate::transport::AttemptTimeouts;
 
 pub async fn anthropic_count(gw: &Gateway, ctx: &RequestCtx) -> Option<u64> {
     let raw = ctx.messages_raw.as_deref()?;
+    if !ctx.applied.is_empty() {
+        return None;
+    }
     let route = ctx.routes.first()?;
     // The deployment the request would be sent to first (data residency and circuits as for a
     // message).
@@ -29,8 +33,8 @@ pub async fn anthropic_count(gw: &Gateway, ctx: &RequestCtx) -> Option<u64> {
     let own = credentials::secret_for(gw, &org_keys, org_id, provider).ok()?;
     let mut headers =
         anthropic_headers(own.as_deref().or(dep.configured_key()), provider.options.api_version.as_deref()).ok()?;
-    if let Some(beta) = &raw.beta {
-        headers.push((http::HeaderName::from_static("anthropic-beta"), beta.clone()));
+    if let Some(beta) = raw.beta.as_ref().and_then(gw_shared::messages::billable_betas) {
+        headers.push((http::HeaderName::from_static("anthropic-beta"), beta));
     }
     let body = gw_shared::messages::passthrough_body(&raw.body, &raw.model, &dep.upstream_model).ok()?;
     let up = UpstreamRequest { path: format!("{}{MESSAGES_PATH}/count_tokens", url.base_path), headers, body };

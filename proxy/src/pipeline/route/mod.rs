@@ -293,8 +293,8 @@ async fn attempt(
             if let Some(raw) = ctx.messages_raw.as_deref().filter(|_| ctx.passthrough) {
                 up.body = gw_shared::messages::passthrough_body(&raw.body, &raw.model, &dep.upstream_model)
                     .map_err(|e| ProxyError::internal("the Messages body", e))?;
-                if let Some(beta) = &raw.beta {
-                    up.headers.push((http::HeaderName::from_static("anthropic-beta"), beta.clone()));
+                if let Some(beta) = raw.beta.as_ref().and_then(gw_shared::messages::billable_betas) {
+                    up.headers.push((http::HeaderName::from_static("anthropic-beta"), beta));
                 }
             }
             let url = provider
@@ -368,17 +368,16 @@ async fn attempt(
 }
 
 /// Whether a Messages request goes to an Anthropic deployment as the client sent it (its model
-/// aside) and the answer comes back as the deployment sent it: when nothing gw does changes
-/// either (no template or token cap added, no input rewritten by a guardrail, no output
-/// guardrail), as a client calling Anthropic directly would see it. Otherwise it is translated
-/// like every other dialect.
+/// aside) and the answer comes back as the deployment sent it: when nothing gw does reads or
+/// changes either (no policy applies, so no guardrail reads a field the translation would not
+/// show it; no template or token cap added), as a client calling Anthropic directly would see
+/// it. Otherwise it is translated like every other dialect.
 fn passes_through(ctx: &RequestCtx, dep: &Deployment, req: &gw_shared::openai::ChatRequest) -> bool {
-    use gw_shared::policy::{PolicyAction, Stage};
     ctx.messages_raw.is_some()
         && dep.provider.kind == "anthropic"
+        && ctx.applied.is_empty()
         && ctx.output_guard.is_none()
         && !req.edited()
-        && !ctx.policy.iter().any(|d| d.stage == Stage::Input && d.action == PolicyAction::Redacted)
 }
 
 /// What the adapter is told about this attempt.

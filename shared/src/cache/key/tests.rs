@@ -198,3 +198,29 @@ fn an_entrys_generations_read_back_from_its_key() {
     assert_eq!((generation_of(&z), generation_of(&h)), (None, None));
     assert_eq!(generation_of("gw:other"), None);
 }
+
+#[test]
+fn a_messages_body_keys_what_its_translation_drops() {
+    let chat =
+        map(json!({"model": "claude", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 9}));
+    let raw = |extra: Value| {
+        let mut body = json!({"model": "claude", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        serde_json::to_vec(&body).unwrap()
+    };
+    let org = Uuid::nil();
+    let exact = |raw: &[u8], beta| exact(org, "/v1/chat/completions", &with_messages_body(&chat, raw, beta, true));
+    let plain = raw(json!({}));
+    // Spelled differently, the same body: the same key.
+    let respelled = br#"{ "messages":[{"content":"hi","role":"user"}],"max_tokens":9, "model":"claude"}"#;
+    assert_eq!(exact(&plain, None), exact(respelled, None));
+    assert_eq!(exact(&plain, None), exact(&raw(json!({"stream": true})), None), "delivery is not a key");
+    assert_ne!(exact(&plain, None), exact(&raw(json!({"top_k": 5})), None));
+    assert_ne!(exact(&plain, None), exact(&plain, Some("context-1m-2025-08-07")));
+    assert_ne!(exact(&plain, None), exact(&raw(json!({"output_config": {"effort": "low"}})), None));
+    // The semantic scope leaves the turns to the semantic tier.
+    let scope = |raw: &[u8]| with_messages_body(&chat, raw, None, false);
+    let other_turns = br#"{"model": "claude", "max_tokens": 9, "messages": [{"role": "user", "content": "hello"}]}"#;
+    assert_eq!(scope(&plain)["x-gw-messages"], scope(other_turns)["x-gw-messages"]);
+    assert_ne!(scope(&plain)["x-gw-messages"], scope(&raw(json!({"top_k": 5})))["x-gw-messages"]);
+}

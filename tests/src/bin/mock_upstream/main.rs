@@ -93,7 +93,7 @@
 //! - `GET /_mock/stats`: the number of model requests (every dialect; not `/v1/models`) since
 //!   start or the last `POST /_mock/config`, and the last request body; `?tag=T` the same for
 //!   the requests whose knobs carry `"tag": "T"` (counted since start), with the last one's
-//!   `traceparent` header (`last_traceparent`). Tests sharing one mock
+//!   body as it came (`last_raw`) and its `traceparent` header (`last_traceparent`). Tests sharing one mock
 //!   use tags to stay apart. Without a tag it also gives `abandoned_bodies`: streamed bodies the
 //!   client hung up on before their end (since start).
 //! - `GET /_mock/credentials`: `{"credentials": {"<value>": {"count", "first_ms", "last_ms"}}}`,
@@ -254,6 +254,8 @@ struct TagStats {
     last_body: Value,
     /// The last request's W3C `traceparent` header, when it had one.
     last_traceparent: Option<String>,
+    /// The last request's body as it came (bytes as text).
+    last_raw: String,
 }
 
 /// One credential's sightings.
@@ -278,12 +280,13 @@ struct State {
 
 impl State {
     /// Counts a request under its tag; returns its position among the tag's requests.
-    fn count_tag(&self, tag: Option<&str>, body: &Value, traceparent: Option<&str>) -> Option<u64> {
+    fn count_tag(&self, tag: Option<&str>, body: &Value, raw: &[u8], traceparent: Option<&str>) -> Option<u64> {
         let tag = tag?;
         let mut tags = self.tags.lock().ok()?;
         let t = tags.entry(tag.to_string()).or_default();
         t.requests += 1;
         t.last_body = body.clone();
+        t.last_raw = String::from_utf8_lossy(raw).into_owned();
         t.last_traceparent = traceparent.map(str::to_string);
         Some(t.requests)
     }
@@ -666,7 +669,7 @@ async fn dispatch(state: web::Data<State>, req: HttpRequest, raw: web::Bytes) ->
     };
     // The position of this request among those with its tag, else among all.
     let traceparent = req.headers().get("traceparent").and_then(|v| v.to_str().ok());
-    let seen = state.count_tag(k.tag.as_deref(), &body, traceparent).unwrap_or(n);
+    let seen = state.count_tag(k.tag.as_deref(), &body, &raw, traceparent).unwrap_or(n);
     if matches!(route, Route::Converse(_)) && credential.is_none() {
         return bedrock::missing_token();
     }
@@ -716,17 +719,17 @@ struct StatsQuery {
 #[get("/_mock/stats")]
 async fn stats(state: web::Data<State>, q: web::Query<StatsQuery>) -> HttpResponse {
     if let Some(tag) = &q.tag {
-        let (requests, last, traceparent) = state
+        let (requests, last, raw, traceparent) = state
             .tags
             .lock()
             .ok()
             .and_then(|tags| {
                 let t = tags.get(tag)?;
-                Some((t.requests, t.last_body.clone(), t.last_traceparent.clone()))
+                Some((t.requests, t.last_body.clone(), t.last_raw.clone(), t.last_traceparent.clone()))
             })
-            .unwrap_or((0, Value::Null, None));
+            .unwrap_or((0, Value::Null, String::new(), None));
         return HttpResponse::Ok()
-            .json(json!({"requests": requests, "last_body": last, "last_traceparent": traceparent}));
+            .json(json!({"requests": requests, "last_body": last, "last_raw": raw, "last_traceparent": traceparent}));
     }
     let last = state.last_body.lock().map(|v| v.clone()).unwrap_or(Value::Null);
     HttpResponse::Ok().json(json!({
