@@ -278,3 +278,14 @@ def test_with_the_receiver_down_requests_are_unaffected_and_drops_are_counted(re
         time.sleep(0.2)
     assert metric(receiver_down, "gw_otel_spans_dropped_total") >= 1
     assert metric(receiver_down, "gw_otel_spans_exported_total") == 0
+
+
+def test_with_export_off_the_client_traceparent_goes_upstream_unchanged(stack, org):
+    # The session's stack exports nothing; the mock counts the request under its body's tag.
+    tag = f"otel-off-{secrets.token_hex(6)}"
+    _, _, header = client_parent()
+    r = client(stack, org.create_key()["key"]).chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"traceparent": header, "tracestate": "acme=1"}, extra_body={"mock": {"tag": tag}})
+    assert r.choices[0].message.content
+    assert mock_stats(stack, tag)["last_traceparent"] == header

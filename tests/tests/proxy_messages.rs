@@ -35,6 +35,18 @@ async fn messages(stack: &Stack, key: &str, body: Value) -> reqwest::Response {
         .expect("messages request")
 }
 
+/// A Messages request under one of the organization's policies (`x-gw-policy`).
+async fn messages_under(stack: &Stack, key: &str, policy: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}/v1/messages", stack.proxy))
+        .header("x-api-key", key)
+        .header("x-gw-policy", policy)
+        .json(&body)
+        .send()
+        .await
+        .expect("messages request")
+}
+
 /// The events of a Messages stream, as (event name, data).
 fn events(text: &str) -> Vec<(String, Value)> {
     text.split("\n\n")
@@ -233,6 +245,49 @@ async fn error(r: reqwest::Response) -> (u16, Value) {
 }
 
 #[tokio::test]
+async fn a_get_is_refused_in_the_messages_shape() {
+    let stack = Stack::shared().await;
+    let r = reqwest::get(format!("{}/v1/messages", stack.proxy)).await.unwrap();
+    assert_eq!(r.headers()["allow"], "POST");
+    insta::assert_json_snapshot!(error(r).await, @r#"
+    [
+      405,
+      {
+        "error": {
+          "message": "Method GET is not allowed on /v1/messages; use POST.",
+          "type": "not_found_error"
+        },
+        "type": "error"
+      }
+    ]
+    "#);
+}
+
+#[tokio::test]
+async fn an_oversized_header_is_refused_in_the_messages_shape() {
+    let stack = Stack::shared().await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/messages/count_tokens", stack.proxy))
+        .header("x-big", "x".repeat(20_000))
+        .json(&json!({"model": "claude-test", "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    insta::assert_json_snapshot!(error(r).await, @r#"
+    [
+      431,
+      {
+        "error": {
+          "message": "Request header 'x-big' is larger than the 8192-byte limit.",
+          "type": "invalid_request_error"
+        },
+        "type": "error"
+      }
+    ]
+    "#);
+}
+
+#[tokio::test]
 async fn a_missing_key_is_an_authentication_error() {
     let stack = Stack::shared().await;
     let r = reqwest::Client::new()
@@ -315,14 +370,7 @@ async fn under_pii_redact_a_streamed_tool_use_argument_never_reaches_the_client_
     let body = json!({"model": "gpt-pii-tools", "max_tokens": 64, "stream": true,
         "tools": [{"name": "send_mail", "input_schema": {"type": "object"}}],
         "messages": [{"role": "user", "content": "Mail the report, please"}]});
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/messages", stack.proxy))
-        .header("x-api-key", &key)
-        .header("x-gw-policy", OUTPUT_PII_POLICY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = messages_under(&stack, &key, OUTPUT_PII_POLICY, body).await;
     assert_eq!(r.status(), 200);
     let raw = r.text().await.unwrap();
     assert_no_piece_of_tool_email(&raw);
@@ -391,14 +439,7 @@ async fn with_an_output_guardrail_the_anthropic_answer_is_translated_to_be_read(
     let tag = format!("translated-{}", uuid::Uuid::new_v4().simple());
     let body = json!({"model": "claude-test", "max_tokens": 64, "mock": {"tag": tag},
         "messages": [{"role": "user", "content": "Say hello"}]});
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/messages", stack.proxy))
-        .header("x-api-key", &key)
-        .header("x-gw-policy", OUTPUT_PII_POLICY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = messages_under(&stack, &key, OUTPUT_PII_POLICY, body).await;
     assert_eq!(r.status(), 200);
     let id = request_id(&r);
     let m: Value = r.json().await.unwrap();

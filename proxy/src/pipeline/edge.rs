@@ -7,18 +7,31 @@ use crate::ctx::Endpoint;
 use crate::error::ProxyError;
 use crate::state::Gateway;
 
-/// The endpoint a request addresses, or 404/405.
-pub fn endpoint(session: &Session) -> Result<Endpoint, ProxyError> {
-    let req = session.req_header();
-    let path = req.uri.path();
-    let (endpoint, allowed, allow) = match path.trim_end_matches('/') {
+/// The endpoint a path names (whatever the method), with the method it takes.
+fn named(session: &Session) -> Option<(Endpoint, http::Method, &'static str)> {
+    Some(match session.req_header().uri.path().trim_end_matches('/') {
         "/v1/models" => (Endpoint::Models, http::Method::GET, "GET"),
         "/v1/chat/completions" => (Endpoint::ChatCompletions, http::Method::POST, "POST"),
         "/v1/embeddings" => (Endpoint::Embeddings, http::Method::POST, "POST"),
         "/v1/messages" => (Endpoint::Messages, http::Method::POST, "POST"),
         "/v1/messages/count_tokens" => (Endpoint::MessagesCountTokens, http::Method::POST, "POST"),
         "/v1/responses" => (Endpoint::Responses, http::Method::POST, "POST"),
-        _ => return Err(ProxyError::NotFound { method: echo(req.method.as_str()), path: echo(path) }),
+        _ => return None,
+    })
+}
+
+/// The endpoint a path names, before anything else is checked: its errors (a 431, a 405) take
+/// that endpoint's dialect.
+pub fn addressed(session: &Session) -> Option<Endpoint> {
+    named(session).map(|(e, _, _)| e)
+}
+
+/// The endpoint a request addresses, or 404/405.
+pub fn endpoint(session: &Session) -> Result<Endpoint, ProxyError> {
+    let req = session.req_header();
+    let path = req.uri.path();
+    let Some((endpoint, allowed, allow)) = named(session) else {
+        return Err(ProxyError::NotFound { method: echo(req.method.as_str()), path: echo(path) });
     };
     if req.method != allowed {
         return Err(ProxyError::MethodNotAllowed { method: echo(req.method.as_str()), path: endpoint.path(), allow });

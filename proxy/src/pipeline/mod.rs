@@ -28,6 +28,7 @@ use crate::error::ProxyError;
 use crate::state::Gateway;
 
 pub async fn run(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
+    ctx.endpoint = edge::addressed(session);
     edge::check_headers(gw, session)?;
     if openapi::asked(session)? {
         return openapi::run(session, ctx).await;

@@ -95,7 +95,7 @@ pub fn message(chat: &Value, id: &str, model: &str, u: &TokenUsage) -> Value {
 /// Anthropic's error `type` for an HTTP status.
 pub fn error_type(status: u16) -> &'static str {
     match status {
-        400 | 422 => "invalid_request_error",
+        400 | 409 | 415 | 422 | 431 => "invalid_request_error",
         401 => "authentication_error",
         402 => "billing_error",
         403 => "permission_error",
