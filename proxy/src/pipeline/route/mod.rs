@@ -182,6 +182,7 @@ async fn exchange_once(
     api_key: Option<&str>,
     org_key: bool,
 ) -> Result<(), ProxyError> {
+    let began = Instant::now();
     ctx.attempts.push(Attempt {
         provider: dep.provider.name.clone(),
         upstream_model: dep.upstream_model.clone(),
@@ -193,10 +194,9 @@ async fn exchange_once(
         org_key,
         system: crate::traces::spans::system_of(&dep.provider.kind),
         span_id: crate::traces::context::new_span_id(),
-        began: Instant::now(),
+        began,
         ended: None,
     });
-    let began = Instant::now();
     let result = {
         let _inflight = dep.state.begin();
         attempt(gw, session, ctx, req, dep, api_key).await
