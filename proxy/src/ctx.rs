@@ -235,9 +235,25 @@ pub struct RequestCtx {
     pub trace: Option<Box<crate::traces::TraceCtx>>,
     /// A Messages request as the client sent it, for an Anthropic deployment to get unchanged.
     pub messages_raw: Option<Box<MessagesRaw>>,
-    /// The attempt under way passes the client's Messages body to an Anthropic deployment and
-    /// its answer back as they are (`pipeline::route`, docs/messages.md).
+    /// A Responses request as the client sent it, for an OpenAI deployment serving the Responses
+    /// API to get (docs/responses.md).
+    pub responses_raw: Option<Box<ResponsesRaw>>,
+    /// The attempt under way passes the client's body (Messages to an Anthropic deployment,
+    /// Responses to one serving that API) and the deployment's answer back as they are
+    /// (`pipeline::route`, docs/messages.md, docs/responses.md).
     pub passthrough: bool,
+}
+
+/// What a Responses request passes through to an OpenAI deployment serving that API.
+#[derive(Debug)]
+pub struct ResponsesRaw {
+    pub body: bytes::Bytes,
+    /// The model the body names.
+    pub model: String,
+    /// The body says `store` (`false`: `true` is refused); else gw adds it.
+    pub store_sent: bool,
+    /// It offers a hosted tool (left out of what is passed on).
+    pub hosted_tools: bool,
 }
 
 /// What a Messages request passes through to an Anthropic deployment.
@@ -307,6 +323,7 @@ impl RequestCtx {
             responses_events: None,
             trace: None,
             messages_raw: None,
+            responses_raw: None,
             passthrough: false,
         }
     }

@@ -281,7 +281,8 @@ pub const TOOL_EMAIL: &str = "jane.roe@example.com";
 /// call of the request's first tool (the mock makes OpenAI tool calls only when a knob says so,
 /// and the Messages and Responses APIs' bodies have no room for its per-request knobs), streamed
 /// three characters a delta. `gpt-tools` calls with `{"city":"Paris"}`, `gpt-pii-tools` with
-/// `{"email":"<TOOL_EMAIL>","city":"Paris"}`.
+/// `{"email":"<TOOL_EMAIL>","city":"Paris"}`; each has a twin named `<name>-responses` whose
+/// provider serves the Responses API too (`responses_api`).
 pub fn tool_calling_models() -> String {
     let knob = |args: &str| {
         let encoded: String = args
@@ -301,12 +302,14 @@ pub fn tool_calling_models() -> String {
         ("gpt-tools", r#"{"city":"Paris"}"#.to_string()),
         ("gpt-pii-tools", format!(r#"{{"email":"{TOOL_EMAIL}","city":"Paris"}}"#)),
     ] {
-        out.push_str(&format!(
-            "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{{mock}}/k/{}/v1\"\n\
-             api_key_env = \"GW_TEST_UPSTREAM_KEY\"\n\
-             [[models]]\nname = \"{name}\"\ndeployments = [{{ provider = \"{name}\", model = \"gpt-4o-mini\" }}]\n",
-            knob(&args)
-        ));
+        for (name, responses_api) in [(name.to_string(), false), (format!("{name}-responses"), true)] {
+            out.push_str(&format!(
+                "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{{mock}}/k/{}/v1\"\n\
+                 api_key_env = \"GW_TEST_UPSTREAM_KEY\"\nresponses_api = {responses_api}\n\
+                 [[models]]\nname = \"{name}\"\ndeployments = [{{ provider = \"{name}\", model = \"gpt-4o-mini\" }}]\n",
+                knob(&args)
+            ));
+        }
     }
     out
 }

@@ -180,6 +180,27 @@ async fn a_broken_change_is_refused_with_its_path_and_changes_nothing() {
     }
     "#);
 
+    // Only OpenAI-compatible providers speak the Responses API.
+    let body = expect_api_error(
+        stack.admin_patch("/gateway/providers/anthropic", &op.access_token, &json!({"responses_api": true})).await,
+        400,
+    )
+    .await;
+    insta::assert_json_snapshot!(body, @r#"
+    {
+      "error": {
+        "code": "validation_error",
+        "fields": [
+          {
+            "field": "providers[3].responses_api",
+            "message": "provider \"anthropic\": only openai providers serve the Responses API"
+          }
+        ],
+        "message": "providers[3].responses_api: provider \"anthropic\": only openai providers serve the Responses API"
+      }
+    }
+    "#);
+
     let body = expect_api_error(stack.admin_delete("/gateway/providers/upstream", &op.access_token).await, 409).await;
     insta::assert_json_snapshot!(body, @r#"
     {
@@ -393,6 +414,28 @@ async fn providers_are_managed_and_deployments_follow_them() {
     json_of(stack.admin_post("/gateway/models", &op.access_token, &model).await, 201).await;
     until_status(&stack, &stack.proxy, &key, "on-second", 200).await;
     assert!(stack.mock_stats_for("via-new-provider").await["requests"].as_u64().unwrap() >= 1);
+
+    // It serves the Responses API too: Responses requests pass through to it from then on.
+    let patch = json!({"responses_api": true});
+    let switched =
+        json_of(stack.admin_patch("/gateway/providers/second-upstream", &op.access_token, &patch).await, 200).await;
+    assert_eq!(switched["responses_api"], true);
+    let started = Instant::now();
+    loop {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/responses", stack.proxy))
+            .bearer_auth(&key)
+            .json(&json!({"model": "on-second", "input": "Say hello"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        if stack.mock_stats_for("via-new-provider").await["last_body"]["input"] == "Say hello" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the switch never reached the proxy");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // The provider moves (a dead address): its deployment follows at once.
     let moved = json_of(

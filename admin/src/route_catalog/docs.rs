@@ -39,6 +39,10 @@ pub struct ProviderDoc {
     /// AWS region (Bedrock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// `openai` only: the upstream serves OpenAI's Responses API (`{base_url}/responses`), so
+    /// `/v1/responses` requests pass through to it instead of being translated to chat.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub responses_api: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,6 +73,8 @@ pub struct ProviderPatch {
     #[serde(default, deserialize_with = "crate::validate::double_option", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub region: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses_api: Option<bool>,
     #[serde(default, deserialize_with = "crate::validate::double_option", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
     pub connect_timeout_ms: Option<Option<u64>>,
@@ -159,6 +165,8 @@ pub struct DeploymentPatch {
     #[serde(default, deserialize_with = "crate::validate::double_option", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub region: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses_api: Option<bool>,
     #[serde(default, deserialize_with = "crate::validate::double_option", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub api_key_env: Option<Option<String>>,

@@ -49,6 +49,9 @@ pub struct OrgProviderDoc {
     pub api_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// `openai` only: the upstream serves OpenAI's Responses API (see the catalog's providers).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub responses_api: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

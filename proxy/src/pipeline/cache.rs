@@ -67,13 +67,19 @@ async fn plan(gw: &Gateway, session: &Session, ctx: &RequestCtx) -> Result<Optio
         (Some(Endpoint::Embeddings), _, Some(r)) => (Endpoint::Embeddings, r.body()),
         _ => return Ok(None),
     };
-    // A Messages request is keyed by its own body too (what an Anthropic deployment receives).
+    // A Messages or Responses request is keyed by its own body too (what a deployment it
+    // passes through to receives).
     let (whole, scope);
-    let (exact_body, scope_body) = match ctx.messages_raw.as_deref() {
-        Some(raw) if endpoint == Endpoint::ChatCompletions => {
+    let (exact_body, scope_body) = match (ctx.messages_raw.as_deref(), ctx.responses_raw.as_deref()) {
+        (Some(raw), _) if endpoint == Endpoint::ChatCompletions => {
             let beta = raw.beta.as_ref().and_then(|b| b.to_str().ok());
             whole = key::with_messages_body(body, &raw.body, beta, true);
             scope = key::with_messages_body(body, &raw.body, beta, false);
+            (&whole, &scope)
+        }
+        (None, Some(raw)) if endpoint == Endpoint::ChatCompletions => {
+            whole = key::with_responses_body(body, &raw.body, true);
+            scope = key::with_responses_body(body, &raw.body, false);
             (&whole, &scope)
         }
         _ => (body, body),

@@ -42,9 +42,15 @@ pub async fn run_messages(gw: &Gateway, session: &mut Session, ctx: &mut Request
 /// A Responses API request, run as the chat request it amounts to.
 pub async fn run_responses(gw: &Gateway, session: &mut Session, ctx: &mut RequestCtx) -> Result<(), ProxyError> {
     use gw_shared::responses;
-    let (_, map) = read_object(gw, session, ctx).await?;
+    let (raw, map) = read_object(gw, session, ctx).await?;
     let chat = responses::chat_body(&map).map_err(|p| bad(p.message, p.param))?;
     let req = ChatRequest::from_map(chat).map_err(|p| bad(p.message, p.param))?;
+    ctx.responses_raw = Some(Box::new(crate::ctx::ResponsesRaw {
+        body: raw,
+        model: req.model.clone(),
+        store_sent: map.get("store").is_some_and(|s| !s.is_null()),
+        hosted_tools: responses::offers_hosted_tools(&map),
+    }));
     ctx.model = Some(req.model.clone());
     ctx.stream = req.stream;
     let echo = responses::Echo::new(&map, responses::response_id(ctx.request_id), ctx.created_at.timestamp());

@@ -113,17 +113,35 @@ pub fn with_messages_body(
     beta: Option<&str>,
     turns: bool,
 ) -> Map<String, Value> {
+    with_dialect_body(chat, raw, ("x-gw-messages", "messages"), beta.map(|b| ("anthropic-beta", b)), turns)
+}
+
+/// A Responses request's body as its cache keys read it: as [`with_messages_body`], for the
+/// OpenAI deployments it passes through to (`x-gw-responses`; the turns are its `input`).
+pub fn with_responses_body(chat: &Map<String, Value>, raw: &[u8], turns: bool) -> Map<String, Value> {
+    with_dialect_body(chat, raw, ("x-gw-responses", "input"), None, turns)
+}
+
+/// `chat` with a digest of another dialect's body under `field.0`; `field.1` is where that body
+/// holds its turns; `header` a request header its meaning depends on.
+fn with_dialect_body(
+    chat: &Map<String, Value>,
+    raw: &[u8],
+    field: (&str, &str),
+    header: Option<(&str, &str)>,
+    turns: bool,
+) -> Map<String, Value> {
     let mut out = chat.clone();
     if let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(raw) {
         if !turns {
-            body.remove("messages");
+            body.remove(field.1);
         }
-        if let Some(beta) = beta {
-            body.insert("anthropic-beta".into(), Value::String(beta.to_string()));
+        if let Some((name, value)) = header {
+            body.insert(name.into(), Value::String(value.to_string()));
         }
         let mut canon = Vec::with_capacity(raw.len());
         canonical_object(&body, &|k| !DELIVERY.contains(&k), &mut canon);
-        out.insert("x-gw-messages".into(), Value::String(hex::encode(Sha256::digest(&canon))));
+        out.insert(field.0.into(), Value::String(hex::encode(Sha256::digest(&canon))));
     }
     out
 }

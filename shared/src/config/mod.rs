@@ -208,6 +208,11 @@ pub struct ProviderConfig {
     /// AWS region (Bedrock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// `openai` providers only: the upstream serves OpenAI's Responses API
+    /// (`{base_url}/responses`), so `/v1/responses` requests pass through to it rather than
+    /// being translated to chat (docs/responses.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub responses_api: bool,
     /// An organization's own provider only: the id of its provider key that authenticates it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_key_id: Option<Uuid>,

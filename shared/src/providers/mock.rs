@@ -192,7 +192,8 @@ mod tests {
     use super::*;
     use crate::providers::{Flow, ProviderOptions, StreamSink};
 
-    static OPTS: ProviderOptions = ProviderOptions { api_version: None, region: None, host: String::new() };
+    static OPTS: ProviderOptions =
+        ProviderOptions { api_version: None, region: None, responses_api: false, host: String::new() };
 
     #[test]
     fn embeddings_are_deterministic_unit_vectors() {

@@ -13,6 +13,7 @@ pub mod bedrock;
 pub mod gemini;
 pub mod mock;
 pub mod openai;
+pub mod responses;
 mod sink;
 mod translate;
 mod url;
@@ -53,6 +54,9 @@ pub struct ProviderOptions {
     pub api_version: Option<String>,
     /// AWS region (Bedrock).
     pub region: Option<String>,
+    /// The upstream serves OpenAI's Responses API (`{base_url}/responses`): `/v1/responses`
+    /// requests pass through to it (`openai` providers).
+    pub responses_api: bool,
     /// The host the request goes to, as signed (Bedrock SigV4 signs it).
     pub host: String,
 }
@@ -130,6 +134,12 @@ pub trait StreamTranslator: Send {
     /// One server-sent event (`event` is its type, empty when it had none). Chunks for the client
     /// and usage go to `out`.
     fn event(&mut self, event: &str, data: &str, out: &mut StreamSink) -> Result<Flow, UpstreamError>;
+
+    /// The `sequence_number` of the last event, for protocols that number them (Responses): an
+    /// event gw adds to a passed-through stream continues the numbering.
+    fn last_sequence(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Per-stream facts a translator may need.

@@ -405,7 +405,8 @@ mod tests {
     use crate::openai::ChatRequest;
     use crate::providers::ProviderOptions;
 
-    static OPTS: ProviderOptions = ProviderOptions { api_version: None, region: None, host: String::new() };
+    static OPTS: ProviderOptions =
+        ProviderOptions { api_version: None, region: None, responses_api: false, host: String::new() };
 
     #[test]
     fn service_tier_reaches_usage_and_streams_cost_like_plain_answers() {

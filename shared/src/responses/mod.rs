@@ -6,7 +6,7 @@
 mod request;
 mod response;
 
-pub use request::chat_body;
+pub use request::{chat_body, is_hosted_tool, offers_hosted_tools};
 pub use response::{response, usage, Echo, EventEncoder};
 
 /// The `id` of a response gw answers (`resp_` and the request id).

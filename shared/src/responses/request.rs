@@ -211,6 +211,16 @@ const HOSTED_TOOLS: &[&str] = &[
     "mcp",
 ];
 
+/// Whether a tool is one OpenAI runs itself.
+pub fn is_hosted_tool(t: &Value) -> bool {
+    t.get("type").and_then(Value::as_str).is_some_and(|k| HOSTED_TOOLS.contains(&k))
+}
+
+/// Whether the request offers a hosted tool.
+pub fn offers_hosted_tools(body: &Map<String, Value>) -> bool {
+    body.get("tools").and_then(Value::as_array).is_some_and(|tools| tools.iter().any(is_hosted_tool))
+}
+
 /// One tool as the chat request's function tools: a function as one, a namespace's functions
 /// each (their calls come back naming the namespace), a hosted tool as none.
 fn translate_tool(t: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), RequestProblem> {

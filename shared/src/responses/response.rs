@@ -176,6 +176,13 @@ impl EventEncoder {
         self.echo.model = model.to_string();
     }
 
+    /// The deployment's own events went out instead (passthrough) up to `last`, its
+    /// `sequence_number`: an event added now continues them.
+    pub fn resume_after(&mut self, last: Option<u64>) {
+        self.started = true;
+        self.seq = last.map_or(0, |n| n + 1);
+    }
+
     fn event(&mut self, out: &mut Vec<u8>, mut data: Value) {
         data["sequence_number"] = json!(self.seq);
         self.seq += 1;

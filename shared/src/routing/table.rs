@@ -88,9 +88,16 @@ impl RouteTable {
                     ))
                 }
             };
+            if p.responses_api && p.kind != "openai" {
+                return Err(fault(
+                    format!("providers[{i}].responses_api"),
+                    format!("provider {:?}: only openai providers serve the Responses API", p.name),
+                ));
+            }
             let options = ProviderOptions {
                 api_version: p.api_version.clone(),
                 region: p.region.clone(),
+                responses_api: p.responses_api,
                 host: upstream.as_ref().map(UpstreamUrl::host_header).unwrap_or_default(),
             };
             // An organization's provider never reads the gateway's environment.

@@ -1,7 +1,7 @@
 //! An upstream's stream: upstream bytes → SSE events → the adapter's translator → the output
 //! guardrails → the client. Every event that arrived in one upstream read leaves in one
 //! downstream write. The loop knows no provider format: a new adapter brings its translator.
-//! A passed-through Messages stream (`ctx.passthrough`) goes out as the deployment's own events;
+//! A passed-through stream (`ctx.passthrough`) goes out as the deployment's own events;
 //! its translation still runs, for billing, the cache and traces.
 //!
 //! However the stream ends, what the upstream bills is billed. When the client leaves, or an
@@ -81,6 +81,10 @@ pub async fn stream(
     let provider = &up.dep.provider.name;
     let mut out = Out { sink, raw: ctx.passthrough.then(BytesMut::new) };
     let mut end = relay(session, ctx, &mut events, &mut *translator, &mut out, ends_at_eof, provider).await;
+    if let (true, Some(encoder)) = (ctx.passthrough && ctx.header_sent, ctx.responses_events.as_deref_mut()) {
+        // An event gw adds (an error) follows the deployment's own that went out.
+        encoder.resume_after(translator.last_sequence());
+    }
     let Out { mut sink, mut raw } = out;
     if matches!(end, End::Done) {
         sink.finish_filter();
@@ -171,6 +175,13 @@ fn push_event(raw: &mut BytesMut, ev: &Event) {
     raw.put_u8(b'\n');
 }
 
+/// Whether a passed-through event is the model's output going out: any Messages block's delta,
+/// any Responses `*.delta` (thinking and reasoning included, which the translation does not
+/// count as content).
+fn passed_content(event: &str) -> bool {
+    event == "content_block_delta" || (event.starts_with("response.") && event.ends_with(".delta"))
+}
+
 /// Relays events until the stream ends one way or another.
 async fn relay<S>(
     session: &mut Session,
@@ -203,9 +214,7 @@ where
                 let flow = translator.event(&ev.event, &ev.data, sink);
                 if let (Some(raw), Ok(_)) = (out.raw.as_mut(), &flow) {
                     push_event(raw, &ev);
-                    // Any block's delta is the model's output going out (thinking included,
-                    // which the translation does not count as content).
-                    if ev.event == "content_block_delta" {
+                    if passed_content(&ev.event) {
                         sink.saw_content();
                     }
                 }

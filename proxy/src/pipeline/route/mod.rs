@@ -264,10 +264,16 @@ async fn attempt(
     let provider = &dep.provider;
     let created = ctx.created_at.timestamp();
     ctx.passthrough = matches!(req, Prompt::Chat(r) if passes_through(ctx, dep, r));
-    let exchange = match req {
-        Prompt::Chat(r) => provider.adapter.build(&call(Endpoint::ChatCompletions, r, dep, api_key, ctx)),
-        Prompt::Embeddings(r) => provider.adapter.build_embeddings(&call(Endpoint::Embeddings, r, dep, api_key, ctx)),
+    // A Responses request passed through to a deployment serving that API.
+    let responses = ctx.responses_raw.as_deref().filter(|_| ctx.passthrough);
+    let exchange = match (req, responses) {
+        (Prompt::Chat(_), Some(raw)) => responses_request(raw, dep, api_key),
+        (Prompt::Chat(r), None) => provider.adapter.build(&call(Endpoint::ChatCompletions, r, dep, api_key, ctx)),
+        (Prompt::Embeddings(r), _) => {
+            provider.adapter.build_embeddings(&call(Endpoint::Embeddings, r, dep, api_key, ctx))
+        }
     };
+    let responses = responses.is_some();
     let exchange = exchange.map_err(|e| match e {
         AdapterError::Unsupported(m) => ProxyError::Unsupported(m),
         AdapterError::Config(m) => ProxyError::Internal(format!("provider {} adapter: {m}", provider.name)),
@@ -337,9 +343,12 @@ async fn attempt(
                 created,
             };
             let input = StreamIn {
-                translator: provider.adapter.stream(setup),
+                translator: match responses {
+                    true => Box::new(gw_shared::providers::responses::ResponsesStream::new(setup)),
+                    false => provider.adapter.stream(setup),
+                },
                 deadline: attempt_deadline,
-                ends_at_eof: provider.adapter.stream_ends_at_eof(),
+                ends_at_eof: !responses && provider.adapter.stream_ends_at_eof(),
             };
             let result = answer::stream(gw, session, ctx, &up, input, &mut body).await;
             // A stream that completed goes back to the pool once its terminator is read; any
@@ -357,6 +366,7 @@ async fn attempt(
     let bytes = bound.run(gw.transport.read_all(&mut body, bound.remaining())).await??;
     gw.transport.release(body).await;
     let completion = match req {
+        Prompt::Chat(_) if responses => gw_shared::providers::responses::parse_response(&bytes),
         Prompt::Chat(r) => provider.adapter.parse_response(&call(Endpoint::ChatCompletions, r, dep, None, ctx), &bytes),
         Prompt::Embeddings(r) => {
             provider.adapter.parse_embeddings(&call(Endpoint::Embeddings, r, dep, None, ctx), &bytes)
@@ -367,17 +377,38 @@ async fn attempt(
     answer::plain(gw, session, ctx, &up, completion, raw).await
 }
 
-/// Whether a Messages request goes to an Anthropic deployment as the client sent it (its model
-/// aside) and the answer comes back as the deployment sent it: when nothing gw does reads or
-/// changes either (no policy applies, so no guardrail reads a field the translation would not
-/// show it; no template or token cap added), as a client calling Anthropic directly would see
-/// it. Otherwise it is translated like every other dialect.
+/// Whether a Messages request goes to an Anthropic deployment (a Responses request to an
+/// OpenAI one serving the Responses API) as the client sent it (its model aside) and the answer
+/// comes back as the deployment sent it: when nothing gw does reads or changes either (no
+/// policy applies, so no guardrail reads a field the translation would not show it; no template
+/// or token cap added), as a client calling the provider directly would see it. Otherwise it is
+/// translated like every other dialect.
 fn passes_through(ctx: &RequestCtx, dep: &Deployment, req: &gw_shared::openai::ChatRequest) -> bool {
-    ctx.messages_raw.is_some()
-        && dep.provider.kind == "anthropic"
-        && ctx.applied.is_empty()
-        && ctx.output_guard.is_none()
-        && !req.edited()
+    let speaks_it = match (ctx.messages_raw.as_deref(), ctx.responses_raw.as_deref()) {
+        (Some(_), _) => dep.provider.kind == "anthropic",
+        (None, Some(_)) => dep.provider.options.responses_api,
+        (None, None) => false,
+    };
+    speaks_it && ctx.applied.is_empty() && ctx.output_guard.is_none() && !req.edited()
+}
+
+/// The upstream request of a Responses request passed through: the client's body at
+/// `{base_url}/responses` with the OpenAI key.
+fn responses_request(
+    raw: &crate::ctx::ResponsesRaw,
+    dep: &Deployment,
+    api_key: Option<&str>,
+) -> Result<Exchange, AdapterError> {
+    use gw_shared::providers::{openai, responses, UpstreamRequest};
+    let body =
+        responses::passthrough_body(&raw.body, raw.store_sent, raw.hosted_tools, &raw.model, &dep.upstream_model)
+            .map_err(AdapterError::config)?;
+    let base_path = dep.provider.upstream.as_ref().map_or("", |u| u.base_path.as_str());
+    Ok(Exchange::Http(UpstreamRequest {
+        path: format!("{base_path}{}", responses::RESPONSES_PATH),
+        headers: openai::bearer(api_key)?,
+        body,
+    }))
 }
 
 /// What the adapter is told about this attempt.

@@ -224,3 +224,21 @@ fn a_messages_body_keys_what_its_translation_drops() {
     assert_eq!(scope(&plain)["x-gw-messages"], scope(other_turns)["x-gw-messages"]);
     assert_ne!(scope(&plain)["x-gw-messages"], scope(&raw(json!({"top_k": 5})))["x-gw-messages"]);
 }
+
+#[test]
+fn a_responses_body_keys_what_its_translation_drops() {
+    let chat = map(json!({"model": "gpt", "messages": [{"role": "user", "content": "hi"}]}));
+    let org = Uuid::nil();
+    let exact = |raw: &[u8]| exact(org, "/v1/chat/completions", &with_responses_body(&chat, raw, true));
+    let plain = br#"{"model": "gpt", "input": "hi"}"#;
+    assert_eq!(exact(plain), exact(br#"{ "input":"hi", "model":"gpt" }"#));
+    assert_eq!(exact(plain), exact(br#"{"model": "gpt", "input": "hi", "stream": true, "store": false}"#));
+    assert_ne!(exact(plain), exact(br#"{"model": "gpt", "input": "hi", "include": ["reasoning.encrypted_content"]}"#));
+    assert_ne!(exact(plain), exact(br#"{"model": "gpt", "input": "hi", "text": {"verbosity": "low"}}"#));
+    let scope = |raw: &[u8]| with_responses_body(&chat, raw, false);
+    assert_eq!(scope(plain)["x-gw-responses"], scope(br#"{"model": "gpt", "input": "hello"}"#)["x-gw-responses"]);
+    assert_ne!(
+        scope(plain)["x-gw-responses"],
+        scope(br#"{"model": "gpt", "input": "hi", "top_logprobs": 2}"#)["x-gw-responses"]
+    );
+}

@@ -3,7 +3,8 @@ use crate::providers::ProviderOptions;
 
 const MODEL: &str = "gemini-2.5-flash";
 
-static OPTS: ProviderOptions = ProviderOptions { api_version: None, region: None, host: String::new() };
+static OPTS: ProviderOptions =
+    ProviderOptions { api_version: None, region: None, responses_api: false, host: String::new() };
 
 fn req(v: &Value) -> ChatRequest {
     ChatRequest::parse(v.to_string().as_bytes()).unwrap()

@@ -10,8 +10,10 @@
 //!
 //! # Dialects
 //!
-//! - OpenAI: `POST /v1/chat/completions`, `POST /v1/embeddings`, `GET /v1/models`. Credential:
-//!   `authorization: Bearer X`.
+//! - OpenAI: `POST /v1/chat/completions`, `POST /v1/embeddings`, `GET /v1/models`, and the
+//!   Responses API, `POST /v1/responses` (plain, or `"stream": true` for its event sequence with
+//!   `event:` lines and `sequence_number`s, ending at `response.completed`, no `[DONE]`).
+//!   Credential: `authorization: Bearer X`.
 //! - Azure OpenAI: `POST /openai/deployments/{deployment}/chat/completions?api-version=V` and
 //!   `.../embeddings?api-version=V`: OpenAI's answers with the deployment as the model; 400
 //!   without `api-version`. Credential: `api-key` (else a bearer token).
@@ -170,6 +172,7 @@ mod bedrock;
 mod convo;
 mod gemini;
 mod openai;
+mod responses;
 mod stripe;
 mod usage;
 
@@ -415,6 +418,8 @@ enum Route {
     /// OpenAI embeddings; Azure's with the deployment.
     Embeddings(Option<String>),
     Models,
+    /// OpenAI's Responses API.
+    Responses,
     /// Anthropic Messages.
     Messages,
     /// Anthropic's token count of a Messages request.
@@ -432,6 +437,7 @@ impl Route {
             "/v1/chat/completions" if post => return Some(Route::Chat(None)),
             "/v1/embeddings" if post => return Some(Route::Embeddings(None)),
             "/v1/models" if *method == Method::GET => return Some(Route::Models),
+            "/v1/responses" if post => return Some(Route::Responses),
             "/v1/messages" if post => return Some(Route::Messages),
             "/v1/messages/count_tokens" if post => return Some(Route::CountTokens),
             _ if !post => return None,
@@ -456,7 +462,7 @@ impl Route {
     /// The credential the request carries, as this dialect sends it.
     fn credential(&self, req: &HttpRequest, query: &HashMap<String, String>) -> Option<String> {
         match self {
-            Route::Chat(None) | Route::Embeddings(None) | Route::Models => bearer(req),
+            Route::Chat(None) | Route::Embeddings(None) | Route::Models | Route::Responses => bearer(req),
             Route::Chat(Some(_)) | Route::Embeddings(Some(_)) => header(req, "api-key").or_else(|| bearer(req)),
             Route::Messages | Route::CountTokens => header(req, "x-api-key").or_else(|| bearer(req)),
             Route::Gemini(..) => {
@@ -469,7 +475,9 @@ impl Route {
     /// An error in this dialect's shape; `param` names the faulty field (OpenAI's `param`).
     fn error(&self, status: u16, message: &str, param: Option<&str>) -> HttpResponse {
         match self {
-            Route::Chat(_) | Route::Embeddings(_) | Route::Models => openai::error(status, message, param),
+            Route::Chat(_) | Route::Embeddings(_) | Route::Models | Route::Responses => {
+                openai::error(status, message, param)
+            }
             Route::Messages | Route::CountTokens => anthropic::error(status, message),
             Route::Gemini(..) => gemini::error(status, message),
             Route::Converse(_) => bedrock::error(status, message),
@@ -479,7 +487,7 @@ impl Route {
     /// The answer to the `status` and `fail_first` knobs.
     fn fault(&self, status: u16) -> HttpResponse {
         match self {
-            Route::Chat(_) | Route::Embeddings(_) | Route::Models => openai::fault(status),
+            Route::Chat(_) | Route::Embeddings(_) | Route::Models | Route::Responses => openai::fault(status),
             _ => self.error(status, &format!("mock upstream failure ({status})"), None),
         }
     }
@@ -691,6 +699,7 @@ async fn dispatch(state: web::Data<State>, req: HttpRequest, raw: web::Bytes) ->
         Route::Chat(deployment) => openai::chat(call, deployment.as_deref()),
         Route::Embeddings(deployment) => (openai::embeddings(call, deployment.as_deref()), None),
         Route::Models => (openai::models(), None),
+        Route::Responses => responses::responses(call),
         Route::Messages => anthropic::messages(call),
         Route::CountTokens => (anthropic::count_tokens(call), None),
         Route::Gemini(model, method) => (gemini::handle(call, &model, method), None),

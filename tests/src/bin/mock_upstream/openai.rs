@@ -31,8 +31,8 @@ fn missing_api_version(deployment: Option<&str>, query: &HashMap<String, String>
         .then(|| error(400, "Missing required query parameter 'api-version'.", Some("api-version")))
 }
 
-/// What a chat answer says, as the knobs choose it.
-enum Said {
+/// What a chat (or Responses) answer says, as the knobs choose it.
+pub(crate) enum Said {
     Text(String),
     /// The text cut at the request's completion limit (`finish_reason: "length"`).
     Cut(String),
@@ -48,7 +48,7 @@ enum Said {
 
 impl Said {
     /// `tool_call_arguments` wins over `refusal`, which wins over `reply` (else the usual reply).
-    fn choose(k: &Knobs, body: &Value, usual: String) -> Said {
+    pub(crate) fn choose(k: &Knobs, body: &Value, usual: String) -> Said {
         if let Some(arguments) = &k.tool_call_arguments {
             let name = body
                 .get("tools")
@@ -80,7 +80,7 @@ impl Said {
 
     /// Completion tokens, reasoning tokens aside: the words of the text, of the arguments (at
     /// least 1).
-    fn tokens(&self) -> u64 {
+    pub(crate) fn tokens(&self) -> u64 {
         match self {
             Said::Text(t) | Said::Cut(t) | Said::Refusal(t) => t.split_whitespace().count() as u64,
             Said::Tool { arguments, .. } => (arguments.split_whitespace().count() as u64).max(1),
