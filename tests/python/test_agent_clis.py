@@ -1,6 +1,7 @@
 """The coding agents, offline, against gw: Claude Code (npm `@anthropic-ai/claude-code`, pointed at
 gw with ANTHROPIC_BASE_URL, non-interactive `-p`) speaks `/v1/messages`, and Codex (npm
-`@openai/codex`, `exec`, a model provider whose base URL is gw) speaks `/v1/responses`. Each
+`@openai/codex`, `exec`, a model provider whose base URL is gw) speaks `/v1/responses` (translated
+to chat, or passed through to a deployment serving the Responses API). Each
 completes a task against the mock behind gw (its answer printed, its request in the audit log).
 Their own telemetry and update checks are turned off; nothing leaves this machine."""
 
@@ -9,19 +10,33 @@ import subprocess
 import tempfile
 import time
 
+import httpx
 import pytest
 
 from conftest import ROOT, Org, psql, run_stack
 
 AGENTS = ROOT / "tests" / "agents" / "node_modules" / ".bin"
+RESPONSES_DEPLOYMENT = """
+[[providers]]
+name = "responses"
+kind = "openai"
+base_url = "{mock}/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+responses_api = true
+[[models]]
+name = "gpt-responses"
+deployments = [{ provider = "responses", model = "gpt-4o-mini" }]
+"""
 
 
 @pytest.fixture(scope="module")
 def agent_stack():
     # Their requests carry their whole tool catalogue and system prompt (~80 KB): the harness's
     # 64 KB body limit is the test stacks' own, gw's default is 4 MiB.
+    # `gpt-responses`: a deployment serving the Responses API, which Codex's requests pass through to.
     yield from run_stack(GW_STACK_PROXY="max_body_bytes = 4194304\naudit_flush_interval_ms = 50\n"
-                                        "auth_failures_per_minute = 1000000")
+                                        "auth_failures_per_minute = 1000000",
+                         GW_STACK_EXTRA=RESPONSES_DEPLOYMENT)
 
 
 def endpoints(org_id, deadline=10):
@@ -58,14 +73,15 @@ def test_claude_code_completes_a_task_through_gw(agent_stack):
     assert "/v1/messages" in endpoints(org.org_id)
 
 
-def test_codex_completes_a_task_through_gw(agent_stack):
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "gpt-responses"])
+def test_codex_completes_a_task_through_gw(agent_stack, model):
     org = Org(agent_stack)
     key = org.create_key()["key"]
     with tempfile.TemporaryDirectory() as home:
         codex_home = os.path.join(home, ".codex")
         os.makedirs(codex_home)
         with open(os.path.join(codex_home, "config.toml"), "w") as f:
-            f.write(f"""model = "gpt-4o-mini"
+            f.write(f"""model = "{model}"
 model_provider = "gw"
 
 [model_providers.gw]
@@ -82,3 +98,7 @@ wire_api = "responses"
     assert rc == 0, out
     assert "Mock upstream reply" in out and "Say hello to the gateway" in out, out
     assert "/v1/responses" in endpoints(org.org_id)
+    # Through the Responses deployment Codex's own request went upstream (its `input` items),
+    # to the chat-speaking one gw's translation (`messages`).
+    last = httpx.get(f"{agent_stack['mock']}/_mock/stats", timeout=30).json()["last_body"]
+    assert ("input" in last) == (model == "gpt-responses"), sorted(last)

@@ -1,5 +1,6 @@
 """The official OpenAI Python SDK's `client.responses.create` against gw's stateless
-`/v1/responses`, backed by an OpenAI-compatible deployment and by an Anthropic one (each the mock
+`/v1/responses`, backed by an OpenAI-compatible deployment (translated to chat), by one serving
+the Responses API (`responses_api`: passed through) and by an Anthropic one (each the mock
 upstream in its own dialect): plain, `stream=True`, and a function-call round trip. Every raw body
 and event gw sends validates against OpenAI's published OpenAPI document."""
 
@@ -22,8 +23,29 @@ api_key_env = "GW_TEST_UPSTREAM_KEY"
 [[models]]
 name = "gpt-tools"
 deployments = [{ provider = "tool-caller", model = "gpt-4o-mini" }]
+[[providers]]
+name = "responses"
+kind = "openai"
+base_url = "{mock}/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+responses_api = true
+[[models]]
+name = "gpt-responses"
+deployments = [{ provider = "responses", model = "gpt-4o-mini" }]
+[[providers]]
+name = "tool-caller-responses"
+kind = "openai"
+base_url = "{mock}/k/tool_call_arguments=%7B%22city%22%3A%22Paris%22%7D,chunk_chars=3/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+responses_api = true
+[[models]]
+name = "gpt-tools-responses"
+deployments = [{ provider = "tool-caller-responses", model = "gpt-4o-mini" }]
 """
-MODELS = ["gpt-4o-mini", "claude-test"]
+MODELS = ["gpt-4o-mini", "claude-test", "gpt-responses"]
+# The model a response names: gw's translation names the model asked for; a passed-through
+# response (the Responses deployment's own) names the deployment's model.
+NAMED = {"gpt-responses": "gpt-4o-mini"}
 WEATHER = "What's the weather in Paris?"
 TOOLS = [{"type": "function", "name": "get_weather", "description": "The current weather in a city.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
@@ -63,7 +85,7 @@ def test_a_response_parses_in_the_sdk_and_validates(tools_stack, key, model):
     schema("Response").validate(raw.http_response.json())
     r = raw.parse()
     assert r.status == "completed"
-    assert r.model == model
+    assert r.model == NAMED.get(model, model)
     assert r.output_text
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
 
@@ -84,10 +106,13 @@ def test_a_stream_parses_in_the_sdk_and_every_event_validates(tools_stack, key, 
     raw_events(tools_stack, key, {"model": model, "input": "Tell me a story"})
 
 
-@pytest.mark.parametrize("model,answering", [("gpt-tools", "gpt-4o-mini"), ("claude-test", "claude-test")])
+@pytest.mark.parametrize("model,answering", [("gpt-tools", "gpt-4o-mini"), ("claude-test", "claude-test"),
+                                             ("gpt-tools-responses", "gpt-responses")])
 def test_a_function_call_round_trip(tools_stack, key, model, answering):
     c = client(tools_stack, key)
-    first = c.responses.create(model=model, input=WEATHER, tools=TOOLS)
+    raw = c.responses.with_raw_response.create(model=model, input=WEATHER, tools=TOOLS)
+    schema("Response").validate(raw.http_response.json())
+    first = raw.parse()
     call = next(o for o in first.output if o.type == "function_call")
     assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
     events = raw_events(tools_stack, key, {"model": model, "input": WEATHER, "tools": TOOLS})

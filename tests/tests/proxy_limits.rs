@@ -533,12 +533,27 @@ async fn a_deployments_rpm_cap_is_shared_by_three_replicas() {
     assert_eq!(statuses.iter().filter(|s| **s == 503).count(), 24, "{statuses:?}");
 }
 
-/// `/v1/messages` and `/v1/responses` run the same admission and settlement as chat: a budget
-/// near its end, spent through both across three replicas, overshoots by at most one request
-/// and then refuses on both, each in its own error shape.
+/// A deployment serving the Responses API (requests pass through to it).
+const RESPONSES_DEPLOYMENT: &str = r#"
+[[providers]]
+name = "responses"
+kind = "openai"
+base_url = "{mock}/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+responses_api = true
+[[models]]
+name = "gpt-responses"
+deployments = [{ provider = "responses", model = "gpt-4o-mini" }]
+"#;
+
+/// `/v1/messages` and `/v1/responses` (translated, and passed through to a deployment serving
+/// the Responses API) run the same admission and settlement as chat: a budget near its end,
+/// spent through all three across three replicas, overshoots by at most one request and then
+/// refuses on each, in its API's error shape.
 #[tokio::test]
 async fn a_budget_holds_across_three_replicas_through_messages_and_responses() {
-    let (stack, replicas) = stack_with_replicas(StackOptions::default()).await;
+    let opts = StackOptions { extra_config: RESPONSES_DEPLOYMENT.into(), ..Default::default() };
+    let (stack, replicas) = stack_with_replicas(opts).await;
     let proxies: Vec<String> =
         std::iter::once(stack.proxy.clone()).chain(replicas.iter().map(|r| r.1.clone())).collect();
     let s = stack.register().await;
@@ -548,12 +563,17 @@ async fn a_budget_holds_across_three_replicas_through_messages_and_responses() {
     let text = "spend my budget through the other APIs";
     let messages = json!({"model": "mock-model", "max_tokens": 50, "messages": [{"role": "user", "content": text}]});
     let responses = json!({"model": "mock-model", "max_output_tokens": 50, "input": text});
-    // One request's maximum cost at the mock's prices (0.15 / 0.60 per million), either API.
-    let max_cost =
-        ((messages.to_string().len().max(responses.to_string().len()) as f64 + 7.0) * 0.15 + 50.0 * 0.60) / 1e6;
+    let passed = json!({"model": "gpt-responses", "max_output_tokens": 50, "input": text});
+    // One request's maximum cost at gpt-4o-mini's prices (0.15 / 0.60 per million), any API.
+    let longest = [&messages, &responses, &passed].iter().map(|b| b.to_string().len()).max().unwrap_or_default();
+    let max_cost = ((longest as f64 + 7.0) * 0.15 + 50.0 * 0.60) / 1e6;
     let send = |i: usize| {
-        let (path, body) = if i.is_multiple_of(2) { ("messages", &messages) } else { ("responses", &responses) };
-        http.post(format!("{}/v1/{path}", proxies[i % 3])).bearer_auth(&key).json(body).send()
+        let (path, body) = match i % 3 {
+            0 => ("messages", &messages),
+            1 => ("responses", &responses),
+            _ => ("responses", &passed),
+        };
+        http.post(format!("{}/v1/{path}", proxies[(i / 3) % 3])).bearer_auth(&key).json(body).send()
     };
     let mut sent = 0;
     let mut answered = 0;
@@ -578,7 +598,19 @@ async fn a_budget_holds_across_three_replicas_through_messages_and_responses() {
     assert_eq!(r.status(), 429);
     let e: Value = r.json().await.unwrap();
     assert_eq!((&e["type"], &e["error"]["type"]), (&json!("error"), &json!("rate_limit_error")));
-    let r = send(1).await.unwrap();
-    let e = expect_openai_error(r, 429).await;
-    assert_eq!(e["error"]["code"], "budget_exceeded");
+    for i in [1, 2] {
+        let e = expect_openai_error(send(i).await.unwrap(), 429).await;
+        assert_eq!(e["error"]["code"], "budget_exceeded");
+    }
+    let mut conn = db::connect().await;
+    let passed_through: i64 = audit_logs::table
+        .filter(audit_logs::org_id.eq(s.org_id))
+        .filter(audit_logs::provider.eq("responses"))
+        .filter(audit_logs::status_code.eq(200))
+        .filter(audit_logs::cost_usd.gt(Decimal::ZERO))
+        .select(count_star())
+        .first(&mut conn)
+        .await
+        .unwrap();
+    assert!(passed_through > 0, "the passed-through requests were answered and billed too");
 }
