@@ -17,6 +17,7 @@ pub mod error;
 pub mod experiments;
 pub mod headers;
 pub mod ids;
+pub mod json_keys;
 pub mod jwt;
 pub mod keys;
 pub mod limits;

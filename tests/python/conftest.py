@@ -48,6 +48,21 @@ def bin_dir() -> Path:
     return Path(os.environ.get("GW_BIN_DIR", ROOT / "target" / "debug"))
 
 
+# `gpt-responses`: a deployment (provider `responses`) of the mock serving the Responses API
+# (`responses_api`), so `/v1/responses` requests pass through to it (GW_STACK_EXTRA).
+RESPONSES_DEPLOYMENT = """
+[[providers]]
+name = "responses"
+kind = "openai"
+base_url = "{mock}/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+responses_api = true
+[[models]]
+name = "gpt-responses"
+deployments = [{ provider = "responses", model = "gpt-4o-mini" }]
+"""
+
+
 def run_stack(**extra_env):
     """Starts gw-stack (with `extra_env`); yields its addresses, stops it afterwards."""
     exe = bin_dir() / "gw-stack"

@@ -13,20 +13,9 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT, Org, psql, run_stack
+from conftest import RESPONSES_DEPLOYMENT, ROOT, Org, psql, run_stack
 
 AGENTS = ROOT / "tests" / "agents" / "node_modules" / ".bin"
-RESPONSES_DEPLOYMENT = """
-[[providers]]
-name = "responses"
-kind = "openai"
-base_url = "{mock}/v1"
-api_key_env = "GW_TEST_UPSTREAM_KEY"
-responses_api = true
-[[models]]
-name = "gpt-responses"
-deployments = [{ provider = "responses", model = "gpt-4o-mini" }]
-"""
 
 
 @pytest.fixture(scope="module")

@@ -9,39 +9,27 @@ import json
 import httpx
 import pytest
 
-from conftest import client, run_stack
+from conftest import RESPONSES_DEPLOYMENT, client, run_stack
 from openai_spec import schema
 
-# A deployment of the OpenAI-compatible mock that calls the request's first tool (the mock makes
-# OpenAI tool calls only when a knob says so).
-TOOL_CALLER = """
+
+def tool_caller(name, responses_api):
+    """A deployment of the OpenAI-compatible mock that calls the request's first tool (the mock
+    makes OpenAI tool calls only when a knob says so); `responses_api`: it serves that API too."""
+    return f"""
 [[providers]]
-name = "tool-caller"
+name = "{name}"
 kind = "openai"
-base_url = "{mock}/k/tool_call_arguments=%7B%22city%22%3A%22Paris%22%7D,chunk_chars=3/v1"
+base_url = "{{mock}}/k/tool_call_arguments=%7B%22city%22%3A%22Paris%22%7D,chunk_chars=3/v1"
 api_key_env = "GW_TEST_UPSTREAM_KEY"
+responses_api = {str(responses_api).lower()}
 [[models]]
-name = "gpt-tools"
-deployments = [{ provider = "tool-caller", model = "gpt-4o-mini" }]
-[[providers]]
-name = "responses"
-kind = "openai"
-base_url = "{mock}/v1"
-api_key_env = "GW_TEST_UPSTREAM_KEY"
-responses_api = true
-[[models]]
-name = "gpt-responses"
-deployments = [{ provider = "responses", model = "gpt-4o-mini" }]
-[[providers]]
-name = "tool-caller-responses"
-kind = "openai"
-base_url = "{mock}/k/tool_call_arguments=%7B%22city%22%3A%22Paris%22%7D,chunk_chars=3/v1"
-api_key_env = "GW_TEST_UPSTREAM_KEY"
-responses_api = true
-[[models]]
-name = "gpt-tools-responses"
-deployments = [{ provider = "tool-caller-responses", model = "gpt-4o-mini" }]
+name = "{name}"
+deployments = [{{ provider = "{name}", model = "gpt-4o-mini" }}]
 """
+
+
+TOOL_CALLER = tool_caller("gpt-tools", False) + tool_caller("gpt-tools-responses", True) + RESPONSES_DEPLOYMENT
 MODELS = ["gpt-4o-mini", "claude-test", "gpt-responses"]
 # The model a response names: gw's translation names the model asked for; a passed-through
 # response (the Responses deployment's own) names the deployment's model.

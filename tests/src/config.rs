@@ -274,6 +274,20 @@ pub(crate) fn with_admin_keys(config: &str, extra: &str) -> String {
     out
 }
 
+/// Extra config: `gpt-responses`, a deployment (provider `responses`) of the mock serving the
+/// Responses API (`responses_api`), so `/v1/responses` requests pass through to it.
+pub const RESPONSES_DEPLOYMENT: &str = r#"
+[[providers]]
+name = "responses"
+kind = "openai"
+base_url = "{mock}/v1"
+api_key_env = "GW_TEST_UPSTREAM_KEY"
+responses_api = true
+[[models]]
+name = "gpt-responses"
+deployments = [{ provider = "responses", model = "gpt-4o-mini-2024-07-18" }]
+"#;
+
 /// An address the tool-calling deployments of [`tool_calling_models`] put in their arguments.
 pub const TOOL_EMAIL: &str = "jane.roe@example.com";
 

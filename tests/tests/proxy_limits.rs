@@ -533,19 +533,6 @@ async fn a_deployments_rpm_cap_is_shared_by_three_replicas() {
     assert_eq!(statuses.iter().filter(|s| **s == 503).count(), 24, "{statuses:?}");
 }
 
-/// A deployment serving the Responses API (requests pass through to it).
-const RESPONSES_DEPLOYMENT: &str = r#"
-[[providers]]
-name = "responses"
-kind = "openai"
-base_url = "{mock}/v1"
-api_key_env = "GW_TEST_UPSTREAM_KEY"
-responses_api = true
-[[models]]
-name = "gpt-responses"
-deployments = [{ provider = "responses", model = "gpt-4o-mini" }]
-"#;
-
 /// `/v1/messages` and `/v1/responses` (translated, and passed through to a deployment serving
 /// the Responses API) run the same admission and settlement as chat: a budget near its end,
 /// spent through all three across three replicas, overshoots by at most one request and then

@@ -9,7 +9,7 @@
 
 use gw_tests::{
     assert_no_piece_of_tool_email, db, expect_openai_error, org_with_output_pii_policy, request_id,
-    tool_calling_models, Stack, StackOptions, OUTPUT_PII_POLICY,
+    tool_calling_models, Stack, StackOptions, OUTPUT_PII_POLICY, RESPONSES_DEPLOYMENT,
 };
 use serde_json::{json, Value};
 
@@ -213,6 +213,26 @@ async fn a_tool_type_gw_cannot_offer_is_refused() {
 }
 
 #[tokio::test]
+async fn a_file_given_by_id_is_refused_it_is_the_gateways_not_the_clients() {
+    let stack = Stack::shared().await;
+    let (_s, key, _) = stack.org_with_key().await;
+    let input = json!([{"type": "function_call_output", "call_id": "call_1",
+                        "output": [{"type": "input_image", "file_id": "file-abc"}]}]);
+    let b =
+        expect_openai_error(responses(&stack, &key, json!({"model": "gpt-4o-mini", "input": input})).await, 400).await;
+    insta::assert_json_snapshot!(b, @r#"
+    {
+      "error": {
+        "code": "invalid_request",
+        "message": "'input[0].output[0]': parts given by 'file_id' are not supported.",
+        "param": "input",
+        "type": "invalid_request_error"
+      }
+    }
+    "#);
+}
+
+#[tokio::test]
 async fn a_hosted_tool_is_left_out_and_the_answer_comes_without_it() {
     let stack = Stack::shared().await;
     let (_s, key, _) = stack.org_with_key().await;
@@ -266,15 +286,9 @@ async fn under_pii_redact_a_streamed_function_call_argument_never_reaches_the_cl
     }
 }
 
-/// Deployments serving the Responses API: one that answers (also under the name of the model it
-/// serves), one that always fails before an Anthropic deployment.
-const RESPONSES_MODELS: &str = r#"
-[[providers]]
-name = "responses"
-kind = "openai"
-base_url = "{mock}/v1"
-api_key_env = "GW_TEST_UPSTREAM_KEY"
-responses_api = true
+/// Beside `gpt-responses` ([`RESPONSES_DEPLOYMENT`]): the model it serves under its own name,
+/// and a deployment serving the Responses API that always fails, before an Anthropic one.
+const MORE_RESPONSES_MODELS: &str = r#"
 [[providers]]
 name = "responses-down"
 kind = "openai"
@@ -282,15 +296,17 @@ base_url = "{mock}/k/status=503/v1"
 api_key_env = "GW_TEST_UPSTREAM_KEY"
 responses_api = true
 [[models]]
-name = "gpt-responses"
-deployments = [{ provider = "responses", model = "gpt-4o-mini-2024-07-18" }]
-[[models]]
 name = "gpt-4o-mini-2024-07-18"
 deployments = [{ provider = "responses", model = "gpt-4o-mini-2024-07-18" }]
 [[models]]
 name = "responses-then-claude"
 deployments = [{ provider = "responses-down", model = "gpt-4o-mini" }, { provider = "anthropic", model = "claude-sonnet-4-5" }]
 "#;
+
+async fn responses_stack() -> Stack {
+    let extra_config = format!("{RESPONSES_DEPLOYMENT}{MORE_RESPONSES_MODELS}");
+    Stack::start_with(StackOptions { extra_config, ..Default::default() }).await
+}
 
 /// The mock counts a request under the tag its body's `mock` knobs name: a field gw's translation
 /// drops, so only a passed-through body carries it.
@@ -309,7 +325,7 @@ fn streamed_cost(text: &str) -> &str {
 
 #[tokio::test]
 async fn to_a_responses_deployment_the_request_and_answer_pass_through_costing_what_chat_costs() {
-    let stack = Stack::start_with(StackOptions { extra_config: RESPONSES_MODELS.into(), ..Default::default() }).await;
+    let stack = responses_stack().await;
     let (s, key, _) = stack.org_with_key().await;
     // The same conversation through chat, to a deployment of the same model: the same tokens.
     let chat = json!({"model": "gpt-4o-mini", "messages": [{"role": "developer", "content": "Be brief."},
@@ -358,7 +374,7 @@ async fn to_a_responses_deployment_the_request_and_answer_pass_through_costing_w
 
 #[tokio::test]
 async fn responses_passthrough_edges_bytes_an_error_a_fallback_a_policy_a_hosted_tool_and_the_cache() {
-    let stack = Stack::start_with(StackOptions { extra_config: RESPONSES_MODELS.into(), ..Default::default() }).await;
+    let stack = responses_stack().await;
     let (s, key, _) = stack.org_with_key().await;
     let post = |body: String, policy: Option<&'static str>| {
         let mut r = reqwest::Client::new()
@@ -380,6 +396,16 @@ async fn responses_passthrough_edges_bytes_an_error_a_fallback_a_policy_a_hosted
     let r = post(written.clone(), None).await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(mock_seen(&stack, &tag).await["last_raw"], written.as_str(), "byte for byte");
+    // A key named twice: the deployment gets gw's reading (the last), never the raw text.
+    let tag = format!("twice-{}", uuid::Uuid::new_v4().simple());
+    let written = format!(
+        r#"{{"input":"Say hello","model":"gpt-4o-mini-2024-07-18","store":false,"tools":[{{"type":"web_search"}}],"tools":[],"mock":{{"tag":"{tag}"}}}}"#
+    );
+    let r = post(written.clone(), None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = mock_seen(&stack, &tag).await;
+    assert_ne!(seen["last_raw"], written.as_str());
+    assert_eq!(seen["last_body"]["tools"], json!([]));
 
     // The deployment's stream breaks: gw's error event continues its numbering.
     let body = json!({"model": "gpt-responses", "input": "Tell me a long story", "stream": true,

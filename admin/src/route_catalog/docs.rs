@@ -165,8 +165,6 @@ pub struct DeploymentPatch {
     #[serde(default, deserialize_with = "crate::validate::double_option", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub region: Option<Option<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub responses_api: Option<bool>,
     #[serde(default, deserialize_with = "crate::validate::double_option", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub api_key_env: Option<Option<String>>,

@@ -10,14 +10,15 @@ pub use request::chat_body;
 pub use response::{error_body, error_event, error_type, message, stop_reason, usage, EventEncoder};
 
 /// The body an Anthropic deployment gets when a Messages request passes through: the client's
-/// bytes as they came when the deployment serves the model the client named, else the same body
-/// with the deployment's model.
+/// bytes as they came when the deployment serves the model the client named (and no object in
+/// them repeats a key, `crate::json_keys`), else the body as gw read it, with the deployment's
+/// model.
 pub fn passthrough_body(
     raw: &bytes::Bytes,
     client_model: &str,
     upstream_model: &str,
 ) -> serde_json::Result<bytes::Bytes> {
-    if client_model == upstream_model {
+    if client_model == upstream_model && crate::json_keys::keys_unique(raw) {
         return Ok(raw.clone());
     }
     let mut body: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(raw)?;

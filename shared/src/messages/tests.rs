@@ -238,6 +238,11 @@ fn a_passed_through_body_changes_only_its_model() {
     let moved: serde_json::Value =
         serde_json::from_slice(&super::passthrough_body(&raw, "claude", "claude-sonnet-4-5").unwrap()).unwrap();
     assert_eq!(moved, serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "top_k": 3, "messages": []}));
+    // A key named twice goes up as gw read it (the last one), never as the raw text.
+    let twice = bytes::Bytes::from_static(br#"{"model":"claude","max_tokens":5,"max_tokens":9000,"messages":[]}"#);
+    let sent: serde_json::Value =
+        serde_json::from_slice(&super::passthrough_body(&twice, "claude", "claude").unwrap()).unwrap();
+    assert_eq!(sent, serde_json::json!({"model": "claude", "max_tokens": 9000, "messages": []}));
 }
 
 #[test]

@@ -27,6 +27,28 @@ fn object_chunk() -> String {
     "chat.completion.chunk".into()
 }
 
+impl ChatCompletionChunk {
+    /// A chunk of one choice (`index`) with this delta, as gw's stream translators write them.
+    pub fn of_choice(id: &str, created: i64, model: &str, index: u32, delta: Delta, finish: Option<&str>) -> Self {
+        ChatCompletionChunk {
+            id: id.to_string(),
+            object: object_chunk(),
+            created,
+            model: model.to_string(),
+            choices: vec![ChunkChoice {
+                index,
+                delta,
+                finish_reason: finish.map(Into::into),
+                logprobs: None,
+                extra: Map::new(),
+            }],
+            usage: None,
+            system_fingerprint: None,
+            extra: Map::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChunkChoice {
     pub index: u32,

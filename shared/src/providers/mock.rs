@@ -13,7 +13,7 @@ use super::{
 };
 use crate::openai::{
     embeddings_response, message_role, message_text, AssistantMessage, ChatCompletion, ChatCompletionChunk,
-    ChatRequest, Choice, ChunkChoice, Delta, EmbeddingInput, EmbeddingsRequest, Usage, SSE_DONE,
+    ChatRequest, Choice, Delta, EmbeddingInput, EmbeddingsRequest, Usage, SSE_DONE,
 };
 use crate::pricing::TokenUsage;
 
@@ -157,22 +157,8 @@ pub fn complete(req: &ChatRequest, id: &str, model: &str, created: i64) -> ChatC
 pub fn stream_chunks(req: &ChatRequest, id: &str, model: &str, created: i64) -> Vec<ChatCompletionChunk> {
     let reply = reply_text(req);
     let usage = usage_for(req, &reply);
-    let chunk = |delta: Delta, finish: Option<&str>| ChatCompletionChunk {
-        id: id.to_string(),
-        object: "chat.completion.chunk".into(),
-        created,
-        model: model.to_string(),
-        choices: vec![ChunkChoice {
-            index: 0,
-            delta,
-            finish_reason: finish.map(Into::into),
-            logprobs: None,
-            extra: Map::new(),
-        }],
-        usage: None,
-        system_fingerprint: None,
-        extra: Map::new(),
-    };
+    let chunk =
+        |delta: Delta, finish: Option<&str>| ChatCompletionChunk::of_choice(id, created, model, 0, delta, finish);
     let mut out =
         vec![chunk(Delta { role: Some("assistant".into()), content: Some(String::new()), extra: Map::new() }, None)];
     for (i, word) in reply.split(' ').enumerate() {

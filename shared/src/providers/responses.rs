@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 use super::translate::openai_usage;
 use super::{log_snippet, Completion, Flow, StreamSetup, StreamSink, StreamTranslator, UpstreamError, UpstreamFailure};
-use crate::openai::{ChatCompletionChunk, ChunkChoice, Delta};
+use crate::openai::{ChatCompletionChunk, Delta};
 use crate::pricing::{ServiceTier, TokenUsage};
 
 pub const RESPONSES_PATH: &str = "/responses";
@@ -21,7 +21,8 @@ pub const RESPONSES_PATH: &str = "/responses";
 /// `store: true` never gets this far), and without hosted tools (`hosted_tools`: it offers
 /// some), which are left out as the translation leaves them out: OpenAI bills their calls at
 /// rates gw's prices do not know. The client's bytes as they came when none of this changes
-/// anything.
+/// anything and no object in them repeats a key (`crate::json_keys`); else the body as gw read
+/// it.
 pub fn passthrough_body(
     raw: &bytes::Bytes,
     store_sent: bool,
@@ -29,7 +30,7 @@ pub fn passthrough_body(
     client_model: &str,
     upstream_model: &str,
 ) -> serde_json::Result<bytes::Bytes> {
-    if client_model == upstream_model && store_sent && !hosted_tools {
+    if client_model == upstream_model && store_sent && !hosted_tools && crate::json_keys::keys_unique(raw) {
         return Ok(raw.clone());
     }
     let mut body: Map<String, Value> = serde_json::from_slice(raw)?;
@@ -41,37 +42,9 @@ pub fn passthrough_body(
     serde_json::to_vec(&body).map(bytes::Bytes::from)
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct Details {
-    #[serde(default)]
-    cached_tokens: u32,
-    #[serde(default)]
-    reasoning_tokens: u32,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct UsagePeek {
-    #[serde(default)]
-    input_tokens: u32,
-    #[serde(default)]
-    output_tokens: u32,
-    #[serde(default)]
-    input_tokens_details: Option<Details>,
-    #[serde(default)]
-    output_tokens_details: Option<Details>,
-}
-
-impl UsagePeek {
-    fn tokens(&self, tier: Option<&str>) -> TokenUsage {
-        TokenUsage {
-            prompt_tokens: self.input_tokens,
-            completion_tokens: self.output_tokens,
-            cached_tokens: self.input_tokens_details.as_ref().map_or(0, |d| d.cached_tokens),
-            reasoning_tokens: self.output_tokens_details.as_ref().map_or(0, |d| d.reasoning_tokens),
-            cache_creation_tokens: 0,
-            tier: tier.map(ServiceTier::from_reported).unwrap_or_default(),
-        }
-    }
+/// A token count of the `usage` object (`/input_tokens`, ...); what is not a count reads as 0.
+fn count(usage: &Value, pointer: &str) -> u32 {
+    usage.pointer(pointer).and_then(Value::as_u64).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -88,21 +61,22 @@ struct ErrorPeek {
     message: Option<String>,
 }
 
-/// What gw reads of a `response` object.
+/// What gw reads of a `response` object. Fields it only repeats are read loosely: a type it did
+/// not expect there must not turn a finished answer into an error.
 #[derive(Debug, Default, Deserialize)]
 struct ResponsePeek {
     #[serde(default)]
-    id: Option<String>,
+    id: Option<Value>,
     #[serde(default)]
-    created_at: Option<i64>,
+    created_at: Option<Value>,
     #[serde(default)]
-    model: Option<String>,
+    model: Option<Value>,
     #[serde(default)]
     status: Option<String>,
     #[serde(default)]
     output: Option<Vec<Value>>,
     #[serde(default)]
-    usage: Option<UsagePeek>,
+    usage: Option<Value>,
     #[serde(default)]
     incomplete_details: Option<Reason>,
     #[serde(default)]
@@ -113,7 +87,15 @@ struct ResponsePeek {
 
 impl ResponsePeek {
     fn usage(&self) -> Option<TokenUsage> {
-        self.usage.as_ref().map(|u| u.tokens(self.service_tier.as_deref()))
+        let u = self.usage.as_ref().filter(|u| u.is_object())?;
+        Some(TokenUsage {
+            prompt_tokens: count(u, "/input_tokens"),
+            completion_tokens: count(u, "/output_tokens"),
+            cached_tokens: count(u, "/input_tokens_details/cached_tokens"),
+            reasoning_tokens: count(u, "/output_tokens_details/reasoning_tokens"),
+            cache_creation_tokens: 0,
+            tier: self.service_tier.as_deref().map(ServiceTier::from_reported).unwrap_or_default(),
+        })
     }
 
     /// Chat's finish reason for this response's end (`calls`: it made function calls).
@@ -180,10 +162,10 @@ pub fn parse_response(body: &[u8]) -> Result<Completion, UpstreamError> {
     }
     let usage = r.usage();
     let mut chat = json!({
-        "id": format!("chatcmpl-{}", r.id.as_deref().unwrap_or_default()),
+        "id": format!("chatcmpl-{}", r.id.as_ref().and_then(Value::as_str).unwrap_or_default()),
         "object": "chat.completion",
-        "created": r.created_at.unwrap_or_default(),
-        "model": r.model.as_deref().unwrap_or_default(),
+        "created": r.created_at.as_ref().and_then(Value::as_i64).unwrap_or_default(),
+        "model": r.model.as_ref().and_then(Value::as_str).unwrap_or_default(),
         "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
     });
     if let Some(u) = &usage {
@@ -194,6 +176,12 @@ pub fn parse_response(body: &[u8]) -> Result<Completion, UpstreamError> {
     Ok(Completion { body: body.into(), usage })
 }
 
+/// The usage a Responses answer reports, whatever its status: a `failed` response (an error to
+/// gw) is billed for what it says it spent all the same.
+pub fn reported_usage(body: &[u8]) -> Option<TokenUsage> {
+    serde_json::from_slice::<ResponsePeek>(body).ok()?.usage()
+}
+
 /// What gw reads of a stream event; deltas borrowed where they hold no escapes.
 #[derive(Debug, Deserialize)]
 struct EventPeek<'a> {
@@ -202,7 +190,7 @@ struct EventPeek<'a> {
     #[serde(default)]
     sequence_number: Option<u64>,
     #[serde(default, borrow)]
-    delta: Option<Cow<'a, str>>,
+    delta: Option<Text<'a>>,
     #[serde(default, borrow)]
     item_id: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -215,18 +203,36 @@ struct EventPeek<'a> {
     message: Option<String>,
 }
 
+/// A text field of an event; any other value (an event type gw does not read may put one there)
+/// reads as no text rather than as a broken stream.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Text<'a> {
+    Str(#[serde(borrow)] Cow<'a, str>),
+    Other(serde::de::IgnoredAny),
+}
+
+impl<'a> Text<'a> {
+    fn text(self) -> Option<Cow<'a, str>> {
+        match self {
+            Text::Str(s) if !s.is_empty() => Some(s),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 struct ItemPeek {
     #[serde(default, rename = "type")]
-    kind: String,
+    kind: Option<String>,
     #[serde(default)]
-    id: String,
+    id: Option<String>,
     #[serde(default)]
-    call_id: String,
+    call_id: Option<String>,
     #[serde(default)]
-    name: String,
+    name: Option<String>,
     #[serde(default)]
-    arguments: String,
+    arguments: Option<String>,
 }
 
 /// Translates a Responses event stream into chat chunks.
@@ -244,22 +250,8 @@ impl ResponsesStream {
     }
 
     fn chunk(&self, delta: Delta, finish: Option<&str>) -> ChatCompletionChunk {
-        ChatCompletionChunk {
-            id: self.setup.completion_id.clone(),
-            object: "chat.completion.chunk".into(),
-            created: self.setup.created,
-            model: self.setup.model.clone(),
-            choices: vec![ChunkChoice {
-                index: 0,
-                delta,
-                finish_reason: finish.map(Into::into),
-                logprobs: None,
-                extra: Map::new(),
-            }],
-            usage: None,
-            system_fingerprint: None,
-            extra: Map::new(),
-        }
+        let s = &self.setup;
+        ChatCompletionChunk::of_choice(&s.completion_id, s.created, &s.model, 0, delta, finish)
     }
 
     fn push(
@@ -297,7 +289,7 @@ impl ResponsesStream {
         match ev.kind.as_ref() {
             "response.created" | "response.in_progress" | "response.queued" => self.start(out)?,
             "response.output_text.delta" => {
-                if let Some(text) = ev.delta.filter(|d| !d.is_empty()) {
+                if let Some(text) = ev.delta.and_then(Text::text) {
                     self.push(
                         out,
                         Delta { role: None, content: Some(text.into_owned()), extra: Map::new() },
@@ -307,22 +299,23 @@ impl ResponsesStream {
                 }
             }
             "response.refusal.delta" => {
-                if let Some(text) = ev.delta.filter(|d| !d.is_empty()) {
+                if let Some(text) = ev.delta.and_then(Text::text) {
                     self.push_extra(out, "refusal", Value::String(text.into_owned()))?;
                 }
             }
             "response.output_item.added" => {
-                if let Some(item) = ev.item.filter(|i| i.kind == "function_call") {
+                if let Some(item) = ev.item.filter(|i| i.kind.as_deref() == Some("function_call")) {
                     let index = self.calls.len();
-                    self.calls.push(item.id);
-                    let call = json!([{"index": index, "id": item.call_id, "type": "function",
-                                       "function": {"name": item.name, "arguments": item.arguments}}]);
+                    self.calls.push(item.id.unwrap_or_default());
+                    let call = json!([{"index": index, "id": item.call_id.unwrap_or_default(), "type": "function",
+                                       "function": {"name": item.name.unwrap_or_default(),
+                                                    "arguments": item.arguments.unwrap_or_default()}}]);
                     self.push_extra(out, "tool_calls", call)?;
                 }
             }
             "response.function_call_arguments.delta" => {
                 let at = ev.item_id.as_deref().and_then(|id| self.calls.iter().position(|c| c == id));
-                if let (Some(index), Some(piece)) = (at, ev.delta.filter(|d| !d.is_empty())) {
+                if let (Some(index), Some(piece)) = (at, ev.delta.and_then(Text::text)) {
                     self.push_extra(out, "tool_calls", json!([{"index": index, "function": {"arguments": piece}}]))?;
                 }
             }
@@ -436,8 +429,11 @@ mod tests {
         let body = br#"{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}]}"#;
         let chat: Value = serde_json::from_slice(&parse_response(body).unwrap().body).unwrap();
         assert_eq!(chat["choices"][0]["finish_reason"], "length");
-        assert!(parse_response(br#"{"status":"failed","output":[],"error":{"code":"server_error","message":"x"}}"#)
-            .is_err());
+        let failed = format!(
+            r#"{{"status":"failed","output":[],"error":{{"code":"server_error","message":"x"}},"usage":{USAGE}}}"#
+        );
+        assert!(parse_response(failed.as_bytes()).is_err());
+        assert_eq!(reported_usage(failed.as_bytes()).unwrap().completion_tokens, 20, "what it spent is billed");
         assert!(parse_response(br#"{"choices":[]}"#).is_err(), "a chat completion is no response");
     }
 
@@ -477,6 +473,20 @@ mod tests {
     }
 
     #[test]
+    fn what_gw_does_not_read_is_read_loosely() {
+        let mut t = ResponsesStream::new(setup(false));
+        let mut sink = StreamSink::new();
+        let odd = r#"{"type":"response.future_thing.delta","delta":{"x":1},"sequence_number":0}"#;
+        assert_eq!(t.event("", odd, &mut sink).unwrap(), Flow::Continue);
+        let item = r#"{"type":"response.output_item.added","sequence_number":1,"item":{"type":"function_call","id":"fc","call_id":null,"name":"f","arguments":null}}"#;
+        assert_eq!(t.event("", item, &mut sink).unwrap(), Flow::Continue);
+        let done = r#"{"type":"response.completed","sequence_number":2,"response":{"id":7,"created_at":1.5,"model":null,"status":"completed","output":[],"usage":{"input_tokens":4,"output_tokens":null,"input_tokens_details":null}}}"#;
+        assert_eq!(t.event("", done, &mut sink).unwrap(), Flow::Done);
+        let u = sink.usage.unwrap();
+        assert_eq!((u.prompt_tokens, u.completion_tokens, u.cached_tokens), (4, 0, 0));
+    }
+
+    #[test]
     fn a_failed_stream_is_a_mid_stream_error_its_usage_kept() {
         let mut t = ResponsesStream::new(setup(false));
         let mut sink = StreamSink::new();
@@ -511,5 +521,11 @@ mod tests {
         );
         let v: Value = serde_json::from_slice(&passthrough_body(&raw, true, true, "a", "a").unwrap()).unwrap();
         assert_eq!(v["tools"], json!([{"type": "function", "name": "f"}]), "hosted tools are left out");
+        // A key named twice: what goes up is what gw read (the last one), never the raw text.
+        let raw = bytes::Bytes::from_static(
+            br#"{"model":"a","store":false,"tools":[{"type":"web_search"}],"tools":[],"input":"hi"}"#,
+        );
+        let v: Value = serde_json::from_slice(&passthrough_body(&raw, true, false, "a", "a").unwrap()).unwrap();
+        assert_eq!(v, json!({"model": "a", "store": false, "tools": [], "input": "hi"}));
     }
 }

@@ -155,6 +155,9 @@ fn translate_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Re
             let output = match item.get("output") {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Array(parts)) => {
+                    for (j, p) in parts.iter().enumerate() {
+                        no_file(p, &at(&format!(".output[{j}]")))?;
+                    }
                     parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect()
                 }
                 _ => return Err(problem(format!("Missing required parameter: '{}'.", at(".output")), "input")),
@@ -170,7 +173,20 @@ fn translate_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Re
     Ok(())
 }
 
+/// Refuses a part that names a file: a `file_id` is a file of the account gw calls OpenAI with
+/// (shared by every tenant), never the client's to read, and a passed-through body would carry it.
+fn no_file(p: &Value, at: &str) -> Result<(), RequestProblem> {
+    if p.get("type").and_then(Value::as_str) == Some("input_file") {
+        return Err(problem(format!("'{at}': file inputs are not supported."), "input"));
+    }
+    if p.get("file_id").is_some_and(|f| !f.is_null()) {
+        return Err(problem(format!("'{at}': parts given by 'file_id' are not supported."), "input"));
+    }
+    Ok(())
+}
+
 fn translate_part(p: &Value, at: &str, role: &str) -> Result<Value, RequestProblem> {
+    no_file(p, at)?;
     match p.get("type").and_then(Value::as_str) {
         Some("input_text") | Some("output_text") | Some("text") => {
             let text = p

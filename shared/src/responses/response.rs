@@ -180,7 +180,7 @@ impl EventEncoder {
     /// `sequence_number`: an event added now continues them.
     pub fn resume_after(&mut self, last: Option<u64>) {
         self.started = true;
-        self.seq = last.map_or(0, |n| n + 1);
+        self.seq = last.map_or(0, |n| n.saturating_add(1));
     }
 
     fn event(&mut self, out: &mut Vec<u8>, mut data: Value) {

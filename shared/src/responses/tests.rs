@@ -68,6 +68,23 @@ fn what_needs_stored_state_or_unknown_tools_is_refused_by_name() {
         (json!({"model": "m", "input": "x", "tool_choice": {"type": "web_search"}}), "tool_choice"),
         (json!({"model": "m", "input": "x", "max_output_tokens": 0}), "max_output_tokens"),
         (json!({"model": "m", "input": "x", "text": {"format": {"type": "yaml"}}}), "text.format"),
+        // Files of the account gw calls OpenAI with are never a client's to name.
+        (
+            json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/i.png", "file_id": "file-1"}]}]}),
+            "input",
+        ),
+        (
+            json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_url": "https://x/a.pdf"}]}]}),
+            "input",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_file", "file_id": "file-1"}]}]}),
+            "input",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image", "file_id": "file-1"}]}]}),
+            "input",
+        ),
     ];
     for (body, param) in cases {
         let p = chat_body(&obj(body.clone())).unwrap_err();

@@ -18,6 +18,17 @@ use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
 use gw_shared::routing::Deployment;
 
 pub use count::count_tokens;
+
+/// Charges an attempt whose answer is an error to gw (a `failed` response) but reports what the
+/// upstream spent on it: billed all the same.
+pub fn charge_reported(
+    gw: &crate::state::Gateway,
+    ctx: &mut crate::ctx::RequestCtx,
+    dep: &Deployment,
+    usage: gw_shared::pricing::TokenUsage,
+) {
+    bill::charge(gw, ctx, dep, usage, crate::ctx::SettledBy::Usage);
+}
 pub use plain::plain;
 pub use replay::replay;
 pub use stream::{stream, StreamIn};

@@ -175,6 +175,9 @@ fn push_event(raw: &mut BytesMut, ev: &Event) {
     raw.put_u8(b'\n');
 }
 
+/// The most of a passed-through stream held back before its first content.
+const PASSTHROUGH_HOLD_BYTES: usize = 256 * 1024;
+
 /// Whether a passed-through event is the model's output going out: any Messages block's delta,
 /// any Responses `*.delta` (thinking and reasoning included, which the translation does not
 /// count as content).
@@ -214,7 +217,9 @@ where
                 let flow = translator.event(&ev.event, &ev.data, sink);
                 if let (Some(raw), Ok(_)) = (out.raw.as_mut(), &flow) {
                     push_event(raw, &ev);
-                    if passed_content(&ev.event) {
+                    // Events wait for the first content (a failure before it can fall back), but
+                    // never more than a bounded amount of them.
+                    if passed_content(&ev.event) || raw.len() > PASSTHROUGH_HOLD_BYTES {
                         sink.saw_content();
                     }
                 }

@@ -366,7 +366,11 @@ async fn attempt(
     let bytes = bound.run(gw.transport.read_all(&mut body, bound.remaining())).await??;
     gw.transport.release(body).await;
     let completion = match req {
-        Prompt::Chat(_) if responses => gw_shared::providers::responses::parse_response(&bytes),
+        Prompt::Chat(_) if responses => gw_shared::providers::responses::parse_response(&bytes).inspect_err(|_| {
+            if let Some(u) = gw_shared::providers::responses::reported_usage(&bytes) {
+                answer::charge_reported(gw, ctx, dep, u);
+            }
+        }),
         Prompt::Chat(r) => provider.adapter.parse_response(&call(Endpoint::ChatCompletions, r, dep, None, ctx), &bytes),
         Prompt::Embeddings(r) => {
             provider.adapter.parse_embeddings(&call(Endpoint::Embeddings, r, dep, None, ctx), &bytes)

@@ -19,9 +19,7 @@ use super::{
     default_error, log_snippet, Adapter, AdapterError, Call, Completion, Exchange, Flow, StreamSetup, StreamSink,
     StreamTranslator, UpstreamError, UpstreamFailure, UpstreamRequest,
 };
-use crate::openai::{
-    AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta, ErrorBody,
-};
+use crate::openai::{AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, Delta, ErrorBody};
 use crate::pricing::{ServiceTier, TokenUsage};
 
 /// The `anthropic-version` header sent when the provider's options name none.

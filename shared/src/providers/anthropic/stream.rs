@@ -92,22 +92,8 @@ impl AnthropicStream {
     }
 
     pub(super) fn chunk(&self, delta: Delta, finish: Option<&str>) -> ChatCompletionChunk {
-        ChatCompletionChunk {
-            id: self.setup.completion_id.clone(),
-            object: "chat.completion.chunk".into(),
-            created: self.setup.created,
-            model: self.setup.model.clone(),
-            choices: vec![ChunkChoice {
-                index: 0,
-                delta,
-                finish_reason: finish.map(Into::into),
-                logprobs: None,
-                extra: Map::new(),
-            }],
-            usage: None,
-            system_fingerprint: None,
-            extra: Map::new(),
-        }
+        let s = &self.setup;
+        ChatCompletionChunk::of_choice(&s.completion_id, s.created, &s.model, 0, delta, finish)
     }
 
     pub(super) fn push(

@@ -25,8 +25,8 @@ use super::{
     StreamSink, StreamTranslator, UpstreamError, UpstreamFailure, UpstreamRequest,
 };
 use crate::openai::{
-    embeddings_response, AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice,
-    Delta, EmbeddingsRequest, ErrorBody,
+    embeddings_response, AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, Delta,
+    EmbeddingsRequest, ErrorBody,
 };
 use crate::pricing::TokenUsage;
 

@@ -42,22 +42,8 @@ impl GeminiStream {
     }
 
     pub(super) fn chunk(&self, index: u32, delta: Delta, finish: Option<&str>) -> ChatCompletionChunk {
-        ChatCompletionChunk {
-            id: self.setup.completion_id.clone(),
-            object: "chat.completion.chunk".into(),
-            created: self.setup.created,
-            model: self.setup.model.clone(),
-            choices: vec![ChunkChoice {
-                index,
-                delta,
-                finish_reason: finish.map(Into::into),
-                logprobs: None,
-                extra: Map::new(),
-            }],
-            usage: None,
-            system_fingerprint: None,
-            extra: Map::new(),
-        }
+        let s = &self.setup;
+        ChatCompletionChunk::of_choice(&s.completion_id, s.created, &s.model, index, delta, finish)
     }
 
     pub(super) fn candidate(

@@ -111,8 +111,10 @@ pub fn responses(call: Call) -> (HttpResponse, Option<Spent>) {
         (k.reasoning_tokens > 0).then(|| json!({"type": "reasoning", "id": format!("rs_mock{digest}"), "summary": []}));
     let text_part = |t: &str| json!({"type": "output_text", "text": t, "annotations": [], "logprobs": []});
     let item = match &said {
-        Said::Text(t) | Said::Cut(t) => json!({"type": "message", "id": msg_id, "status": "completed",
-                                                "role": "assistant", "content": [text_part(t)]}),
+        Said::Text(t) => json!({"type": "message", "id": msg_id, "status": "completed",
+                                "role": "assistant", "content": [text_part(t)]}),
+        Said::Cut(t) => json!({"type": "message", "id": msg_id, "status": "incomplete",
+                               "role": "assistant", "content": [text_part(t)]}),
         Said::Refusal(t) => json!({"type": "message", "id": msg_id, "status": "completed", "role": "assistant",
                                    "content": [{"type": "refusal", "refusal": t}]}),
         Said::Tool { name, arguments } => json!({"type": "function_call", "id": format!("fc_mock{digest}"),
