@@ -398,7 +398,7 @@ mod tests {
 
     fn chunks(sink: &mut StreamSink) -> Vec<Value> {
         let bytes = sink.take().unwrap_or_default();
-        crate::openai::chunk_objects(&bytes).into_iter().map(Value::Object).collect()
+        crate::openai::chunk_objects(&bytes).map(Value::Object).collect()
     }
 
     const USAGE: &str = r#"{"input_tokens":30,"input_tokens_details":{"cached_tokens":10},"output_tokens":20,"output_tokens_details":{"reasoning_tokens":5},"total_tokens":50}"#;
