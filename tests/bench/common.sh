@@ -98,3 +98,39 @@ start_admin() {
   KEY=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/api/v1/api-keys" -H "authorization: Bearer $token" \
     -H 'content-type: application/json' -d "$key_spec" | python3 -c 'import sys,json;print(json.load(sys.stdin)["key"])')
 }
+
+# one_core_cell: the one-core method's layout: the load (wrk, the mock) on CPU 0 (LOAD), gw and
+# its PostgreSQL and Redis on CPU 1 (SUT).
+one_core_cell() {
+  [ "$(nproc)" -ge 2 ] || { echo "the one-core cell needs 2 CPUs" >&2; exit 1; }
+  LOAD=(taskset -c 0); SUT=(taskset -c 1)
+  for p in $(pgrep -f 'postgres|redis-server'); do taskset -a -p -c 1 "$p" >/dev/null 2>&1 || true; done
+}
+
+# wrk_script NAME BODY: $WORK/NAME.lua posts BODY with the API key and prints one line:
+# RESULT p50_us= p99_us= rps= errors= non2xx=.
+wrk_script() {
+  cat > "$WORK/$1.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '$2'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer $KEY"
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT p50_us=%d p99_us=%d rps=%.1f errors=%d non2xx=%d\n",
+    latency:percentile(50), latency:percentile(99), summary.requests / (summary.duration / 1e6),
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout, summary.errors.status))
+end
+LUA
+}
+
+# settle: waits for the proxy's audit queue (metrics on METRICS_PORT) to drain between runs.
+settle() {
+  for _ in $(seq 1 300); do
+    q=$(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | sed -n 's/^gw_audit_queue_depth //p')
+    [ "${q:-0}" = 0 ] && break; sleep 0.1
+  done
+  sleep 0.5
+}
+
+# field LINE NAME: NAME's value in a RESULT line.
+field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }

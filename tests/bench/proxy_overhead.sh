@@ -23,9 +23,7 @@ source tests/bench/common.sh
 THREADS=${GW_BENCH_THREADS:-1}
 PROXY_PORT=$(free_port); METRICS_PORT=$(free_port)
 
-[ "$(nproc)" -ge 2 ] || { echo "the one-core cell needs 2 CPUs" >&2; exit 1; }
-LOAD=(taskset -c 0); SUT=(taskset -c 1)
-for p in $(pgrep -f 'postgres|redis-server'); do taskset -a -p -c 1 "$p" >/dev/null 2>&1 || true; done
+one_core_cell
 
 MOCK_WORKERS=1 "${LOAD[@]}" "$REL/mock-upstream" --listen "127.0.0.1:$MOCK_PORT" >/dev/null & PIDS+=($!)
 bench_config "$PROXY_PORT" "$METRICS_PORT" "$THREADS" "${GW_BENCH_PROXY_EXTRA:-}"
@@ -35,19 +33,7 @@ for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$PROXY_PORT/v1/
 
 PLAIN='{"model":"bench","messages":[{"role":"user","content":"Say something about gateways and latency, please."}]}'
 SSE='{"model":"bench","stream":true,"messages":[{"role":"user","content":"Say something about gateways and latency, please."}]}'
-script() { # name body
-  cat > "$WORK/$1.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '$2'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer $KEY"
-done = function(summary, latency, requests)
-  io.write(string.format("RESULT p50_us=%d p99_us=%d rps=%.1f errors=%d non2xx=%d\n",
-    latency:percentile(50), latency:percentile(99), summary.requests / (summary.duration / 1e6),
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout, summary.errors.status))
-end
-LUA
-}
+script() { wrk_script "$@"; }
 script plain "$PLAIN"; script sse "$SSE"
 run() { # url conc script [cpu] -> RESULT line
   taskset -c "${4:-0}" wrk -t1 -c"$2" -d"${DUR}s" -s "$WORK/$3.lua" "$1" | grep '^RESULT'
@@ -59,14 +45,7 @@ for s in plain sse; do
   "${LOAD[@]}" wrk -t1 -c4 -d2s -s "$WORK/$s.lua" "$DIRECT" >/dev/null
   "${LOAD[@]}" wrk -t1 -c4 -d2s -s "$WORK/$s.lua" "$PROXY" >/dev/null
 done
-# Let the audit flusher catch up between runs, so one run's writes do not land in the next.
-settle() {
-  for _ in $(seq 1 300); do
-    q=$(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | sed -n 's/^gw_audit_queue_depth //p')
-    [ "${q:-0}" = 0 ] && break; sleep 0.1
-  done
-  sleep 0.5
-}
+# settle (common.sh) between runs, so one run's audit writes do not land in the next.
 settle; d1=$(run "$DIRECT" 1 plain); settle; p1=$(run "$PROXY" 1 plain)
 # The same on one core: move the mock next to gw, and wrk too.
 taskset -a -p -c 1 "${PIDS[0]}" >/dev/null
@@ -78,7 +57,6 @@ else
   settle; d32=$(run "$DIRECT" 32 plain); settle; p32=$(run "$PROXY" 32 plain)
   settle; s32d=$(run "$DIRECT" 32 sse); settle; s32p=$(run "$PROXY" 32 sse); settle
 fi
-field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 ratio() { python3 -c "print(f'{$2/max($1,1):.3f}')"; }
 echo
 echo "gw proxy overhead, one-core cell (gw + PostgreSQL + Redis on CPU 1; wrk + mock on CPU 0)"

@@ -14,9 +14,7 @@ DUR=${1:-10}
 
 source tests/bench/common.sh
 PROXY_PORT=$(free_port); METRICS_PORT=$(free_port)
-[ "$(nproc)" -ge 2 ] || { echo "the one-core cell needs 2 CPUs" >&2; exit 1; }
-LOAD=(taskset -c 0); SUT=(taskset -c 1)
-for p in $(pgrep -f 'postgres|redis-server'); do taskset -a -p -c 1 "$p" >/dev/null 2>&1 || true; done
+one_core_cell
 
 MOCK_WORKERS=1 "${LOAD[@]}" "$REL/mock-upstream" --listen "127.0.0.1:$MOCK_PORT" >/dev/null & PIDS+=($!)
 bench_config "$PROXY_PORT" "$METRICS_PORT" 1 "" "
@@ -35,17 +33,7 @@ for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$PROXY_PORT/v1/
 
 TEXT="Say something about gateways and latency, please."
 script() { # name model stream body-fields
-  cat > "$WORK/$1.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '{"model":"$2","stream":$3,$4}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer $KEY"
-done = function(summary, latency, requests)
-  io.write(string.format("RESULT p50_us=%d p99_us=%d non2xx=%d rps=%d\n",
-    latency:percentile(50), latency:percentile(99), summary.errors.status,
-    summary.requests / (summary.duration / 1000000)))
-end
-LUA
+  wrk_script "$1" "{\"model\":\"$2\",\"stream\":$3,$4}"
 }
 CHAT="\"messages\":[{\"role\":\"user\",\"content\":\"$TEXT\"}]"
 INPUT="\"input\":\"$TEXT\""
@@ -65,13 +53,6 @@ url_of() {
 }
 ALL="d_chat_plain chat_plain d_resp_plain pass_plain tr_plain d_chat_sse chat_sse d_resp_sse pass_sse tr_sse"
 for s in $ALL; do "${LOAD[@]}" wrk -t1 -c2 -d2s -s "$WORK/$s.lua" "$(url_of $s)" >/dev/null; done
-settle() {
-  for _ in $(seq 1 300); do
-    q=$(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | sed -n 's/^gw_audit_queue_depth //p')
-    [ "${q:-0}" = 0 ] && break; sleep 0.1
-  done
-  sleep 0.5
-}
 declare -A R T
 for s in $ALL; do
   settle; R[$s]=$("${LOAD[@]}" wrk -t1 -c1 -d"${DUR}s" -s "$WORK/$s.lua" "$(url_of $s)" | grep '^RESULT')
@@ -79,7 +60,6 @@ done
 for s in $ALL; do
   settle; T[$s]=$("${LOAD[@]}" wrk -t1 -c32 -d"${DUR}s" -s "$WORK/$s.lua" "$(url_of $s)" | grep '^RESULT')
 done
-field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 ratio() { python3 -c "print(f'{$1/$2:.3f}')"; }
 echo
 echo "c=1, one-core cell, ${DUR}s per run: us gw adds to the upstream endpoint it calls"

@@ -16,9 +16,7 @@ DUR=${1:-10}
 
 source tests/bench/common.sh
 PROXY_PORT=$(free_port); METRICS_PORT=$(free_port)
-[ "$(nproc)" -ge 2 ] || { echo "the one-core cell needs 2 CPUs" >&2; exit 1; }
-LOAD=(taskset -c 0); SUT=(taskset -c 1)
-for p in $(pgrep -f 'postgres|redis-server'); do taskset -a -p -c 1 "$p" >/dev/null 2>&1 || true; done
+one_core_cell
 
 MOCK_WORKERS=1 "${LOAD[@]}" "$REL/mock-upstream" --listen "127.0.0.1:$MOCK_PORT" >/dev/null & PIDS+=($!)
 bench_config "$PROXY_PORT" "$METRICS_PORT" 1 "" "
@@ -37,17 +35,7 @@ for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$PROXY_PORT/v1/
 
 PROMPT='"messages":[{"role":"user","content":"Say something about gateways and latency, please."}]'
 script() { # name model stream [extra body fields]
-  cat > "$WORK/$1.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '{"model":"$2","stream":$3,$PROMPT${4:-}}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer $KEY"
-done = function(summary, latency, requests)
-  io.write(string.format("RESULT p50_us=%d p99_us=%d non2xx=%d rps=%d\n",
-    latency:percentile(50), latency:percentile(99), summary.errors.status,
-    summary.requests / (summary.duration / 1000000)))
-end
-LUA
+  wrk_script "$1" "{\"model\":\"$2\",\"stream\":$3,$PROMPT${4:-}}"
 }
 script oa_plain bench false; script oa_sse bench true
 script an_plain bench-anthropic false; script an_sse bench-anthropic true
@@ -62,13 +50,6 @@ DIRECT_AN="http://127.0.0.1:$MOCK_PORT/v1/messages"
 url_of() { case $1 in d_oa_*) echo "$DIRECT_OA";; d_an_*) echo "$DIRECT_AN";; in_*) echo "$MESSAGES";; *) echo "$PROXY";; esac; }
 ALL="d_oa_plain d_an_plain oa_plain an_plain in_oa_plain in_an_plain d_oa_sse d_an_sse oa_sse an_sse in_oa_sse in_an_sse"
 for s in $ALL; do "${LOAD[@]}" wrk -t1 -c2 -d2s -s "$WORK/$s.lua" "$(url_of $s)" >/dev/null; done
-settle() {
-  for _ in $(seq 1 300); do
-    q=$(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | sed -n 's/^gw_audit_queue_depth //p')
-    [ "${q:-0}" = 0 ] && break; sleep 0.1
-  done
-  sleep 0.5
-}
 declare -A R
 for s in $ALL; do
   settle; R[$s]=$("${LOAD[@]}" wrk -t1 -c1 -d"${DUR}s" -s "$WORK/$s.lua" "$(url_of $s)" | grep '^RESULT')
@@ -80,7 +61,6 @@ declare -A T
 for s in $TP; do
   settle; T[$s]=$("${LOAD[@]}" wrk -t1 -c32 -d"${DUR}s" -s "$WORK/$s.lua" "$(url_of $s)" | grep '^RESULT')
 done
-field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 echo
 echo "Anthropic translation vs OpenAI passthrough, c=1, one-core cell, ${DUR}s per run (us)"
 printf '%-10s %10s %10s %10s %10s %10s %10s %14s\n' "" "OA direct" "OA via gw" "OA added" "AN direct" "AN via gw" "AN added" "translation"
