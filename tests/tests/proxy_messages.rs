@@ -468,6 +468,10 @@ deployments = [{ provider = "anthropic", model = "claude-sonnet-4-5" }]
 async fn passthrough_edges_byte_for_byte_a_fallback_a_policy_and_a_count_under_policy() {
     let stack = Stack::start_with(StackOptions { extra_config: PASSTHROUGH_MODELS.into(), ..Default::default() }).await;
     let (s, key, _) = stack.org_with_key().await;
+    // A policy requests may name (set before the proxy first sees the organization, so no
+    // request below meets a proxy that has not learnt of it yet).
+    let doc = json!({"policies": [{"name": "in-pii", "guardrails": [{"type": "pii_redact"}]}]});
+    gw_tests::json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
     let post = |path: &'static str, body: String, policy: Option<&'static str>| {
         let mut r = reqwest::Client::new()
             .post(format!("{}{path}", stack.proxy))
@@ -515,8 +519,6 @@ async fn passthrough_edges_byte_for_byte_a_fallback_a_policy_and_a_count_under_p
 
     // Under an input policy the request is translated (the guardrails read what goes upstream),
     // and a count is gw's estimate (no prompt leaves for a count the guardrails never read).
-    let doc = json!({"policies": [{"name": "in-pii", "guardrails": [{"type": "pii_redact"}]}]});
-    gw_tests::json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
     let tag = format!("policy-{}", uuid::Uuid::new_v4().simple());
     let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "mock": {"tag": tag},
                       "messages": [{"role": "user", "content": "Mail jane.doe@example.com a hello"}]});

@@ -376,6 +376,10 @@ async fn to_a_responses_deployment_the_request_and_answer_pass_through_costing_w
 async fn responses_passthrough_edges_bytes_an_error_a_fallback_a_policy_a_hosted_tool_and_the_cache() {
     let stack = responses_stack().await;
     let (s, key, _) = stack.org_with_key().await;
+    // A policy requests may name (set before the proxy first sees the organization, so no
+    // request below meets a proxy that has not learnt of it yet).
+    let doc = json!({"policies": [{"name": "in-pii", "guardrails": [{"type": "pii_redact"}]}]});
+    gw_tests::json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
     let post = |body: String, policy: Option<&'static str>| {
         let mut r = reqwest::Client::new()
             .post(format!("{}/v1/responses", stack.proxy))
@@ -434,8 +438,6 @@ async fn responses_passthrough_edges_bytes_an_error_a_fallback_a_policy_a_hosted
     }
 
     // Under a policy the request is translated (the guardrails read what goes upstream).
-    let doc = json!({"policies": [{"name": "in-pii", "guardrails": [{"type": "pii_redact"}]}]});
-    gw_tests::json_of(stack.admin_put("/organizations/current/policy", &s.access_token, &doc).await, 200).await;
     let tag = format!("policy-{}", uuid::Uuid::new_v4().simple());
     let body = json!({"model": "gpt-responses", "input": "Mail jane.doe@example.com a hello", "mock": {"tag": tag}});
     let r = post(body.to_string(), Some("in-pii")).await.unwrap();
@@ -455,16 +457,18 @@ async fn responses_passthrough_edges_bytes_an_error_a_fallback_a_policy_a_hosted
     assert!(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().starts_with("resp_mock"), "passed through");
     assert_eq!(mock_seen(&stack, &tag).await["last_body"]["tools"], json!([function]));
 
-    // A passed-through answer is cached; the repeat is gw's rendering of it, at no cost.
-    let r = stack.admin_put("/organizations/current/cache", &s.access_token, &json!({"l1": true})).await;
+    // A passed-through answer is cached; the repeat is gw's rendering of it, at no cost. (An
+    // organization of its own, its cache on before the proxy first sees it.)
+    let (cached, cache_key, _) = stack.org_with_key().await;
+    let r = stack.admin_put("/organizations/current/cache", &cached.access_token, &json!({"l1": true})).await;
     assert_eq!(r.status(), 200);
     let tag = format!("cached-{}", uuid::Uuid::new_v4().simple());
     let body = json!({"model": "gpt-responses", "input": "What is the capital of France?", "mock": {"tag": tag}});
-    let first = post(body.to_string(), None).await.unwrap();
+    let first = responses(&stack, &cache_key, body.clone()).await;
     assert_eq!(header(&first, "x-gw-cache"), "miss");
     let first: Value = first.json().await.unwrap();
     assert!(first["id"].as_str().unwrap().starts_with("resp_mock"));
-    let again = post(body.to_string(), None).await.unwrap();
+    let again = responses(&stack, &cache_key, body).await;
     assert_eq!(header(&again, "x-gw-cache"), "L1");
     assert_eq!(header(&again, "x-gw-cost-usd").parse::<f64>().unwrap(), 0.0);
     let id = request_id(&again);

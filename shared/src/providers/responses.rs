@@ -119,6 +119,39 @@ impl ResponsePeek {
     }
 }
 
+/// What a response's output items say, as chat says it.
+struct Said {
+    text: String,
+    refusal: String,
+    /// Chat's `tool_calls`, one per `function_call` item.
+    calls: Vec<Value>,
+}
+
+fn said(output: &[Value]) -> Said {
+    let mut said = Said { text: String::new(), refusal: String::new(), calls: Vec::new() };
+    for item in output {
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                for part in item.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+                    match part.get("type").and_then(Value::as_str) {
+                        Some("output_text") => said.text.push_str(part["text"].as_str().unwrap_or_default()),
+                        Some("refusal") => said.refusal.push_str(part["refusal"].as_str().unwrap_or_default()),
+                        _ => {}
+                    }
+                }
+            }
+            Some("function_call") => said.calls.push(json!({
+                "id": item["call_id"].as_str().unwrap_or_default(),
+                "type": "function",
+                "function": {"name": item["name"].as_str().unwrap_or_default(),
+                             "arguments": item["arguments"].as_str().unwrap_or_default()},
+            })),
+            _ => {}
+        }
+    }
+    said
+}
+
 /// A complete Responses answer as the chat completion it amounts to: the text of its message
 /// items (or their refusal), a tool call per `function_call` item, the finish reason its status
 /// says, and its usage (cached and reasoning tokens, the tier that served it).
@@ -131,29 +164,7 @@ pub fn parse_response(body: &[u8]) -> Result<Completion, UpstreamError> {
     if r.status.as_deref() == Some("failed") {
         return Err(UpstreamError::new(UpstreamFailure::Unavailable { status: None }, r.failure()));
     }
-    let mut text = String::new();
-    let mut refusal = String::new();
-    let mut calls = Vec::new();
-    for item in output {
-        match item.get("type").and_then(Value::as_str) {
-            Some("message") => {
-                for part in item.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
-                    match part.get("type").and_then(Value::as_str) {
-                        Some("output_text") => text.push_str(part["text"].as_str().unwrap_or_default()),
-                        Some("refusal") => refusal.push_str(part["refusal"].as_str().unwrap_or_default()),
-                        _ => {}
-                    }
-                }
-            }
-            Some("function_call") => calls.push(json!({
-                "id": item["call_id"].as_str().unwrap_or_default(),
-                "type": "function",
-                "function": {"name": item["name"].as_str().unwrap_or_default(),
-                             "arguments": item["arguments"].as_str().unwrap_or_default()},
-            })),
-            _ => {}
-        }
-    }
+    let Said { text, refusal, calls } = said(output);
     let finish = r.finish_reason(!calls.is_empty());
     let none_if_empty = |s: String| if s.is_empty() { Value::Null } else { Value::String(s) };
     let mut message = json!({"role": "assistant", "content": none_if_empty(text), "refusal": none_if_empty(refusal)});
@@ -242,11 +253,13 @@ pub struct ResponsesStream {
     /// The output item ids of the function calls, in order: a call's position is its chat index.
     calls: Vec<String>,
     last_sequence: Option<u64>,
+    /// Text, a refusal or a call came as deltas (else the finished response's output is read).
+    produced: bool,
 }
 
 impl ResponsesStream {
     pub fn new(setup: StreamSetup) -> Self {
-        Self { setup, started: false, calls: Vec::new(), last_sequence: None }
+        Self { setup, started: false, calls: Vec::new(), last_sequence: None, produced: false }
     }
 
     fn chunk(&self, delta: Delta, finish: Option<&str>) -> ChatCompletionChunk {
@@ -264,6 +277,7 @@ impl ResponsesStream {
         self.start(out)?;
         out.push_json(&self.chunk(delta, finish)).map_err(|e| UpstreamError::bad_response(e.to_string()))?;
         if content {
+            self.produced = true;
             out.saw_content();
         }
         Ok(())
@@ -322,6 +336,8 @@ impl ResponsesStream {
             "response.completed" | "response.incomplete" => {
                 return self.end(out, &ev.response.unwrap_or_default());
             }
+            // Any other delta (reasoning, audio, ...) is the model's output going out too.
+            kind if kind.ends_with(".delta") => out.saw_content(),
             "response.failed" => {
                 let response = ev.response.unwrap_or_default();
                 // What a failed response reports it spent is billed all the same.
@@ -348,7 +364,24 @@ impl ResponsesStream {
         if usage.is_some() {
             out.usage = usage;
         }
-        self.push(out, Delta::default(), Some(response.finish_reason(!self.calls.is_empty())), false)?;
+        let mut calls = !self.calls.is_empty();
+        if !self.produced {
+            // A server that streams no deltas: the finished response says it all (for the
+            // cache, and the estimate when no usage came).
+            let Said { text, refusal, calls: made } = said(response.output.as_deref().unwrap_or_default());
+            if !text.is_empty() {
+                self.push(out, Delta { role: None, content: Some(text), extra: Map::new() }, None, true)?;
+            }
+            if !refusal.is_empty() {
+                self.push_extra(out, "refusal", Value::String(refusal))?;
+            }
+            calls |= !made.is_empty();
+            for (index, mut call) in made.into_iter().enumerate() {
+                call["index"] = json!(index);
+                self.push_extra(out, "tool_calls", json!([call]))?;
+            }
+        }
+        self.push(out, Delta::default(), Some(response.finish_reason(calls)), false)?;
         if let (true, Some(u)) = (self.setup.include_usage, usage) {
             let mut last = self.chunk(Delta::default(), None);
             last.choices.clear();
@@ -470,6 +503,24 @@ mod tests {
         assert_eq!(args, r#"{"a":1}"#);
         assert_eq!(chunks[5]["choices"][0]["finish_reason"], "tool_calls");
         assert_eq!(chunks[6]["usage"]["total_tokens"], 50);
+    }
+
+    #[test]
+    fn a_stream_without_deltas_is_read_from_its_finished_response() {
+        let mut t = ResponsesStream::new(setup(false));
+        let mut sink = StreamSink::new();
+        sink.record();
+        let reasoning = r#"{"type":"response.reasoning_summary_text.delta","sequence_number":0,"delta":"hmm"}"#;
+        assert_eq!(t.event("", reasoning, &mut sink).unwrap(), Flow::Continue);
+        assert!(sink.content_seen, "a reasoning delta is output going out");
+        let done = r#"{"type":"response.completed","sequence_number":1,"response":{"status":"completed","output":[
+            {"type":"message","content":[{"type":"output_text","text":"Hi there"}]},
+            {"type":"function_call","call_id":"call_1","name":"f","arguments":"{}"}]}}"#;
+        assert_eq!(t.event("", done, &mut sink).unwrap(), Flow::Done);
+        let chat = sink.recorded().expect("a complete answer");
+        assert_eq!(chat["choices"][0]["message"]["content"], "Hi there");
+        assert_eq!(chat["choices"][0]["message"]["tool_calls"][0]["id"], "call_1");
+        assert_eq!(chat["choices"][0]["finish_reason"], "tool_calls");
     }
 
     #[test]

@@ -18,6 +18,10 @@ use gw_shared::openai::{ChatRequest, EmbeddingsRequest};
 use gw_shared::routing::Deployment;
 
 pub use count::count_tokens;
+pub use plain::plain;
+pub use replay::replay;
+pub use stream::{stream, StreamIn};
+pub use write::{error, json};
 
 /// Charges an attempt whose answer is an error to gw (a `failed` response) but reports what the
 /// upstream spent on it: billed all the same.
@@ -29,10 +33,6 @@ pub fn charge_reported(
 ) {
     bill::charge(gw, ctx, dep, usage, crate::ctx::SettledBy::Usage);
 }
-pub use plain::plain;
-pub use replay::replay;
-pub use stream::{stream, StreamIn};
-pub use write::{error, json};
 
 /// The request an upstream answer belongs to, for sizing its prompt when the upstream does not
 /// say what it billed.
