@@ -124,6 +124,9 @@ fn launch(opts: &StackOptions, guarded: bool) -> Launched {
     if let Some(url) = &opts.cache_redis_url {
         text = text.replacen("[redis]\n", &format!("[redis]\ncache_url = \"{url}\"\n"), 1);
     }
+    // The proxy's spool folder is named for its port: one an earlier run left on this port holds
+    // another stack's rows, which this stack's database must never receive.
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("gw-spool-{proxy_port}")));
     std::fs::write(&config, text).expect("write test config");
     let spawn = |name: &str| spawn_bin(name, &config, guard.as_deref(), &opts.env);
     let admin_env: Vec<(String, String)> = opts.env.iter().chain(&opts.admin_env).cloned().collect();
@@ -277,8 +280,9 @@ impl Stack {
             } else if line.starts_with("metrics_listen = ") {
                 out.push_str(&format!("metrics_listen = \"127.0.0.1:{metrics_port}\"\n"));
             } else if line.starts_with("audit_spool_dir = ") && !share_spool {
-                // One proxy per spool folder.
+                // One proxy per spool folder, never one an earlier run left on this port.
                 let dir = std::env::temp_dir().join(format!("gw-spool-{port}"));
+                let _ = std::fs::remove_dir_all(&dir);
                 out.push_str(&format!("audit_spool_dir = \"{}\"\n", dir.display()));
             } else {
                 out.push_str(line);
