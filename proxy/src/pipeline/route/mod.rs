@@ -264,12 +264,14 @@ async fn attempt(
     let provider = &dep.provider;
     let created = ctx.created_at.timestamp();
     ctx.passthrough = matches!(req, Prompt::Chat(r) if passes_through(ctx, dep, r));
-    // A Responses request passed through to a deployment serving that API.
+    // A request passed through goes up as its own body: no translation is built for it.
+    let messages = ctx.messages_raw.as_deref().filter(|_| ctx.passthrough);
     let responses = ctx.responses_raw.as_deref().filter(|_| ctx.passthrough);
-    let exchange = match (req, responses) {
-        (Prompt::Chat(_), Some(raw)) => responses_request(raw, dep, api_key),
-        (Prompt::Chat(r), None) => provider.adapter.build(&call(Endpoint::ChatCompletions, r, dep, api_key, ctx)),
-        (Prompt::Embeddings(r), _) => {
+    let exchange = match (req, messages, responses) {
+        (Prompt::Chat(_), Some(raw), _) => messages_request(raw, dep, api_key),
+        (Prompt::Chat(_), None, Some(raw)) => responses_request(raw, dep, api_key),
+        (Prompt::Chat(r), None, None) => provider.adapter.build(&call(Endpoint::ChatCompletions, r, dep, api_key, ctx)),
+        (Prompt::Embeddings(r), ..) => {
             provider.adapter.build_embeddings(&call(Endpoint::Embeddings, r, dep, api_key, ctx))
         }
     };
@@ -295,13 +297,6 @@ async fn attempt(
         Exchange::Http(mut up) => {
             if let (Some(trace), Some(a)) = (ctx.trace.as_deref(), ctx.attempts.last()) {
                 up.headers.extend(trace.upstream_headers(a.span_id));
-            }
-            if let Some(raw) = ctx.messages_raw.as_deref().filter(|_| ctx.passthrough) {
-                up.body = gw_shared::messages::passthrough_body(&raw.body, &raw.model, &dep.upstream_model)
-                    .map_err(|e| ProxyError::internal("the Messages body", e))?;
-                if let Some(beta) = raw.beta.as_ref().and_then(gw_shared::messages::billable_betas) {
-                    up.headers.push((http::HeaderName::from_static("anthropic-beta"), beta));
-                }
             }
             let url = provider
                 .upstream
@@ -394,6 +389,25 @@ fn passes_through(ctx: &RequestCtx, dep: &Deployment, req: &gw_shared::openai::C
         (None, None) => false,
     };
     speaks_it && ctx.applied.is_empty() && ctx.output_guard.is_none() && !req.edited()
+}
+
+/// The upstream request of a Messages request passed through: the client's body at
+/// `{base_url}/messages` with the Anthropic key and version, and the `anthropic-beta` features
+/// gw can bill.
+fn messages_request(
+    raw: &crate::ctx::MessagesRaw,
+    dep: &Deployment,
+    api_key: Option<&str>,
+) -> Result<Exchange, AdapterError> {
+    use gw_shared::providers::{anthropic, UpstreamRequest};
+    let body = gw_shared::messages::passthrough_body(&raw.body, &raw.model, &dep.upstream_model)
+        .map_err(AdapterError::config)?;
+    let mut headers = anthropic::credentials(api_key, dep.provider.options.api_version.as_deref())?;
+    if let Some(beta) = raw.beta.as_ref().and_then(gw_shared::messages::billable_betas) {
+        headers.push((http::HeaderName::from_static("anthropic-beta"), beta));
+    }
+    let base_path = dep.provider.upstream.as_ref().map_or("", |u| u.base_path.as_str());
+    Ok(Exchange::Http(UpstreamRequest { path: format!("{base_path}{}", anthropic::MESSAGES_PATH), headers, body }))
 }
 
 /// The upstream request of a Responses request passed through: the client's body at
